@@ -1,0 +1,156 @@
+// The caching allocator: PyTorch-style size classes, per-stream reuse, split and merge,
+// over the VMM interface, with page-level eviction and a strict budget on mapped bytes.
+//
+// Note [Segments and blocks]
+// Rationale: a cudaMalloc per tensor costs tens of microseconds; a caching allocator
+//   reuses freed blocks in ~100 ns. We keep PyTorch's size classes (allocator_anchors.md
+//   §1) so behaviour is comparable to what users run today.
+// Approach: one virtual range is reserved up front and never moves. A *segment* is a
+//   piece of it backed by one physical chunk (one create + one map + one set_access).
+//   Segments hold *blocks* in an address-ordered prev/next list; free blocks live in
+//   Boost.Intrusive sets ordered by (size, address) per stream and size class, so reuse
+//   is best fit on the same stream. A free block is split when the remainder is worth
+//   keeping and merged with free neighbours on free. A fully free segment stays mapped
+//   (cached) until budget pressure or empty_cache() gives its pages back.
+//
+// Note [Evictable blocks]
+// Rationale: a page can be unmapped only if nothing else lives on it, and CUDA cannot
+//   unmap part of a mapping.
+// Approach: a block allocated with `evictable` gets a dedicated segment of its size
+//   rounded up to the granularity; it is never split or merged. evict() gives that
+//   segment's chunk back and restore() maps a fresh chunk at the same address.
+//
+// Note [Deferred unmap]
+// Rationale: cuMemUnmap does not wait for queued kernels, and a kernel touching an
+//   unmapped page is a sticky fault that kills the process (allocator_anchors.md §6).
+// Approach: evict() records an event on the block's stream and on every stream passed
+//   to record_stream(), and queues the block. Its pages are unmapped only once every
+//   event has completed: polled on each allocate() and reclaim(), waited for only when
+//   the budget cannot be met otherwise. Until then the pages count as mapped. restore()
+//   of a block whose eviction is still pending simply cancels it.
+//
+// Note [Strict budget]
+// Every path that maps pages (new segment, restore) first checks mapped + size <=
+// budget. When it would not fit: poll completed evictions and frees, release cached free
+// segments, then wait for pending evictions; if it still does not fit, throw
+// out_of_memory naming requested, mapped, reserved, budget and the largest free block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "allocator/stream_events.hpp"
+#include "allocator/vmm.hpp"
+#include "sublinear/error.hpp"
+
+namespace sublinear::allocator {
+
+inline constexpr std::size_t KiB = std::size_t{1} << 10;
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+inline constexpr std::size_t GiB = std::size_t{1} << 30;
+
+struct options {
+  // Strict limit on mapped physical bytes; 0 means the device's physical capacity.
+  std::size_t budget = 0;
+  // Virtual address space reserved up front; 0 means 2x the physical capacity.
+  std::size_t reserve = 0;
+  // PyTorch's size classes (CUDACachingAllocator.cpp constants).
+  std::size_t min_block = 512;               // kMinBlockSize
+  std::size_t small_size = 1 * MiB;          // kSmallSize
+  std::size_t small_segment = 2 * MiB;       // kSmallBuffer
+  std::size_t min_large_alloc = 10 * MiB;    // kMinLargeAlloc
+  std::size_t large_segment = 20 * MiB;      // kLargeBuffer
+  std::size_t round_large = 2 * MiB;         // kRoundLarge
+};
+
+struct stats {
+  std::size_t allocated = 0;       // bytes in live blocks (rounded sizes)
+  std::size_t allocated_peak = 0;
+  std::size_t requested = 0;       // bytes callers asked for in live blocks
+  std::size_t mapped = 0;          // physical bytes mapped (the budgeted quantity)
+  std::size_t mapped_peak = 0;
+  std::size_t reserved = 0;        // virtual bytes handed to segments (mapped or evicted)
+  std::size_t reserved_peak = 0;
+  std::size_t evicted = 0;         // bytes of live blocks whose pages are given back now
+  std::size_t evicted_total = 0;   // bytes ever unmapped by eviction
+  std::size_t budget = 0;
+  std::uint64_t allocs = 0, frees = 0;
+  std::uint64_t evictions = 0, restores = 0, cancelled_evictions = 0;
+  std::uint64_t segments_created = 0, segments_released = 0;
+  std::uint64_t create_calls = 0, map_calls = 0, set_access_calls = 0, unmap_calls = 0,
+                release_calls = 0;
+  std::uint64_t budget_waits = 0;  // times the budget forced a wait on a pending event
+  std::uint64_t oom_errors = 0;
+  // mapped / allocated at their peaks: 1.0 means no page is wasted.
+  [[nodiscard]] double fragmentation() const {
+    return allocated_peak == 0 ? 1.0 : static_cast<double>(mapped_peak) / static_cast<double>(allocated_peak);
+  }
+};
+
+enum class residency : std::uint8_t { resident, evicting, evicted };
+
+struct block_info {
+  void* base = nullptr;
+  std::size_t size = 0;       // rounded size
+  std::size_t requested = 0;  // size the caller asked for
+  stream_handle stream = nullptr;
+  bool evictable = false;
+  residency state = residency::resident;
+};
+
+class caching_allocator {
+ public:
+  // `vmm` and `events` must outlive the allocator. Throws out_of_memory if the
+  // address space cannot be reserved, config_error for inconsistent options.
+  caching_allocator(vmm& device, stream_events& events, options opts = {});
+  ~caching_allocator();
+  caching_allocator(const caching_allocator&) = delete;
+  caching_allocator& operator=(const caching_allocator&) = delete;
+
+  // Returns a block of at least `size` bytes, 512-byte aligned (granularity-aligned when
+  // evictable), usable on `stream`. Throws out_of_memory. size 0 returns nullptr.
+  void* allocate(std::size_t size, stream_handle stream, bool evictable = false);
+  // Returns a block for reuse on its stream. nullptr is ignored; an unknown pointer is a
+  // programming error reported on stderr (never throws: frees run at shutdown).
+  void deallocate(void* ptr) noexcept;
+  // Marks the block as used on `stream`: its reuse and unmap wait for that stream.
+  void record_stream(void* ptr, stream_handle stream);
+
+  // Gives the pages of an evictable block back once its last use has completed.
+  // Throws config_error if the block is unknown or not evictable. Idempotent.
+  void evict(void* ptr);
+  // Ensures the block's pages are mapped at its address (contents undefined if they had
+  // been given back). Throws out_of_memory if the budget cannot be met.
+  void restore(void* ptr);
+
+  // The live block containing `address` (interior pointers count).
+  [[nodiscard]] std::optional<block_info> find(const void* address) const;
+
+  // Unmaps what has become free to unmap (completed evictions, frees awaiting events).
+  // Never blocks. Returns the bytes unmapped.
+  std::size_t reclaim();
+  // Waits for pending work, then releases every cached free segment. Returns bytes unmapped.
+  std::size_t empty_cache();
+
+  // Changes the budget (0: physical capacity). Throws out_of_memory, leaving the budget
+  // unchanged, if the mapped bytes cannot be brought under it.
+  void set_budget(std::size_t bytes);
+  [[nodiscard]] std::size_t budget() const;
+
+  [[nodiscard]] stats get_stats() const;
+  void reset_peaks();
+  [[nodiscard]] std::size_t granularity() const noexcept;
+
+  // Whole-structure validator (expensive): blocks tile their segments, free sets match
+  // block states, statistics match a recount. Returns false and prints the first broken
+  // invariant on stderr.
+  [[nodiscard]] bool validate() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace sublinear::allocator

@@ -1,0 +1,71 @@
+// The narrow virtual-memory interface every device backend implements.
+//
+// Note [VMM interface]
+// Rationale: eviction needs the three things CUDA's VMM API offers and cudaMalloc does
+//   not: an address that outlives its physical pages, physical memory in explicit
+//   chunks, and access that is granted per mapped range. Everything above this
+//   interface (caching, eviction, replay) is device-agnostic and runs on the host
+//   device in tests.
+// Approach: seven primitives with the same preconditions as cuMemAddressReserve /
+//   cuMemCreate / cuMemMap / cuMemSetAccess / cuMemUnmap / cuMemRelease. Every call
+//   returns a status; none throws. The allocator turns statuses into exceptions.
+// Limitations: a mapping covers a whole chunk (no sub-range unmap), exactly as on CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace sublinear::allocator {
+
+enum class vmm_status : std::uint8_t {
+  ok = 0,
+  out_of_memory,     // no physical memory left for create_chunk
+  invalid_argument,  // misaligned address or size, unknown handle, overlapping map
+  no_device,         // the driver or device is absent (CUDA backend on a CPU machine)
+  device_error,      // any other error reported by the device layer
+};
+
+const char* to_string(vmm_status status) noexcept;
+
+// An opaque physical-chunk handle (CUmemGenericAllocationHandle on CUDA).
+using chunk_handle = std::uint64_t;
+
+class vmm {
+ public:
+  virtual ~vmm() = default;
+
+  // Mapping granularity in bytes: every size and address passed below must be a
+  // multiple of it. A power of two.
+  [[nodiscard]] virtual std::size_t granularity() const noexcept = 0;
+
+  // Total physical memory the device offers (used for budgets given as a fraction).
+  [[nodiscard]] virtual std::size_t physical_capacity() const noexcept = 0;
+
+  // Reserves `size` bytes of address space with no physical memory behind it.
+  virtual vmm_status reserve(std::size_t size, void** address) noexcept = 0;
+  // Releases a whole reservation. Precondition: nothing in it is mapped.
+  virtual vmm_status release(void* address, std::size_t size) noexcept = 0;
+
+  // Creates a physical chunk of `size` bytes. Fails with out_of_memory when the
+  // device has no room; never maps anything.
+  virtual vmm_status create_chunk(std::size_t size, chunk_handle* handle) noexcept = 0;
+  // Releases a chunk. Precondition: the chunk is not mapped anywhere.
+  virtual vmm_status release_chunk(chunk_handle handle) noexcept = 0;
+
+  // Maps the whole chunk at `address` (inside a reservation, not yet mapped).
+  // The range is not accessible until set_access.
+  virtual vmm_status map(void* address, std::size_t size, chunk_handle handle) noexcept = 0;
+  // Grants read/write access to a mapped range (one call may cover several chunks).
+  virtual vmm_status set_access(void* address, std::size_t size) noexcept = 0;
+  // Unmaps a range previously mapped by exactly one map() call. Does NOT wait for
+  // pending device work: callers must know the range is idle (see Note [Deferred unmap]).
+  virtual vmm_status unmap(void* address, std::size_t size) noexcept = 0;
+
+  // Human-readable name for reports and test names: "host", "cuda".
+  [[nodiscard]] virtual std::string name() const = 0;
+  // Detail about the last failure on this thread (the driver's error name, errno text).
+  [[nodiscard]] virtual std::string last_error() const = 0;
+};
+
+}  // namespace sublinear::allocator

@@ -1,0 +1,10 @@
+# Global sanitizer flags: SUBLINEAR_SANITIZE=address gives ASan+UBSan, =thread gives TSan.
+if(SUBLINEAR_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(SUBLINEAR_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT SUBLINEAR_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "SUBLINEAR_SANITIZE must be '', 'address' or 'thread' (got '${SUBLINEAR_SANITIZE}')")
+endif()

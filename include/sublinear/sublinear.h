@@ -1,0 +1,52 @@
+/* sublinear's C API.
+ *
+ * The allocation entry points have the signatures PyTorch's CUDAPluggableAllocator loads
+ * (torch/csrc/cuda/CUDAPluggableAllocator.h): alloc(size, device, stream) and
+ * free(ptr, size, device, stream). They use the process's default allocator, which a
+ * program installs (the host device, the preload library, the PyTorch integration) or,
+ * failing that, is created on first use over the CUDA driver when one is present.
+ * Streams are opaque: cudaStream_t on a GPU, a host-device stream on the host device. */
+#ifndef SUBLINEAR_SUBLINEAR_H
+#define SUBLINEAR_SUBLINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "sublinear/export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Returns device memory, or NULL on failure (sublinear_last_error() says why). */
+SUBLINEAR_API void* sublinear_alloc(ssize_t size, int device, void* stream);
+/* Frees memory from sublinear_alloc. size, device and stream may be the values given
+ * at allocation (PyTorch passes them); the allocator does not need them. */
+SUBLINEAR_API void sublinear_free(void* ptr, ssize_t size, int device, void* stream);
+/* The block containing ptr is also used on stream (PyTorch's record_stream). */
+SUBLINEAR_API void sublinear_record_stream(void* ptr, void* stream);
+/* Gives cached pages back to the device (PyTorch's empty_cache / reset hook). */
+SUBLINEAR_API void sublinear_empty_cache(void);
+
+typedef struct sublinear_stats {
+  uint64_t allocated, allocated_peak;
+  uint64_t mapped, mapped_peak;
+  uint64_t reserved, reserved_peak;
+  uint64_t evicted, evicted_total;
+  uint64_t budget;
+  uint64_t allocs, frees, evictions, restores;
+  uint64_t map_calls, unmap_calls, set_access_calls;
+} sublinear_stats;
+
+/* Fills *out with the default allocator's statistics. Returns 0, or -1 with no
+ * allocator installed. */
+SUBLINEAR_API int sublinear_get_stats(sublinear_stats* out);
+SUBLINEAR_API void sublinear_reset_peaks(void);
+/* The last error on this thread, or "" if none. */
+SUBLINEAR_API const char* sublinear_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

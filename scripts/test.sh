@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds sublinear and runs every test, ending with CTest's summary.
+#
+#   scripts/test.sh                     build/ (warnings as errors), all tests
+#   scripts/test.sh --sanitize=address  build-asan/ with ASan+UBSan, all tests
+#   scripts/test.sh --sanitize=thread   build-tsan/ with TSan, all tests
+#   scripts/test.sh --sanitize=all      both sanitizer builds, one after the other
+#   extra arguments after -- go to ctest (e.g. -- -R caching)
+set -euo pipefail
+SUBLINEAR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export SUBLINEAR_ROOT
+source "$SUBLINEAR_ROOT/scripts/lib/deps.sh"
+
+sanitize=""
+ctest_args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize=*) sanitize="${1#--sanitize=}" ;;
+    --) shift; ctest_args=("$@"); break ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "scripts/test.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+sublinear_ensure_deps
+
+run_suite() {
+  local dir=$1 san=$2
+  echo "== sublinear: building $dir (sanitizer: ${san:-none})"
+  sublinear_build "$SUBLINEAR_ROOT/$dir" -DSUBLINEAR_WERROR=ON -DSUBLINEAR_SANITIZE="$san"
+  echo "== sublinear: testing $dir"
+  local env=()
+  case "$san" in
+    address) env=(ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1) ;;
+    thread) env=(TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1) ;;
+  esac
+  env "${env[@]}" SUBLINEAR_SANITIZER="$san" ctest --test-dir "$SUBLINEAR_ROOT/$dir" --output-on-failure \
+    -j "$(nproc)" "${ctest_args[@]}"
+}
+
+case "$sanitize" in
+  "") run_suite build "" ;;
+  address) run_suite build-asan address ;;
+  thread) run_suite build-tsan thread ;;
+  all) run_suite build-asan address; run_suite build-tsan thread ;;
+  *) echo "scripts/test.sh: --sanitize must be address, thread or all (got '$sanitize')" >&2; exit 2 ;;
+esac
