@@ -1,0 +1,796 @@
+// The caching allocator. Design notes live in caching_allocator.hpp; this file keeps the
+// data structures (a type map first) and the slow-path ladder of Note [Strict budget].
+//
+//   segment       : a granularity-aligned piece of the reserved range, backed by one chunk
+//   block         : a piece of a segment: allocated, free (in a free set) or pending-free
+//   stream_pool   : per stream, three free sets (small, large, dedicated) ordered by size
+//   live_         : allocated blocks ordered by address (find() and deallocate())
+//   address_space : free pieces of the reservation, lowest address first
+#include "allocator/caching_allocator.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <boost/intrusive/set.hpp>
+
+namespace sublinear::allocator {
+namespace {
+
+namespace bi = boost::intrusive;
+
+std::size_t round_up(std::size_t n, std::size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+enum class pool_kind : std::uint8_t { small, large, dedicated };
+
+struct block;
+
+struct segment {
+  char* base = nullptr;
+  std::size_t size = 0;
+  chunk_handle handle = 0;
+  bool mapped = false;
+  pool_kind kind = pool_kind::small;
+  stream_handle stream = nullptr;
+  block* first = nullptr;
+};
+
+using set_hook = bi::set_member_hook<bi::link_mode<bi::safe_link>>;
+
+struct block {
+  set_hook hook;  // in a free set when free, in live_ when allocated; never both
+  char* ptr = nullptr;
+  std::size_t size = 0;
+  std::size_t requested = 0;
+  segment* seg = nullptr;
+  block* prev = nullptr;  // address neighbours inside the segment
+  block* next = nullptr;
+  stream_handle stream = nullptr;
+  bool allocated = false;
+  bool in_free_set = false;
+  residency state = residency::resident;
+  std::uint64_t eviction_generation = 0;  // bumped to cancel a pending eviction
+  std::vector<stream_handle> stream_uses;
+};
+
+struct by_size_key {
+  using type = std::pair<std::size_t, const char*>;
+  type operator()(const block& b) const { return {b.size, b.ptr}; }
+};
+struct by_address_key {
+  using type = const char*;
+  type operator()(const block& b) const { return b.ptr; }
+};
+
+using free_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_size_key>>;
+using live_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_address_key>>;
+
+struct stream_pool {
+  stream_handle stream = nullptr;
+  free_set small;
+  free_set large;
+  free_set dedicated;  // whole free segments of evictable blocks, reused by exact size
+
+  free_set& of(pool_kind k) { return k == pool_kind::small ? small : k == pool_kind::large ? large : dedicated; }
+};
+
+// Events a block waits on before it can be reused (frees) or unmapped (evictions).
+struct pending {
+  block* b = nullptr;
+  std::uint64_t generation = 0;
+  std::vector<event_handle> events;
+};
+
+}  // namespace
+
+struct caching_allocator::impl {
+  vmm& device;
+  stream_events& events;
+  options opts;
+  std::size_t granularity;
+  std::size_t physical_capacity;
+
+  mutable std::mutex mutex;
+  char* reservation = nullptr;
+  std::size_t reservation_size = 0;
+  std::map<char*, std::size_t> address_space;             // free VA pieces: base -> size
+  std::map<char*, std::unique_ptr<segment>> segments;     // every segment, by base
+  std::vector<std::unique_ptr<stream_pool>> pools;
+  stream_pool* last_pool = nullptr;
+  live_set live;
+  std::vector<block*> spare_blocks;
+  std::deque<pending> pending_frees;
+  std::deque<pending> pending_evictions;
+  stats st;
+
+  impl(vmm& d, stream_events& e, options o) : device(d), events(e), opts(o) {
+    granularity = device.granularity();
+    physical_capacity = device.physical_capacity();
+    if (granularity == 0 || (granularity & (granularity - 1)) != 0)
+      throw config_error("sublinear: the VMM backend reports a granularity that is not a power of two");
+    if (opts.min_block == 0 || (opts.min_block & (opts.min_block - 1)) != 0)
+      throw config_error("sublinear: options.min_block must be a power of two");
+    if (opts.small_size > opts.small_segment || opts.min_large_alloc > opts.large_segment)
+      throw config_error("sublinear: size classes must fit in their segments (small_size <= small_segment, "
+                         "min_large_alloc <= large_segment)");
+    opts.small_segment = round_up(opts.small_segment, granularity);
+    opts.large_segment = round_up(opts.large_segment, granularity);
+    opts.round_large = round_up(std::max<std::size_t>(opts.round_large, 1), granularity);
+    st.budget = opts.budget == 0 ? physical_capacity : opts.budget;
+    reservation_size = round_up(opts.reserve == 0 ? 2 * physical_capacity : opts.reserve, granularity);
+    void* base = nullptr;
+    if (vmm_status s = device.reserve(reservation_size, &base); s != vmm_status::ok) {
+      throw out_of_memory("sublinear: cannot reserve " + format_bytes(reservation_size) +
+                              " of address space on the " + device.name() + " device (" + to_string(s) +
+                              ": " + device.last_error() + "); set a smaller options.reserve",
+                          {reservation_size, 0, 0, st.budget, 0});
+    }
+    reservation = static_cast<char*>(base);
+    address_space.emplace(reservation, reservation_size);
+  }
+
+  ~impl() {
+    // Wait for everything still pending, then give every page and the range back.
+    for (auto& p : pending_frees) drain(p, true);
+    for (auto& p : pending_evictions) drain(p, true);
+    live.clear();
+    for (auto& pool : pools) {
+      pool->small.clear();
+      pool->large.clear();
+      pool->dedicated.clear();
+    }
+    for (auto& [base, seg] : segments) {
+      if (seg->mapped) {
+        device.unmap(seg->base, seg->size);
+        device.release_chunk(seg->handle);
+      }
+      for (block* b = seg->first; b != nullptr;) {
+        block* next = b->next;
+        delete b;
+        b = next;
+      }
+    }
+    for (block* b : spare_blocks) delete b;
+    device.release(reservation, reservation_size);
+  }
+
+  void drain(pending& p, bool wait) {
+    for (event_handle e : p.events) {
+      if (wait) events.synchronize(e);
+      events.release(e);
+    }
+    p.events.clear();
+  }
+
+  // ---- size classes (PyTorch's rules) -------------------------------------------------
+  std::size_t round_size(std::size_t size) const { return round_up(std::max(size, opts.min_block), opts.min_block); }
+
+  std::size_t segment_size(std::size_t rounded) const {
+    if (rounded <= opts.small_size) return opts.small_segment;
+    if (rounded < opts.min_large_alloc) return opts.large_segment;
+    return round_up(rounded, opts.round_large);
+  }
+
+  bool should_split(const block& b, std::size_t size) const {
+    std::size_t remaining = b.size - size;
+    if (b.seg->kind == pool_kind::small) return remaining >= opts.min_block;
+    if (b.seg->kind == pool_kind::large) return remaining > opts.small_size;
+    return false;  // dedicated segments are never split (Note [Evictable blocks])
+  }
+
+  // ---- bookkeeping --------------------------------------------------------------------
+  block* new_block() {
+    if (spare_blocks.empty()) return new block;
+    block* b = spare_blocks.back();
+    spare_blocks.pop_back();
+    return b;
+  }
+  void recycle(block* b) {
+    b->stream_uses.clear();
+    b->prev = b->next = nullptr;
+    b->allocated = b->in_free_set = false;
+    b->state = residency::resident;
+    spare_blocks.push_back(b);
+  }
+
+  stream_pool& pool_for(stream_handle s) {
+    if (last_pool != nullptr && last_pool->stream == s) return *last_pool;
+    for (auto& p : pools) {
+      if (p->stream == s) return *(last_pool = p.get());
+    }
+    pools.push_back(std::make_unique<stream_pool>());
+    pools.back()->stream = s;
+    return *(last_pool = pools.back().get());
+  }
+
+  void note_mapped(std::ptrdiff_t delta) {
+    st.mapped = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(st.mapped) + delta);
+    st.mapped_peak = std::max(st.mapped_peak, st.mapped);
+  }
+
+  void insert_free(block* b) {
+    b->allocated = false;
+    b->in_free_set = true;
+    pool_for(b->seg->stream).of(b->seg->kind).insert(*b);
+  }
+  void erase_free(block* b) {
+    pool_for(b->seg->stream).of(b->seg->kind).erase(free_set::s_iterator_to(*b));
+    b->in_free_set = false;
+  }
+
+  std::size_t largest_free_block() const {
+    std::size_t largest = 0;
+    for (const auto& p : pools) {
+      for (const free_set* s : {&p->small, &p->large, &p->dedicated}) {
+        if (!s->empty()) largest = std::max(largest, s->rbegin()->size);
+      }
+    }
+    return largest;
+  }
+
+  // ---- address space ------------------------------------------------------------------
+  char* take_address_range(std::size_t size) {
+    for (auto it = address_space.begin(); it != address_space.end(); ++it) {
+      if (it->second < size) continue;
+      char* base = it->first;
+      std::size_t left = it->second - size;
+      address_space.erase(it);
+      if (left > 0) address_space.emplace(base + size, left);
+      return base;
+    }
+    return nullptr;
+  }
+  void give_address_range(char* base, std::size_t size) {
+    auto next = address_space.lower_bound(base);
+    if (next != address_space.end() && base + size == next->first) {
+      size += next->second;
+      next = address_space.erase(next);
+    }
+    if (next != address_space.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == base) {
+        prev->second += size;
+        return;
+      }
+    }
+    address_space.emplace(base, size);
+  }
+
+  // ---- physical pages -----------------------------------------------------------------
+  // Maps one fresh chunk of seg->size bytes at seg->base. Returns the status of the
+  // failing call, rolling back what succeeded.
+  vmm_status map_segment(segment& seg) {
+    chunk_handle handle = 0;
+    vmm_status s = device.create_chunk(seg.size, &handle);
+    ++st.create_calls;
+    if (s != vmm_status::ok) return s;
+    s = device.map(seg.base, seg.size, handle);
+    ++st.map_calls;
+    if (s != vmm_status::ok) {
+      device.release_chunk(handle);
+      ++st.release_calls;
+      return s;
+    }
+    s = device.set_access(seg.base, seg.size);
+    ++st.set_access_calls;
+    if (s != vmm_status::ok) {
+      device.unmap(seg.base, seg.size);
+      device.release_chunk(handle);
+      ++st.unmap_calls;
+      ++st.release_calls;
+      return s;
+    }
+    seg.handle = handle;
+    seg.mapped = true;
+    note_mapped(static_cast<std::ptrdiff_t>(seg.size));
+    return vmm_status::ok;
+  }
+
+  // Precondition: no pending work touches the segment (Note [Deferred unmap]).
+  void unmap_segment(segment& seg) {
+    vmm_status s = device.unmap(seg.base, seg.size);
+    ++st.unmap_calls;
+    vmm_status r = device.release_chunk(seg.handle);
+    ++st.release_calls;
+    if (s != vmm_status::ok || r != vmm_status::ok) {
+      throw device_error("sublinear: unmapping " + format_bytes(seg.size) + " on the " + device.name() +
+                         " device failed (" + to_string(s != vmm_status::ok ? s : r) + ": " +
+                         device.last_error() + ")");
+    }
+    seg.mapped = false;
+    note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
+  }
+
+  // Releases a fully free segment whose single block `b` is in a free set (or, for an
+  // evicted dedicated block, already unmapped).
+  void release_segment(block* b) {
+    segment* seg = b->seg;
+    if (b->in_free_set) erase_free(b);
+    if (seg->mapped) unmap_segment(*seg);
+    st.reserved -= seg->size;
+    ++st.segments_released;
+    give_address_range(seg->base, seg->size);
+    recycle(b);
+    segments.erase(seg->base);
+  }
+
+  // ---- pending events -----------------------------------------------------------------
+  static bool all_complete(stream_events& ev, pending& p, bool wait) {
+    for (event_handle e : p.events) {
+      if (wait) {
+        ev.synchronize(e);
+      } else if (!ev.query(e)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Completes frees whose events are done. With `wait`, waits for all of them.
+  void process_pending_frees(bool wait) {
+    while (!pending_frees.empty()) {
+      pending& p = pending_frees.front();
+      if (!all_complete(events, p, wait)) break;  // FIFO: later ones were recorded later
+      drain(p, false);
+      block* b = p.b;
+      pending_frees.pop_front();
+      b->stream_uses.clear();
+      return_to_pool(b);
+    }
+  }
+
+  // Unmaps evicted blocks whose last-use events are done. Returns bytes unmapped.
+  std::size_t process_pending_evictions(bool wait) {
+    std::size_t unmapped = 0;
+    for (auto it = pending_evictions.begin(); it != pending_evictions.end();) {
+      block* b = it->b;
+      bool cancelled = b->eviction_generation != it->generation || b->state != residency::evicting;
+      if (!cancelled && !all_complete(events, *it, wait)) {
+        ++it;
+        continue;
+      }
+      drain(*it, false);
+      if (!cancelled) {
+        unmap_segment(*b->seg);
+        b->state = residency::evicted;
+        st.evicted += b->size;
+        st.evicted_total += b->size;
+        ++st.evictions;
+        unmapped += b->size;
+      }
+      it = pending_evictions.erase(it);
+    }
+    return unmapped;
+  }
+
+  void poll() {
+    if (!pending_frees.empty()) process_pending_frees(false);
+    if (!pending_evictions.empty()) process_pending_evictions(false);
+  }
+
+  // Releases cached fully-free segments, largest first, until `bytes` more fit under
+  // the budget (or everything cached is gone when `bytes` is 0 and `all`).
+  std::size_t release_cached(std::size_t bytes, bool all) {
+    std::vector<block*> whole;
+    for (auto& p : pools) {
+      for (free_set* s : {&p->small, &p->large, &p->dedicated}) {
+        for (block& b : *s) {
+          if (b.size == b.seg->size && b.seg->mapped) whole.push_back(&b);
+        }
+      }
+    }
+    std::sort(whole.begin(), whole.end(), [](block* x, block* y) { return x->size > y->size; });
+    std::size_t released = 0;
+    for (block* b : whole) {
+      if (!all && st.mapped + bytes <= st.budget) break;
+      released += b->size;
+      release_segment(b);
+    }
+    return released;
+  }
+
+  bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }
+
+  // The ladder of Note [Strict budget]. Returns false if `bytes` cannot be made to fit.
+  bool make_room(std::size_t bytes) {
+    if (fits(bytes)) return true;
+    poll();
+    if (fits(bytes)) return true;
+    release_cached(bytes, false);
+    if (fits(bytes)) return true;
+    if (!pending_evictions.empty() || !pending_frees.empty()) {
+      ++st.budget_waits;
+      process_pending_evictions(true);
+      process_pending_frees(true);
+      release_cached(bytes, false);
+    }
+    return fits(bytes);
+  }
+
+  [[noreturn]] void throw_oom(std::size_t requested, const std::string& why) {
+    ++st.oom_errors;
+    out_of_memory::figures f{requested, st.mapped, st.reserved, st.budget, largest_free_block()};
+    throw out_of_memory("sublinear: out of memory: " + why + ". Requested " + format_bytes(requested) +
+                            "; mapped " + format_bytes(f.mapped) + ", reserved " + format_bytes(f.reserved) +
+                            ", budget " + format_bytes(f.budget) + ", largest free block " +
+                            format_bytes(f.largest_free_block) +
+                            ". Raise the budget, or free or evict memory before this allocation.",
+                        f);
+  }
+
+  // Maps `seg` under the budget, retrying after reclaiming when the device itself is out
+  // of physical memory. Throws out_of_memory.
+  void map_under_budget(segment& seg, std::size_t requested) {
+    if (!make_room(seg.size))
+      throw_oom(requested, "mapping " + format_bytes(seg.size) + " would exceed the budget");
+    vmm_status s = map_segment(seg);
+    if (s == vmm_status::out_of_memory) {
+      release_cached(0, true);
+      process_pending_evictions(true);
+      s = map_segment(seg);
+    }
+    if (s == vmm_status::out_of_memory)
+      throw_oom(requested, "the " + device.name() + " device has no physical memory left");
+    if (s != vmm_status::ok) {
+      throw device_error("sublinear: mapping " + format_bytes(seg.size) + " on the " + device.name() +
+                         " device failed (" + to_string(s) + ": " + device.last_error() + ")");
+    }
+  }
+
+  block* new_segment(std::size_t size, pool_kind kind, stream_handle stream, std::size_t requested) {
+    char* base = take_address_range(size);
+    if (base == nullptr) {
+      throw_oom(requested, "the reserved address space (" + format_bytes(reservation_size) +
+                               ") has no free range of " + format_bytes(size) + "; set a larger options.reserve");
+    }
+    auto seg = std::make_unique<segment>();
+    seg->base = base;
+    seg->size = size;
+    seg->kind = kind;
+    seg->stream = stream;
+    try {
+      map_under_budget(*seg, requested);
+    } catch (...) {
+      give_address_range(base, size);
+      throw;
+    }
+    block* b = new_block();
+    b->ptr = base;
+    b->size = size;
+    b->seg = seg.get();
+    b->stream = stream;
+    seg->first = b;
+    st.reserved += size;
+    st.reserved_peak = std::max(st.reserved_peak, st.reserved);
+    ++st.segments_created;
+    segments.emplace(base, std::move(seg));
+    return b;
+  }
+
+  // ---- allocate / free ----------------------------------------------------------------
+  void* allocate(std::size_t size, stream_handle stream, bool evictable) {
+    if (size == 0) return nullptr;
+    poll();
+    stream_pool& pool = pool_for(stream);
+    block* b = nullptr;
+    if (evictable) {
+      std::size_t need = round_up(size, granularity);
+      auto it = pool.dedicated.lower_bound(by_size_key::type{need, nullptr});
+      if (it != pool.dedicated.end() && it->size == need) {
+        b = &*it;
+        erase_free(b);
+      } else {
+        b = new_segment(need, pool_kind::dedicated, stream, size);
+      }
+    } else {
+      std::size_t rounded = round_size(size);
+      pool_kind kind = rounded <= opts.small_size ? pool_kind::small : pool_kind::large;
+      free_set& set = pool.of(kind);
+      auto it = set.lower_bound(by_size_key::type{rounded, nullptr});
+      if (it != set.end()) {
+        b = &*it;
+        erase_free(b);
+      } else {
+        std::size_t seg_size = segment_size(rounded);
+        std::size_t minimal = round_up(rounded, granularity);
+        // Under pressure a smaller segment beats an out-of-memory error.
+        if (!fits(seg_size) && minimal < seg_size) seg_size = minimal;
+        b = new_segment(seg_size, kind, stream, size);
+      }
+      if (should_split(*b, rounded)) {
+        block* rest = new_block();
+        rest->ptr = b->ptr + rounded;
+        rest->size = b->size - rounded;
+        rest->seg = b->seg;
+        rest->stream = b->stream;
+        rest->prev = b;
+        rest->next = b->next;
+        if (b->next != nullptr) b->next->prev = rest;
+        b->next = rest;
+        b->size = rounded;
+        insert_free(rest);
+      }
+    }
+    b->allocated = true;
+    b->requested = size;
+    b->stream = stream;
+    live.insert(*b);
+    st.allocated += b->size;
+    st.allocated_peak = std::max(st.allocated_peak, st.allocated);
+    st.requested += size;
+    ++st.allocs;
+    return b->ptr;
+  }
+
+  // Puts a block no longer in use back in its pool, merging free neighbours.
+  void return_to_pool(block* b) {
+    segment* seg = b->seg;
+    if (seg->kind == pool_kind::dedicated) {
+      if (b->state == residency::evicting) cancel_eviction(b);
+      if (b->state == residency::evicted) {
+        // Its pages are already gone: give the address range back too.
+        st.evicted -= b->size;
+        b->state = residency::resident;
+        release_segment(b);
+        return;
+      }
+      insert_free(b);
+      return;
+    }
+    if (block* n = b->next; n != nullptr && n->in_free_set) {
+      erase_free(n);
+      b->size += n->size;
+      b->next = n->next;
+      if (n->next != nullptr) n->next->prev = b;
+      recycle(n);
+    }
+    if (block* p = b->prev; p != nullptr && p->in_free_set) {
+      erase_free(p);
+      p->size += b->size;
+      p->next = b->next;
+      if (b->next != nullptr) b->next->prev = p;
+      recycle(b);
+      b = p;
+    }
+    insert_free(b);
+  }
+
+  block* live_block(const void* ptr) {
+    auto it = live.find(static_cast<const char*>(ptr));
+    return it == live.end() ? nullptr : &*it;
+  }
+
+  void deallocate(void* ptr) {
+    block* b = live_block(ptr);
+    if (b == nullptr) {
+      std::fprintf(stderr, "sublinear: free of %p, which is not a live allocation (double free or foreign pointer); ignored\n",
+                   ptr);
+      return;
+    }
+    live.erase(live_set::s_iterator_to(*b));
+    b->allocated = false;
+    st.allocated -= b->size;
+    st.requested -= b->requested;
+    ++st.frees;
+    if (!b->stream_uses.empty() && b->state != residency::evicted) {
+      // Used on other streams: reuse must wait for their work (PyTorch's insert_events).
+      pending p{b, 0, {}};
+      for (stream_handle s : b->stream_uses) p.events.push_back(events.record(s));
+      pending_frees.push_back(std::move(p));
+      return;
+    }
+    return_to_pool(b);
+  }
+
+  // ---- eviction -----------------------------------------------------------------------
+  void cancel_eviction(block* b) {
+    ++b->eviction_generation;  // the queued entry is dropped when next polled
+    b->state = residency::resident;
+    ++st.cancelled_evictions;
+  }
+
+  block* evictable_block(void* ptr, const char* what) {
+    block* b = live_block(ptr);
+    if (b == nullptr) {
+      char text[160];
+      std::snprintf(text, sizeof text, "sublinear: %s(%p): not the base address of a live allocation", what, ptr);
+      throw config_error(text);
+    }
+    if (b->seg->kind != pool_kind::dedicated) {
+      char text[200];
+      std::snprintf(text, sizeof text,
+                    "sublinear: %s(%p): the block was not allocated as evictable, so it shares pages with others",
+                    what, ptr);
+      throw config_error(text);
+    }
+    return b;
+  }
+
+  void evict(void* ptr) {
+    block* b = evictable_block(ptr, "evict");
+    if (b->state != residency::resident) return;
+    pending p{b, ++b->eviction_generation, {}};
+    p.events.push_back(events.record(b->stream));
+    for (stream_handle s : b->stream_uses) p.events.push_back(events.record(s));
+    b->state = residency::evicting;
+    pending_evictions.push_back(std::move(p));
+    process_pending_evictions(false);
+  }
+
+  void restore(void* ptr) {
+    block* b = evictable_block(ptr, "restore");
+    if (b->state == residency::resident) return;
+    if (b->state == residency::evicting) {
+      cancel_eviction(b);
+      return;
+    }
+    map_under_budget(*b->seg, b->requested);
+    b->state = residency::resident;
+    st.evicted -= b->size;
+    ++st.restores;
+  }
+
+  void set_budget(std::size_t bytes) {
+    std::size_t budget = bytes == 0 ? physical_capacity : bytes;
+    std::size_t old = st.budget;
+    st.budget = budget;
+    if (!make_room(0)) {
+      st.budget = old;
+      throw_oom(0, "the new budget of " + format_bytes(budget) + " is below what is mapped and cannot be freed");
+    }
+  }
+
+  // ---- validation ---------------------------------------------------------------------
+  bool fail(const char* what) const {
+    std::fprintf(stderr, "sublinear: allocator invariant broken: %s\n", what);
+    return false;
+  }
+
+  bool validate() const {
+    std::size_t allocated = 0, mapped = 0, reserved = 0, evicted = 0, free_blocks = 0, live_blocks = 0;
+    for (const auto& [base, seg] : segments) {
+      reserved += seg->size;
+      if (seg->mapped) mapped += seg->size;
+      if (seg->base < reservation || seg->base + seg->size > reservation + reservation_size)
+        return fail("segment outside the reservation");
+      if (reinterpret_cast<std::uintptr_t>(seg->base) % granularity != 0 || seg->size % granularity != 0)
+        return fail("segment not granularity-aligned");
+      std::size_t covered = 0;
+      const block* prev = nullptr;
+      for (const block* b = seg->first; b != nullptr; prev = b, b = b->next) {
+        if (b->prev != prev) return fail("broken prev link");
+        if (b->seg != seg.get()) return fail("block points at the wrong segment");
+        if (b->ptr != seg->base + covered) return fail("blocks do not tile their segment");
+        covered += b->size;
+        if (b->allocated) {
+          ++live_blocks;
+          allocated += b->size;
+          if (b->in_free_set) return fail("allocated block in a free set");
+          if (b->state == residency::evicted) evicted += b->size;
+        } else if (b->in_free_set) {
+          ++free_blocks;
+          if (prev != nullptr && prev->in_free_set) return fail("two adjacent free blocks were not merged");
+        }
+        if (seg->kind == pool_kind::dedicated && b != seg->first) return fail("dedicated segment was split");
+        if (b->state == residency::evicted && seg->mapped) return fail("evicted block is still mapped");
+        if (b->state != residency::evicted && !seg->mapped) return fail("resident block is not mapped");
+      }
+      if (covered != seg->size) return fail("blocks do not cover their segment");
+    }
+    std::size_t in_sets = 0;
+    for (const auto& p : pools) in_sets += p->small.size() + p->large.size() + p->dedicated.size();
+    if (in_sets != free_blocks) return fail("free sets disagree with block states");
+    if (live.size() != live_blocks) return fail("live set disagrees with block states");
+    if (allocated != st.allocated) return fail("allocated statistic disagrees with a recount");
+    if (mapped != st.mapped) return fail("mapped statistic disagrees with a recount");
+    if (reserved != st.reserved) return fail("reserved statistic disagrees with a recount");
+    if (evicted != st.evicted) return fail("evicted statistic disagrees with a recount");
+    if (st.mapped > st.budget) return fail("mapped bytes exceed the budget");
+    return true;
+  }
+};
+
+// ---- public shell ----------------------------------------------------------------------
+
+caching_allocator::caching_allocator(vmm& device, stream_events& events, options opts)
+    : impl_(std::make_unique<impl>(device, events, opts)) {}
+
+caching_allocator::~caching_allocator() = default;
+
+void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool evictable) {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->allocate(size, stream, evictable);
+}
+
+void caching_allocator::deallocate(void* ptr) noexcept {
+  if (ptr == nullptr) return;
+  std::lock_guard lock(impl_->mutex);
+  try {
+    impl_->deallocate(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sublinear: error while freeing %p: %s\n", ptr, e.what());
+  }
+}
+
+void caching_allocator::record_stream(void* ptr, stream_handle stream) {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->live.upper_bound(static_cast<const char*>(ptr));
+  if (it == impl_->live.begin()) return;
+  block& b = *std::prev(it);
+  if (static_cast<char*>(ptr) >= b.ptr + b.size) return;
+  if (stream == b.stream) return;
+  if (std::find(b.stream_uses.begin(), b.stream_uses.end(), stream) == b.stream_uses.end())
+    b.stream_uses.push_back(stream);
+}
+
+void caching_allocator::evict(void* ptr) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->evict(ptr);
+}
+
+void caching_allocator::restore(void* ptr) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->restore(ptr);
+}
+
+std::optional<block_info> caching_allocator::find(const void* address) const {
+  std::lock_guard lock(impl_->mutex);
+  auto it = impl_->live.upper_bound(static_cast<const char*>(address));
+  if (it == impl_->live.begin()) return std::nullopt;
+  const auto& b = *std::prev(it);
+  if (static_cast<const char*>(address) >= b.ptr + b.size) return std::nullopt;
+  return block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state};
+}
+
+std::size_t caching_allocator::reclaim() {
+  std::lock_guard lock(impl_->mutex);
+  std::size_t before = impl_->st.mapped;
+  impl_->poll();
+  return before - impl_->st.mapped;
+}
+
+std::size_t caching_allocator::empty_cache() {
+  std::lock_guard lock(impl_->mutex);
+  std::size_t before = impl_->st.mapped;
+  impl_->process_pending_frees(true);
+  impl_->process_pending_evictions(true);
+  impl_->release_cached(0, true);
+  return before - impl_->st.mapped;
+}
+
+void caching_allocator::set_budget(std::size_t bytes) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->set_budget(bytes);
+}
+
+std::size_t caching_allocator::budget() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->st.budget;
+}
+
+stats caching_allocator::get_stats() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->st;
+}
+
+void caching_allocator::reset_peaks() {
+  std::lock_guard lock(impl_->mutex);
+  impl_->st.allocated_peak = impl_->st.allocated;
+  impl_->st.mapped_peak = impl_->st.mapped;
+  impl_->st.reserved_peak = impl_->st.reserved;
+}
+
+std::size_t caching_allocator::granularity() const noexcept { return impl_->granularity; }
+
+bool caching_allocator::validate() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->validate();
+}
+
+}  // namespace sublinear::allocator

@@ -1,0 +1,375 @@
+// Behaviour of the caching allocator on the host VMM backend: reuse, size classes,
+// split and merge, streams, eviction with deferred unmap, the strict budget, statistics.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/host/host_vmm.hpp"
+#include "test_events.hpp"
+
+namespace sublinear::allocator {
+namespace {
+
+using testing::manual_events;
+
+constexpr std::size_t kGranularity = 64 * KiB;
+
+struct fixture : ::testing::Test {
+  host_vmm device{host_vmm_options{kGranularity, 1 * GiB}};
+  manual_events events;
+
+  caching_allocator make(std::size_t budget = 0) {
+    options o;
+    o.budget = budget;
+    o.reserve = 4 * GiB;
+    return caching_allocator(device, events, o);
+  }
+};
+
+// A non-default stream handle for tests (the allocator never dereferences it).
+stream_handle stream(int i) { return reinterpret_cast<stream_handle>(static_cast<std::uintptr_t>(0x1000 * i)); }
+
+using CachingAllocator = fixture;
+
+TEST_F(CachingAllocator, ReusesAFreedBlockOnTheSameStream) {
+  auto a = make();
+  void* p = a.allocate(1000, nullptr);
+  a.deallocate(p);
+  void* q = a.allocate(1000, nullptr);
+  EXPECT_EQ(p, q);
+  EXPECT_EQ(a.get_stats().segments_created, 1u);
+  a.deallocate(q);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, DoesNotReuseABlockFreedOnAnotherStream) {
+  auto a = make();
+  void* p = a.allocate(1000, stream(1));
+  a.deallocate(p);
+  void* q = a.allocate(1000, stream(2));
+  EXPECT_NE(p, q);
+  EXPECT_EQ(a.get_stats().segments_created, 2u);
+  a.deallocate(q);
+}
+
+TEST_F(CachingAllocator, RoundsToTheMinimumBlockAndAlignsTo512Bytes) {
+  auto a = make();
+  std::vector<void*> ptrs;
+  for (std::size_t size : {1u, 511u, 512u, 513u, 4097u, 100000u}) {
+    void* p = a.allocate(size, nullptr);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 512, 0u) << size;
+    auto info = a.find(p);
+    ASSERT_TRUE(info.has_value());
+    EXPECT_EQ(info->requested, size);
+    EXPECT_EQ(info->size % 512, 0u);
+    EXPECT_GE(info->size, size);
+    ptrs.push_back(p);
+  }
+  for (void* p : ptrs) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, PacksSmallAllocationsIntoTwoMiBSegments) {
+  auto a = make();
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 64; ++i) ptrs.push_back(a.allocate(32 * KiB, nullptr));
+  auto s = a.get_stats();
+  EXPECT_EQ(s.segments_created, 1u);
+  EXPECT_EQ(s.mapped, 2 * MiB);
+  EXPECT_EQ(s.allocated, 2 * MiB);
+  void* overflow = a.allocate(32 * KiB, nullptr);
+  EXPECT_EQ(a.get_stats().segments_created, 2u);
+  a.deallocate(overflow);
+  for (void* p : ptrs) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, UsesTwentyMiBSegmentsForMidSizesAndExactSegmentsForLargeOnes) {
+  auto a = make();
+  void* large = a.allocate(11 * MiB + 1, nullptr);  // rounded up to 2 MiB: 12 MiB
+  EXPECT_EQ(a.get_stats().mapped, 12 * MiB);
+  void* mid = a.allocate(3 * MiB, nullptr);  // the 1 MiB tail is not split off: a new segment
+  EXPECT_EQ(a.get_stats().mapped, 12 * MiB + 20 * MiB);
+  void* fits = a.allocate(5 * MiB, nullptr);  // best fit from the 17 MiB left in the mid segment
+  EXPECT_EQ(a.get_stats().mapped, 32 * MiB);
+  EXPECT_EQ(static_cast<char*>(fits), static_cast<char*>(mid) + 3 * MiB);
+  a.deallocate(fits);
+  a.deallocate(mid);
+  a.deallocate(large);
+}
+
+TEST_F(CachingAllocator, SplitsAndMergesSoAFreedSegmentIsWholeAgain) {
+  auto a = make();
+  void* x = a.allocate(100 * KiB, nullptr);
+  void* y = a.allocate(200 * KiB, nullptr);
+  void* z = a.allocate(300 * KiB, nullptr);
+  EXPECT_EQ(static_cast<char*>(y), static_cast<char*>(x) + 100 * KiB);
+  EXPECT_TRUE(a.validate());
+  a.deallocate(y);
+  a.deallocate(x);
+  a.deallocate(z);
+  EXPECT_TRUE(a.validate());
+  // The whole 2 MiB segment is one free block again: a 1 MiB request fits at its base.
+  void* w = a.allocate(1 * MiB, nullptr);
+  EXPECT_EQ(w, x);
+  a.deallocate(w);
+}
+
+TEST_F(CachingAllocator, FindsTheBlockContainingAnInteriorPointer) {
+  auto a = make();
+  char* p = static_cast<char*>(a.allocate(10000, nullptr));
+  auto inside = a.find(p + 9999);
+  ASSERT_TRUE(inside.has_value());
+  EXPECT_EQ(inside->base, p);
+  EXPECT_FALSE(a.find(p + 10240).has_value());  // past the rounded end
+  a.deallocate(p);
+  EXPECT_FALSE(a.find(p).has_value());
+}
+
+TEST_F(CachingAllocator, FreeOfAForeignPointerIsReportedAndIgnored) {
+  auto a = make();
+  int local = 0;
+  a.deallocate(&local);
+  EXPECT_EQ(a.get_stats().frees, 0u);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, RecordStreamDefersReuseUntilThatStreamsWorkCompletes) {
+  auto a = make();
+  void* p = a.allocate(4096, stream(1));
+  a.record_stream(p, stream(2));
+  a.deallocate(p);
+  void* q = a.allocate(4096, stream(1));
+  EXPECT_NE(p, q) << "reused while stream 2 may still use the block";
+  events.complete_all();
+  a.deallocate(q);
+  void* r = a.allocate(4096, stream(1));
+  void* s = a.allocate(4096, stream(1));
+  EXPECT_TRUE(r == p || s == p);
+  a.deallocate(r);
+  a.deallocate(s);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, EvictableBlocksOwnWholeGranules) {
+  auto a = make();
+  void* shared = a.allocate(1000, nullptr);
+  void* e1 = a.allocate(1000, nullptr, true);
+  void* e2 = a.allocate(kGranularity + 1, nullptr, true);
+  for (void* e : {e1, e2}) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(e) % kGranularity, 0u);
+  EXPECT_EQ(a.find(e1)->size, kGranularity);
+  EXPECT_EQ(a.find(e2)->size, 2 * kGranularity);
+  EXPECT_TRUE(a.find(e1)->evictable);
+  EXPECT_FALSE(a.find(shared)->evictable);
+  EXPECT_THROW(a.evict(shared), config_error);
+  for (void* p : {shared, e1, e2}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, EvictionWaitsForTheLastUseBeforeUnmapping) {
+  auto a = make();
+  void* p = a.allocate(3 * kGranularity, nullptr, true);
+  std::memset(p, 7, 3 * kGranularity);
+  const auto mapped = a.get_stats().mapped;
+  a.evict(p);
+  EXPECT_EQ(a.find(p)->state, residency::evicting);
+  EXPECT_EQ(a.get_stats().mapped, mapped) << "unmapped while the last use may be pending";
+  EXPECT_EQ(a.reclaim(), 0u);
+  EXPECT_EQ(static_cast<char*>(p)[5], 7) << "pages must stay readable while pending";
+  events.complete_all();
+  EXPECT_EQ(a.reclaim(), 3 * kGranularity);
+  EXPECT_EQ(a.find(p)->state, residency::evicted);
+  auto s = a.get_stats();
+  EXPECT_EQ(s.mapped, mapped - 3 * kGranularity);
+  EXPECT_EQ(s.evicted, 3 * kGranularity);
+  EXPECT_EQ(s.evictions, 1u);
+  a.deallocate(p);
+  EXPECT_EQ(a.get_stats().evicted, 0u);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, EvictionWaitsForEveryStreamTheBlockWasUsedOn) {
+  auto a = make();
+  void* p = a.allocate(kGranularity, stream(1), true);
+  a.record_stream(p, stream(2));
+  a.evict(p);
+  EXPECT_EQ(events.outstanding(), 2u);
+  events.complete_all();
+  a.reclaim();
+  EXPECT_EQ(a.find(p)->state, residency::evicted);
+  a.deallocate(p);
+}
+
+TEST_F(CachingAllocator, RestoreMapsWritablePagesAtTheSameAddress) {
+  auto a = make();
+  auto* p = static_cast<unsigned char*>(a.allocate(2 * kGranularity, nullptr, true));
+  a.evict(p);
+  events.complete_all();
+  a.reclaim();
+  ASSERT_EQ(a.find(p)->state, residency::evicted);
+  a.restore(p);
+  EXPECT_EQ(a.find(p)->state, residency::resident);
+  EXPECT_EQ(a.find(p)->base, p);
+  std::memset(p, 0xab, 2 * kGranularity);
+  EXPECT_EQ(p[2 * kGranularity - 1], 0xab);
+  EXPECT_EQ(a.get_stats().restores, 1u);
+  a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, RestoreOfAPendingEvictionCancelsItAndKeepsTheContents) {
+  auto a = make();
+  auto* p = static_cast<unsigned char*>(a.allocate(kGranularity, nullptr, true));
+  std::memset(p, 0x5a, kGranularity);
+  a.evict(p);
+  a.restore(p);
+  events.complete_all();
+  a.reclaim();
+  EXPECT_EQ(a.find(p)->state, residency::resident);
+  EXPECT_EQ(p[100], 0x5a);
+  EXPECT_EQ(a.get_stats().cancelled_evictions, 1u);
+  EXPECT_EQ(a.get_stats().evictions, 0u);
+  a.deallocate(p);
+}
+
+TEST_F(CachingAllocator, EvictAndRestoreOfUnknownPointersAreClearErrors) {
+  auto a = make();
+  int local = 0;
+  try {
+    a.evict(&local);
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_NE(std::string(e.what()).find("not the base address of a live allocation"), std::string::npos);
+  }
+  EXPECT_THROW(a.restore(&local), config_error);
+}
+
+using CachingAllocatorDeathTest = fixture;
+
+TEST_F(CachingAllocatorDeathTest, TouchingAnEvictedBlockFaults) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto a = make();
+  auto* p = static_cast<volatile char*>(a.allocate(kGranularity, nullptr, true));
+  p[0] = 1;
+  a.evict(const_cast<char*>(p));
+  events.complete_all();
+  a.reclaim();
+  EXPECT_DEATH({ p[10] = 2; }, "");
+  a.deallocate(const_cast<char*>(p));
+}
+
+TEST_F(CachingAllocator, NeverMapsPastTheBudgetAndSaysWhyItCannot) {
+  auto a = make(4 * MiB);
+  void* x = a.allocate(3 * MiB, nullptr);  // a 20 MiB segment does not fit: takes 3 MiB exactly
+  EXPECT_LE(a.get_stats().mapped, 4 * MiB);
+  try {
+    a.allocate(2 * MiB, nullptr);
+    FAIL() << "expected out_of_memory";
+  } catch (const out_of_memory& e) {
+    std::string what = e.what();
+    for (const char* word : {"Requested 2.00 MiB", "mapped 3.00 MiB", "reserved", "budget 4.00 MiB", "largest free block"})
+      EXPECT_NE(what.find(word), std::string::npos) << word << " missing from: " << what;
+    EXPECT_EQ(e.details().requested, 2 * MiB);
+    EXPECT_EQ(e.details().budget, 4 * MiB);
+  }
+  EXPECT_LE(a.get_stats().mapped_peak, 4 * MiB);
+  EXPECT_EQ(a.get_stats().oom_errors, 1u);
+  a.deallocate(x);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, ReleasesCachedSegmentsBeforeFailing) {
+  auto a = make(24 * MiB);
+  void* x = a.allocate(3 * MiB, nullptr);  // 20 MiB segment
+  a.deallocate(x);                         // cached, still mapped
+  EXPECT_EQ(a.get_stats().mapped, 20 * MiB);
+  void* y = a.allocate(12 * MiB, stream(1));  // needs the cached segment's pages back
+  EXPECT_EQ(a.get_stats().mapped, 12 * MiB);
+  EXPECT_EQ(a.get_stats().segments_released, 1u);
+  a.deallocate(y);
+}
+
+TEST_F(CachingAllocator, WaitsForPendingEvictionsWhenTheBudgetRequiresIt) {
+  auto a = make(4 * MiB);
+  void* e = a.allocate(3 * MiB, nullptr, true);
+  a.evict(e);  // still pending: its pages count against the budget
+  void* x = a.allocate(2 * MiB, nullptr);
+  EXPECT_EQ(a.find(e)->state, residency::evicted);
+  EXPECT_GE(events.synchronized(), 1u);
+  EXPECT_EQ(a.get_stats().budget_waits, 1u);
+  EXPECT_LE(a.get_stats().mapped_peak, 4 * MiB);
+  a.deallocate(x);
+  a.deallocate(e);
+}
+
+TEST_F(CachingAllocator, RestoreBeyondTheBudgetIsOutOfMemoryAndLeavesTheBlockEvicted) {
+  auto a = make(2 * MiB);
+  void* e = a.allocate(2 * MiB, nullptr, true);
+  a.evict(e);
+  events.complete_all();
+  void* x = a.allocate(1 * MiB, nullptr);
+  EXPECT_THROW(a.restore(e), out_of_memory);
+  EXPECT_EQ(a.find(e)->state, residency::evicted);
+  a.deallocate(x);
+  a.empty_cache();
+  a.restore(e);
+  EXPECT_EQ(a.find(e)->state, residency::resident);
+  a.deallocate(e);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, SetBudgetBelowWhatIsInUseFailsAndKeepsTheOldBudget) {
+  auto a = make(8 * MiB);
+  void* x = a.allocate(5 * MiB, nullptr);
+  EXPECT_THROW(a.set_budget(4 * MiB), out_of_memory);
+  EXPECT_EQ(a.budget(), 8 * MiB);
+  a.set_budget(6 * MiB);
+  EXPECT_EQ(a.budget(), 6 * MiB);
+  a.deallocate(x);
+}
+
+TEST_F(CachingAllocator, EmptyCacheGivesEveryFreePageBack) {
+  auto a = make();
+  std::vector<void*> ptrs;
+  for (int i = 0; i < 10; ++i) ptrs.push_back(a.allocate(static_cast<std::size_t>(i + 1) * 300 * KiB, stream(i % 3)));
+  void* kept = a.allocate(1000, nullptr);
+  for (void* p : ptrs) a.deallocate(p);
+  a.empty_cache();
+  auto s = a.get_stats();
+  EXPECT_EQ(s.mapped, 2 * MiB) << "only the segment holding the live block stays";
+  EXPECT_EQ(s.map_calls, s.segments_created);
+  EXPECT_EQ(s.unmap_calls, s.segments_released);
+  EXPECT_EQ(s.set_access_calls, s.map_calls) << "one access call per mapped range";
+  a.deallocate(kept);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, ReportsPeaksAndFragmentation) {
+  auto a = make();
+  void* x = a.allocate(1 * MiB, nullptr);
+  void* y = a.allocate(1 * MiB, nullptr);
+  auto s = a.get_stats();
+  EXPECT_EQ(s.allocated_peak, 2 * MiB);
+  EXPECT_EQ(s.mapped_peak, 2 * MiB);
+  EXPECT_DOUBLE_EQ(s.fragmentation(), 1.0);
+  a.deallocate(x);
+  a.deallocate(y);
+  a.reset_peaks();
+  EXPECT_EQ(a.get_stats().allocated_peak, 0u);
+  void* z = a.allocate(600 * KiB, nullptr);
+  EXPECT_GT(a.get_stats().fragmentation(), 1.0);
+  a.deallocate(z);
+}
+
+TEST_F(CachingAllocator, ZeroSizeReturnsNull) {
+  auto a = make();
+  EXPECT_EQ(a.allocate(0, nullptr), nullptr);
+  a.deallocate(nullptr);
+  EXPECT_EQ(a.get_stats().allocs, 0u);
+}
+
+}  // namespace
+}  // namespace sublinear::allocator
