@@ -9,6 +9,7 @@
 #include "allocator/caching_allocator.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdio>
 #include <deque>
@@ -97,6 +98,7 @@ struct caching_allocator::impl {
   std::size_t physical_capacity;
 
   mutable std::mutex mutex;
+  std::atomic<allocation_observer*> observer{nullptr};
   char* reservation = nullptr;
   std::size_t reservation_size = 0;
   std::map<char*, std::size_t> address_space;             // free VA pieces: base -> size
@@ -704,18 +706,47 @@ caching_allocator::caching_allocator(vmm& device, stream_events& events, options
 caching_allocator::~caching_allocator() = default;
 
 void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool evictable) {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->allocate(size, stream, evictable);
+  allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
+  if (obs != nullptr && !evictable && size != 0) evictable = obs->place_evictable(size, stream);
+  void* ptr = nullptr;
+  {
+    std::lock_guard lock(impl_->mutex);
+    ptr = impl_->allocate(size, stream, evictable);
+  }
+  if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, evictable);
+  return ptr;
 }
 
 void caching_allocator::deallocate(void* ptr) noexcept {
   if (ptr == nullptr) return;
-  std::lock_guard lock(impl_->mutex);
-  try {
-    impl_->deallocate(ptr);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "sublinear: error while freeing %p: %s\n", ptr, e.what());
+  allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
+  std::size_t size = 0;
+  stream_handle stream = nullptr;
+  bool freed = false;
+  {
+    std::lock_guard lock(impl_->mutex);
+    try {
+      if (block* b = impl_->live_block(ptr); b != nullptr) {
+        size = b->requested;
+        stream = b->stream;
+        freed = true;
+      }
+      impl_->deallocate(ptr);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sublinear: error while freeing %p: %s\n", ptr, e.what());
+    }
   }
+  if (obs != nullptr && freed) {
+    try {
+      obs->on_free(ptr, size, stream);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sublinear: allocation observer failed on free of %p: %s\n", ptr, e.what());
+    }
+  }
+}
+
+allocation_observer* caching_allocator::set_observer(allocation_observer* observer) noexcept {
+  return impl_->observer.exchange(observer, std::memory_order_acq_rel);
 }
 
 void caching_allocator::record_stream(void* ptr, stream_handle stream) {

@@ -100,6 +100,19 @@ struct block_info {
   residency state = residency::resident;
 };
 
+// Sees every allocation and free, outside the allocator's lock, on the calling thread.
+// The tracer records from it; the runtime decides placement through it. Callbacks must
+// not call back into the allocator that invoked them.
+class allocation_observer {
+ public:
+  virtual ~allocation_observer() = default;
+  // Before an allocation of `size` bytes that the caller did not mark evictable:
+  // return true to place it as evictable (Note [Evictable blocks]).
+  virtual bool place_evictable(std::size_t /*size*/, stream_handle /*stream*/) { return false; }
+  virtual void on_allocate(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/, bool /*evictable*/) {}
+  virtual void on_free(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/) {}
+};
+
 class caching_allocator {
  public:
   // `vmm` and `events` must outlive the allocator. Throws out_of_memory if the
@@ -142,6 +155,9 @@ class caching_allocator {
   [[nodiscard]] stats get_stats() const;
   void reset_peaks();
   [[nodiscard]] std::size_t granularity() const noexcept;
+
+  // Installs an observer (nullptr removes it); returns the previous one. Not owned.
+  allocation_observer* set_observer(allocation_observer* observer) noexcept;
 
   // Whole-structure validator (expensive): blocks tile their segments, free sets match
   // block states, statistics match a recount. Returns false and prints the first broken
