@@ -1,6 +1,6 @@
 # Installs the Debian packages the build needs, if any is missing. Sourced by the scripts.
 sublinear_ensure_deps() {
-  local pkgs=(cmake g++ make libboost-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev)
+  local pkgs=(cmake g++ make libboost-dev libgtest-dev libgmock-dev libbenchmark-dev coinor-libcbc-dev pkg-config)
   local missing=()
   local p
   for p in "${pkgs[@]}"; do

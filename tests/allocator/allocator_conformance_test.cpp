@@ -118,8 +118,12 @@ TYPED_TEST_P(AllocatorConformance, ReturnsDistinctAlignedNonOverlappingBlocks) {
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 512, 0u);
     auto next = live.lower_bound(p);
-    if (next != live.end()) EXPECT_LE(p + size, next->first);
-    if (next != live.begin()) EXPECT_LE(std::prev(next)->first + std::prev(next)->second, p);
+    if (next != live.end()) {
+      EXPECT_LE(p + size, next->first);
+    }
+    if (next != live.begin()) {
+      EXPECT_LE(std::prev(next)->first + std::prev(next)->second, p);
+    }
     live.emplace(p, size);
   }
   for (auto& [p, size] : live) this->subject_->deallocate(p);
