@@ -13,16 +13,26 @@
 //   Device memory comes from the host VMM backend: an access to an unmapped page faults
 //   and kills the process, as an illegal address does on a GPU.
 // Limitations: no concurrency inside a kernel; the default stream is an ordinary stream
-//   (no legacy implicit synchronization with other streams).
+//   (no legacy implicit synchronization with other streams). docs/host-device.md lists
+//   what else differs from CUDA.
+//
+// Note [Hook re-entrancy]
+// Launches (and copies, sets, event operations) a hook makes from inside its callbacks (a
+// replay re-launching recorded kernels, a flush) are queued, and launches get correlation
+// ids, but they are NOT shown to this device's hooks again: a thread_local scope marks
+// the thread as inside this device's hooks, as a CUPTI subscriber suppresses callbacks
+// for its own work. Work queued from on_enter precedes the intercepted kernel, so it runs
+// first. add_hook/remove_hook from inside a hook throw config_error; once remove_hook
+// returns, no thread is inside that hook.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
-#include <cstring>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -62,13 +72,15 @@ struct kernel {
 // Registered kernels, process-wide (a GPU module's functions are too). Thread-safe.
 class kernel_registry {
  public:
-  // Registers a kernel; throws sublinear::config_error if the name is taken or the layout
-  // is not increasing and non-overlapping. The reference stays valid for the process.
+  // Registers a kernel; throws sublinear::config_error if the name is empty or taken, the
+  // body is null, or the layout is not increasing, non-overlapping, of non-zero sizes and
+  // within param_bytes. The reference stays valid for the registry's lifetime (the
+  // process, for kernels()).
   const kernel& add(std::string name, std::vector<param_info> layout, std::size_t param_bytes,
                     kernel_body body);
   [[nodiscard]] const kernel* find(std::string_view name) const;
   [[nodiscard]] const kernel* by_id(std::uint32_t id) const;
-  [[nodiscard]] std::size_t size() const;
+  [[nodiscard]] std::size_t size() const;  // ids are 0 .. size()-1
 
   kernel_registry();
   ~kernel_registry();
@@ -114,6 +126,26 @@ struct launch_record {
   std::uint64_t correlation_id = 0;   // increases by one per launch, per device
 };
 
+// A copy or set as a hook sees it (CUPTI's cuMemcpyAsync / cuMemsetD8Async callbacks).
+struct memory_op_record {
+  enum class kind : std::uint8_t { copy, set };
+  kind op = kind::copy;
+  void* dst = nullptr;
+  const void* src = nullptr;  // copies only
+  std::size_t bytes = 0;
+  int value = 0;              // sets only
+  stream* on = nullptr;       // never nullptr: the default stream is named
+};
+
+// An application event operation (cudaEventRecord / cudaStreamWaitEvent). The pooled
+// events behind allocator::stream_events are the allocator's own and are not reported.
+struct event_op_record {
+  enum class kind : std::uint8_t { record, wait };
+  kind op = kind::record;
+  event* e = nullptr;
+  stream* on = nullptr;  // the recording or the waiting stream
+};
+
 class launch_hook {
  public:
   virtual ~launch_hook() = default;
@@ -121,6 +153,10 @@ class launch_hook {
   virtual void on_enter(const launch_record& rec) = 0;
   // After the kernel is queued (not completed).
   virtual void on_exit(const launch_record& rec) = 0;
+  // Optional, at ENTER of the other stream operations (before they are queued); the
+  // defaults ignore them. Same re-entrancy rule as launches.
+  virtual void on_memory_op(const memory_op_record& rec) { (void)rec; }
+  virtual void on_event_op(const event_op_record& rec) { (void)rec; }
 };
 
 struct device_options {
@@ -155,14 +191,24 @@ class device final : public allocator::stream_events {
   void host_func(stream* s, std::function<void()> fn);  // cuLaunchHostFunc
 
   void synchronize(stream* s);
+  void synchronize(std::nullptr_t);  // the default stream (a bare nullptr is ambiguous otherwise)
   void synchronize();  // every stream
   // A nullptr stream* argument anywhere above means the default stream.
 
+  // Hooks are called in registration order. Adding a hook twice or removing an unknown
+  // one throws config_error; see Note [Hook re-entrancy].
   void add_hook(launch_hook* hook);
   void remove_hook(launch_hook* hook);
 
+  // A small dense number per stream for traces and logs: 0 is the default stream, later
+  // streams count up in creation order and numbers are never reused.
+  [[nodiscard]] std::uint32_t stream_id(stream* s);
+  [[nodiscard]] bool synchronous() const noexcept;
+  // Launches so far (the last correlation id handed out).
+  [[nodiscard]] std::uint64_t launch_count() const noexcept;
+
   // allocator::stream_events, with pooled events; stream_handle is a stream* (nullptr:
-  // the default stream).
+  // the default stream). An event_handle is valid from record() until release().
   allocator::event_handle record(allocator::stream_handle s) override;
   bool query(allocator::event_handle e) override;
   void synchronize(allocator::event_handle e) override;

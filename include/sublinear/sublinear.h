@@ -43,6 +43,11 @@ typedef struct sublinear_stats {
  * allocator installed. */
 SUBLINEAR_API int sublinear_get_stats(sublinear_stats* out);
 SUBLINEAR_API void sublinear_reset_peaks(void);
+/* Marks a training-iteration boundary (the runtime and the tracer start a new iteration
+ * here). Frameworks call it from their optimizer step; without it, SUBLINEAR_ITERATION=auto
+ * detects the period of the launch sequence. */
+SUBLINEAR_API void sublinear_mark_iteration(void);
+
 /* The last error on this thread, or "" if none. */
 SUBLINEAR_API const char* sublinear_last_error(void);
 

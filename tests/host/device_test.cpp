@@ -1,0 +1,596 @@
+// Streams, events, copies and host functions of the host device.
+#include "allocator/host/device.hpp"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <latch>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "sublinear/error.hpp"
+#include "test_kernels.hpp"
+
+namespace sublinear::host {
+namespace {
+
+using testing::append;
+using testing::stream_blocker;
+
+std::vector<int> iota_vector(int n, int first = 0) {
+  std::vector<int> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+// ---- streams ---------------------------------------------------------------------------
+
+TEST(HostStream, RunsItsWorkInEnqueueOrder) {
+  device dev;
+  stream* s = dev.create_stream();
+  std::vector<int> log;
+  for (int i = 0; i < 2000; ++i) {
+    append(dev, s, &log, i);
+  }
+  dev.synchronize(s);
+  EXPECT_EQ(log, iota_vector(2000));
+}
+
+TEST(HostStream, DefaultStreamIsNullptrAndRunsInOrder) {
+  device dev;
+  std::vector<int> log;
+  for (int i = 0; i < 100; ++i) {
+    append(dev, i % 2 == 0 ? nullptr : dev.default_stream(), &log, i);
+  }
+  dev.synchronize(nullptr);
+  EXPECT_EQ(log, iota_vector(100));
+}
+
+TEST(HostStream, LaunchReturnsBeforeTheKernelRuns) {
+  device dev;
+  std::vector<int> log;
+  stream_blocker block(dev, nullptr);
+  append(dev, nullptr, &log, 7);
+  // Everything is still queued behind the blocker: launch did not run anything inline.
+  EXPECT_FALSE(block.ran());
+  EXPECT_FALSE(block.ran_on_caller());
+  block.release();
+  dev.synchronize();
+  EXPECT_TRUE(block.ran());
+  EXPECT_FALSE(block.ran_on_caller());
+  EXPECT_EQ(log, std::vector<int>{7});
+}
+
+TEST(HostStream, KernelsRunOnAWorkerThreadNotTheCaller) {
+  device dev;
+  std::thread::id ran_on;
+  dev.host_func(nullptr, [&] { ran_on = std::this_thread::get_id(); });
+  dev.synchronize();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
+  EXPECT_NE(ran_on, std::thread::id{});
+}
+
+TEST(HostStream, StreamsRunIndependently) {
+  device dev;
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  stream_blocker block(dev, a);
+  std::vector<int> log;
+  append(dev, b, &log, 1);
+  // b finishes while a is still held: streams do not serialize with each other.
+  dev.synchronize(b);
+  EXPECT_EQ(log, std::vector<int>{1});
+  EXPECT_FALSE(block.ran());
+  block.release();
+  dev.synchronize(a);
+  EXPECT_TRUE(block.ran());
+}
+
+TEST(HostStream, SynchronousModeRunsEachOperationInlineBeforeReturning) {
+  device dev(device_options{.synchronous = true});
+  EXPECT_TRUE(dev.synchronous());
+  stream* s = dev.create_stream();
+  std::vector<int> log;
+  append(dev, s, &log, 1);
+  EXPECT_EQ(log, std::vector<int>{1});  // no synchronize needed
+  std::thread::id ran_on;
+  dev.host_func(s, [&] { ran_on = std::this_thread::get_id(); });
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  int dst = 0;
+  const int src = 5;
+  dev.memcpy_async(&dst, &src, sizeof src, s);
+  EXPECT_EQ(dst, 5);
+}
+
+TEST(HostStream, SynchronousModeEventsCompleteWhenRecorded) {
+  device dev(device_options{.synchronous = true});
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  event* e = dev.create_event();
+  std::vector<int> log;
+  append(dev, a, &log, 1);
+  dev.record_event(e, a);
+  EXPECT_TRUE(dev.query_event(e));
+  dev.stream_wait_event(b, e);  // must not block: the event has completed
+  append(dev, b, &log, 2);
+  EXPECT_EQ(log, (std::vector<int>{1, 2}));
+  dev.destroy_event(e);
+}
+
+TEST(HostStream, DestroyStreamWaitsForItsQueuedWork) {
+  device dev;
+  stream* s = dev.create_stream();
+  std::vector<int> log;
+  for (int i = 0; i < 500; ++i) {
+    append(dev, s, &log, i);
+  }
+  dev.destroy_stream(s);
+  EXPECT_EQ(log, iota_vector(500));
+}
+
+TEST(HostStream, DeviceDestructorDrainsEveryStream) {
+  std::vector<int> log_a;
+  std::vector<int> log_b;
+  {
+    device dev;
+    stream* a = dev.create_stream();
+    for (int i = 0; i < 300; ++i) {
+      append(dev, a, &log_a, i);
+      append(dev, nullptr, &log_b, i);
+    }
+  }
+  EXPECT_EQ(log_a, iota_vector(300));
+  EXPECT_EQ(log_b, iota_vector(300));
+}
+
+TEST(HostStream, StreamIdsAreDenseFromZeroForTheDefaultStream) {
+  device dev;
+  EXPECT_EQ(dev.stream_id(nullptr), 0U);
+  EXPECT_EQ(dev.stream_id(dev.default_stream()), 0U);
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  EXPECT_EQ(dev.stream_id(a), 1U);
+  EXPECT_EQ(dev.stream_id(b), 2U);
+  dev.destroy_stream(a);
+  EXPECT_EQ(dev.stream_id(dev.create_stream()), 3U);  // never reused
+}
+
+TEST(HostStream, ThreadsLaunchingOntoTheirOwnStreamsDoNotInterfere) {
+  device dev;
+  constexpr int threads = 4;
+  constexpr int per_thread = 1000;
+  std::array<std::vector<int>, threads> logs;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      stream* s = dev.create_stream();
+      for (int i = 0; i < per_thread; ++i) {
+        append(dev, s, &logs[static_cast<std::size_t>(t)], i);
+      }
+      dev.destroy_stream(s);
+    });
+  }
+  for (auto& w : workers) {
+    w.join();
+  }
+  for (const auto& log : logs) {
+    EXPECT_EQ(log, iota_vector(per_thread));
+  }
+}
+
+TEST(HostStream, ThreadsSharingOneStreamLoseNoWork) {
+  device dev;
+  stream* s = dev.create_stream();
+  std::atomic<int> count{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 4; ++t) {
+    workers.emplace_back([&] {
+      for (int i = 0; i < 500; ++i) {
+        dev.host_func(s, [&] { count.fetch_add(1, std::memory_order_relaxed); });
+      }
+    });
+  }
+  for (auto& w : workers) {
+    w.join();
+  }
+  dev.synchronize(s);
+  EXPECT_EQ(count.load(), 2000);
+}
+
+// ---- copies, sets and host functions --------------------------------------------------
+
+TEST(HostCopy, MemsetKernelAndMemcpyRunInStreamOrder) {
+  device dev;
+  stream* s = dev.create_stream();
+  constexpr std::size_t n = 4096;
+  std::vector<int> buf(n);
+  std::vector<int> out(n);
+  for (int round = 0; round < 50; ++round) {
+    std::int64_t sum = -1;
+    dev.memset_async(buf.data(), 0, n * sizeof(int), s);
+    testing::fill_params fill{buf.data(), n / 2, round};
+    dev.launch(testing::fill_kernel(), {}, s, &fill);
+    dev.memcpy_async(out.data(), buf.data(), n * sizeof(int), s);
+    testing::sum_params sum_p{out.data(), n, &sum};
+    dev.launch(testing::sum_kernel(), {}, s, &sum_p);
+    dev.synchronize(s);
+    ASSERT_EQ(sum, static_cast<std::int64_t>(round) * static_cast<std::int64_t>(n / 2));
+    ASSERT_EQ(out[n / 2], 0);
+  }
+}
+
+TEST(HostCopy, MemsetWritesTheByteValue) {
+  device dev;
+  std::array<unsigned char, 64> buf{};
+  dev.memset_async(buf.data() + 8, 0xAB, 16, nullptr);
+  dev.synchronize();
+  for (std::size_t i = 0; i < buf.size(); ++i) {
+    EXPECT_EQ(buf[i], (i >= 8 && i < 24) ? 0xAB : 0) << "byte " << i;
+  }
+}
+
+TEST(HostCopy, ZeroByteCopiesAcceptNullPointers) {
+  device dev;
+  dev.memcpy_async(nullptr, nullptr, 0, nullptr);
+  dev.memset_async(nullptr, 0, 0, nullptr);
+  dev.synchronize();
+  SUCCEED();
+}
+
+TEST(HostFunc, RunsInOrderWithKernelsOnItsStream) {
+  device dev;
+  stream* s = dev.create_stream();
+  std::vector<int> log;
+  for (int i = 0; i < 100; i += 2) {
+    append(dev, s, &log, i);
+    dev.host_func(s, [&log, i] { log.push_back(i + 1); });
+  }
+  dev.synchronize(s);
+  EXPECT_EQ(log, iota_vector(100));
+}
+
+// ---- events ------------------------------------------------------------------------------
+
+TEST(HostEvent, NeverRecordedEventQueriesComplete) {
+  device dev;
+  event* e = dev.create_event();
+  EXPECT_TRUE(dev.query_event(e));
+  dev.synchronize_event(e);  // returns at once
+  dev.destroy_event(e);
+}
+
+TEST(HostEvent, QueryIsFalseWhilePendingAndTrueAfter) {
+  device dev;
+  stream* s = dev.create_stream();
+  event* e = dev.create_event();
+  stream_blocker block(dev, s);
+  dev.record_event(e, s);
+  EXPECT_FALSE(dev.query_event(e));
+  EXPECT_FALSE(dev.query_event(e));  // querying does not change it
+  block.release();
+  dev.synchronize_event(e);
+  EXPECT_TRUE(dev.query_event(e));
+  dev.destroy_event(e);
+}
+
+TEST(HostEvent, RecordCoversOnlyWorkQueuedBeforeIt) {
+  device dev;
+  stream* s = dev.create_stream();
+  event* e = dev.create_event();
+  std::vector<int> log;
+  append(dev, s, &log, 1);
+  dev.record_event(e, s);
+  stream_blocker block(dev, s);  // queued after the record: must not delay it
+  dev.synchronize_event(e);
+  EXPECT_TRUE(dev.query_event(e));
+  EXPECT_EQ(log, std::vector<int>{1});
+  EXPECT_FALSE(block.ran());
+  block.release();
+  dev.destroy_event(e);
+}
+
+TEST(HostEvent, SynchronizeBlocksUntilTheWorkBeforeItIsDone) {
+  device dev;
+  stream* s = dev.create_stream();
+  event* e = dev.create_event();
+  stream_blocker block(dev, s);
+  std::atomic<bool> after{false};
+  dev.host_func(s, [&] { after.store(true); });
+  dev.record_event(e, s);
+  std::thread opener([&] { block.release(); });
+  dev.synchronize_event(e);
+  EXPECT_TRUE(after.load());
+  opener.join();
+  dev.destroy_event(e);
+}
+
+TEST(HostEvent, StreamWaitEventHoldsTheWaitingStream) {
+  device dev;
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  event* e = dev.create_event();
+  event* done_b = dev.create_event();
+  stream_blocker block(dev, a);
+  dev.record_event(e, a);
+  dev.stream_wait_event(b, e);
+  std::atomic<bool> b_ran{false};
+  dev.host_func(b, [&] { b_ran.store(true); });
+  dev.record_event(done_b, b);
+  EXPECT_FALSE(dev.query_event(done_b));
+  EXPECT_FALSE(b_ran.load());
+  block.release();
+  dev.synchronize_event(done_b);
+  EXPECT_TRUE(b_ran.load());
+  dev.destroy_event(e);
+  dev.destroy_event(done_b);
+}
+
+TEST(HostEvent, StreamWaitEventOrdersProducerAndConsumerAcrossStreams) {
+  device dev;
+  stream* producer = dev.create_stream();
+  stream* consumer = dev.create_stream();
+  event* produced = dev.create_event();
+  event* consumed = dev.create_event();
+  constexpr std::size_t n = 1 << 16;
+  constexpr int rounds = 200;
+  std::vector<int> buf(n);
+  std::vector<std::int64_t> sums(rounds, -1);
+  for (int r = 0; r < rounds; ++r) {
+    // The producer may not overwrite the buffer before the previous round was read.
+    dev.stream_wait_event(producer, consumed);
+    testing::fill_params fill{buf.data(), n, r + 1};
+    dev.launch(testing::fill_kernel(), {}, producer, &fill);
+    dev.record_event(produced, producer);
+    dev.stream_wait_event(consumer, produced);
+    testing::sum_params sum{buf.data(), n, &sums[static_cast<std::size_t>(r)]};
+    dev.launch(testing::sum_kernel(), {}, consumer, &sum);
+    dev.record_event(consumed, consumer);
+  }
+  dev.synchronize();
+  for (int r = 0; r < rounds; ++r) {
+    ASSERT_EQ(sums[static_cast<std::size_t>(r)], static_cast<std::int64_t>(n) * (r + 1))
+        << "round " << r;
+  }
+  dev.destroy_event(produced);
+  dev.destroy_event(consumed);
+}
+
+TEST(HostEvent, WaitKeepsTheRecordCurrentWhenItWasEnqueued) {
+  device dev;
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  stream* c = dev.create_stream();
+  event* e = dev.create_event();
+  event* done_b = dev.create_event();
+  stream_blocker block(dev, a);
+  dev.record_event(e, a);       // pending
+  dev.stream_wait_event(b, e);  // must wait for a's work
+  dev.record_event(e, c);       // c is idle: this later record completes at once
+  EXPECT_TRUE(dev.query_event(e));  // query reflects the latest record
+  dev.record_event(done_b, b);
+  EXPECT_FALSE(dev.query_event(done_b));  // b still waits for the earlier record
+  block.release();
+  dev.synchronize_event(done_b);
+  EXPECT_TRUE(dev.query_event(done_b));
+  dev.destroy_event(e);
+  dev.destroy_event(done_b);
+}
+
+TEST(HostEvent, WaitIsNotExtendedByALaterPendingRecord) {
+  device dev;
+  stream* b = dev.create_stream();
+  stream* c = dev.create_stream();
+  event* e = dev.create_event();
+  event* done_b = dev.create_event();
+  dev.record_event(e, nullptr);
+  dev.synchronize(nullptr);
+  dev.stream_wait_event(b, e);  // refers to a completed record
+  stream_blocker block(dev, c);
+  dev.record_event(e, c);  // a later, pending record of the same event
+  EXPECT_FALSE(dev.query_event(e));
+  std::vector<int> log;
+  append(dev, b, &log, 1);
+  dev.record_event(done_b, b);
+  dev.synchronize_event(done_b);  // would hang if b waited for c's record
+  EXPECT_EQ(log, std::vector<int>{1});
+  EXPECT_FALSE(block.ran());
+  block.release();
+  dev.destroy_event(e);
+  dev.destroy_event(done_b);
+}
+
+TEST(HostEvent, EventOnADestroyedStreamStaysComplete) {
+  device dev;
+  stream* s = dev.create_stream();
+  event* e = dev.create_event();
+  std::vector<int> log;
+  append(dev, s, &log, 1);
+  dev.record_event(e, s);
+  dev.destroy_stream(s);
+  EXPECT_TRUE(dev.query_event(e));
+  dev.synchronize_event(e);
+  dev.stream_wait_event(nullptr, e);
+  dev.synchronize();
+  dev.destroy_event(e);
+}
+
+TEST(HostEvent, DestroyingAPendingEventDoesNotCancelAWaitOnIt) {
+  device dev;
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  event* e = dev.create_event();
+  stream_blocker block(dev, a);
+  dev.record_event(e, a);
+  dev.stream_wait_event(b, e);
+  dev.destroy_event(e);
+  std::atomic<bool> b_ran{false};
+  dev.host_func(b, [&] { b_ran.store(true); });
+  event* done_b = dev.create_event();
+  dev.record_event(done_b, b);
+  EXPECT_FALSE(dev.query_event(done_b));
+  block.release();
+  dev.synchronize(b);
+  EXPECT_TRUE(b_ran.load());
+  dev.destroy_event(done_b);
+}
+
+// ---- allocator::stream_events ---------------------------------------------------------
+
+TEST(HostStreamEvents, RecordOnTheDefaultStreamHandleCompletesWithItsWork) {
+  device dev;
+  allocator::stream_events& events = dev;
+  stream_blocker block(dev, nullptr);
+  allocator::event_handle h = events.record(nullptr);
+  EXPECT_FALSE(events.query(h));
+  block.release();
+  events.synchronize(h);
+  EXPECT_TRUE(events.query(h));
+  events.release(h);
+}
+
+TEST(HostStreamEvents, RecordOnAStreamHandleCoversThatStreamOnly) {
+  device dev;
+  allocator::stream_events& events = dev;
+  stream* s = dev.create_stream();
+  stream_blocker block(dev, nullptr);
+  allocator::event_handle h = events.record(s);
+  events.synchronize(h);  // the default stream's blocker does not hold it
+  EXPECT_TRUE(events.query(h));
+  events.release(h);
+}
+
+TEST(HostStreamEvents, ReleasedEventsAreReused) {
+  device dev;
+  allocator::stream_events& events = dev;
+  allocator::event_handle first = events.record(nullptr);
+  events.release(first);
+  allocator::event_handle second = events.record(nullptr);
+  EXPECT_EQ(first, second);
+  allocator::event_handle third = events.record(nullptr);  // pool empty: a new one
+  EXPECT_NE(third, second);
+  events.release(second);
+  events.release(third);
+}
+
+TEST(HostStreamEvents, AReusedEventReflectsItsNewRecordOnly) {
+  device dev;
+  allocator::stream_events& events = dev;
+  stream* a = dev.create_stream();
+  stream* b = dev.create_stream();
+  stream_blocker block(dev, a);
+  allocator::event_handle pending = events.record(a);
+  events.release(pending);  // released while still pending, as the allocator may
+  allocator::event_handle reused = events.record(b);
+  ASSERT_EQ(reused, pending);
+  events.synchronize(reused);  // only b's (empty) work counts now
+  EXPECT_TRUE(events.query(reused));
+  events.release(reused);
+}
+
+TEST(HostStreamEvents, ManyThreadsRecordAndReleaseConcurrently) {
+  device dev;
+  allocator::stream_events& events = dev;
+  std::vector<std::thread> threads;
+  std::atomic<int> completed{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      stream* s = dev.create_stream();
+      for (int i = 0; i < 500; ++i) {
+        dev.host_func(s, [] {});
+        allocator::event_handle h = events.record(s);
+        events.synchronize(h);
+        if (events.query(h)) {
+          completed.fetch_add(1);
+        }
+        events.release(h);
+      }
+      dev.destroy_stream(s);
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(completed.load(), 2000);
+}
+
+// ---- argument errors -------------------------------------------------------------------
+
+TEST(HostDeviceErrors, UnknownStreamIsAConfigError) {
+  device dev;
+  stream* s = dev.create_stream();
+  dev.destroy_stream(s);
+  std::vector<int> log;
+  testing::append_params p{&log, 1};
+  EXPECT_THROW(dev.launch(testing::append_kernel(), {}, s, &p), config_error);
+  EXPECT_THROW(dev.host_func(s, [] {}), config_error);
+  EXPECT_THROW(dev.synchronize(s), config_error);
+  EXPECT_THROW(dev.destroy_stream(s), config_error);
+  EXPECT_THROW((void)dev.record(s), config_error);
+}
+
+TEST(HostDeviceErrors, StreamOfAnotherDeviceIsAConfigError) {
+  device one;
+  device two;
+  EXPECT_THROW(one.synchronize(two.create_stream()), config_error);
+}
+
+TEST(HostDeviceErrors, DefaultStreamCannotBeDestroyed) {
+  device dev;
+  EXPECT_THROW(dev.destroy_stream(nullptr), config_error);
+  EXPECT_THROW(dev.destroy_stream(dev.default_stream()), config_error);
+}
+
+TEST(HostDeviceErrors, KernelWithoutBodyIsAConfigError) {
+  device dev;
+  kernel k;
+  k.name = "no_body";
+  EXPECT_THROW(dev.launch(k, {}, nullptr, nullptr), config_error);
+  EXPECT_THROW(dev.launch_unpacked(k, {}, nullptr, nullptr), config_error);
+}
+
+TEST(HostDeviceErrors, MissingParametersAreAConfigError) {
+  device dev;
+  EXPECT_THROW(dev.launch(testing::append_kernel(), {}, nullptr, nullptr), config_error);
+  EXPECT_THROW(dev.launch_unpacked(testing::append_kernel(), {}, nullptr, nullptr),
+               config_error);
+  std::vector<int> log;
+  void* args[] = {nullptr, nullptr};
+  std::vector<int>* log_ptr = &log;
+  args[0] = &log_ptr;
+  EXPECT_THROW(dev.launch_unpacked(testing::append_kernel(), {}, nullptr, args), config_error);
+  dev.synchronize();
+  EXPECT_TRUE(log.empty());  // nothing was queued
+}
+
+TEST(HostDeviceErrors, BadCopyAndHostFuncArgumentsAreConfigErrors) {
+  device dev;
+  int x = 0;
+  EXPECT_THROW(dev.memcpy_async(nullptr, &x, sizeof x, nullptr), config_error);
+  EXPECT_THROW(dev.memcpy_async(&x, nullptr, sizeof x, nullptr), config_error);
+  EXPECT_THROW(dev.memset_async(nullptr, 0, 4, nullptr), config_error);
+  EXPECT_THROW(dev.host_func(nullptr, std::function<void()>{}), config_error);
+}
+
+TEST(HostDeviceErrors, UnknownEventIsAConfigError) {
+  device dev;
+  event* e = dev.create_event();
+  dev.destroy_event(e);
+  EXPECT_THROW((void)dev.query_event(e), config_error);
+  EXPECT_THROW(dev.record_event(e, nullptr), config_error);
+  EXPECT_THROW(dev.stream_wait_event(nullptr, e), config_error);
+  EXPECT_THROW(dev.destroy_event(e), config_error);
+  EXPECT_THROW((void)dev.query_event(nullptr), config_error);
+}
+
+TEST(HostDeviceErrors, PooledEventCannotBeDestroyedDirectly) {
+  device dev;
+  allocator::event_handle h = dev.record(nullptr);
+  EXPECT_THROW(dev.destroy_event(static_cast<event*>(h)), config_error);
+  dev.release(h);
+}
+
+}  // namespace
+}  // namespace sublinear::host
