@@ -389,8 +389,18 @@ struct caching_allocator::impl {
     }
     std::sort(whole.begin(), whole.end(), [](block* x, block* y) { return x->size > y->size; });
     std::size_t released = 0;
+    std::vector<stream_handle> drained;
     for (block* b : whole) {
       if (!all && st.mapped + bytes <= st.budget) break;
+      // A free block may still be read by work queued on its stream before the free
+      // (stream-ordered reuse is safe, unmapping is not): wait for that stream once.
+      if (std::find(drained.begin(), drained.end(), b->seg->stream) == drained.end()) {
+        event_handle e = events.record(b->seg->stream);
+        events.synchronize(e);
+        events.release(e);
+        drained.push_back(b->seg->stream);
+        ++st.release_waits;
+      }
       released += b->size;
       release_segment(b);
     }
@@ -777,6 +787,15 @@ std::optional<block_info> caching_allocator::find(const void* address) const {
   const auto& b = *std::prev(it);
   if (static_cast<const char*>(address) >= b.ptr + b.size) return std::nullopt;
   return block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state};
+}
+
+std::vector<block_info> caching_allocator::live_blocks() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<block_info> out;
+  out.reserve(impl_->live.size());
+  for (const auto& b : impl_->live)
+    out.push_back(block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state});
+  return out;
 }
 
 std::size_t caching_allocator::reclaim() {

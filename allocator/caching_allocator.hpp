@@ -11,7 +11,9 @@
 //   Boost.Intrusive sets ordered by (size, address) per stream and size class, so reuse
 //   is best fit on the same stream. A free block is split when the remainder is worth
 //   keeping and merged with free neighbours on free. A fully free segment stays mapped
-//   (cached) until budget pressure or empty_cache() gives its pages back.
+//   (cached) until budget pressure or empty_cache() gives its pages back; before that,
+//   the allocator waits for the segment's stream, because work queued before the free may
+//   still read the block (reuse in stream order is safe; unmapping is not).
 //
 // Note [Evictable blocks]
 // Rationale: a page can be unmapped only if nothing else lives on it, and CUDA cannot
@@ -40,6 +42,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "allocator/stream_events.hpp"
 #include "allocator/vmm.hpp"
@@ -82,6 +85,7 @@ struct stats {
   std::uint64_t create_calls = 0, map_calls = 0, set_access_calls = 0, unmap_calls = 0,
                 release_calls = 0;
   std::uint64_t budget_waits = 0;  // times the budget forced a wait on a pending event
+  std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t oom_errors = 0;
   // mapped / allocated at their peaks: 1.0 means no page is wasted.
   [[nodiscard]] double fragmentation() const {
@@ -140,6 +144,9 @@ class caching_allocator {
 
   // The live block containing `address` (interior pointers count).
   [[nodiscard]] std::optional<block_info> find(const void* address) const;
+
+  // Every live block, in address order (an observer installed late learns what exists).
+  [[nodiscard]] std::vector<block_info> live_blocks() const;
 
   // Unmaps what has become free to unmap (completed evictions, frees awaiting events).
   // Never blocks. Returns the bytes unmapped.

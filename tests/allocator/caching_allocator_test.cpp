@@ -2,6 +2,7 @@
 // split and merge, streams, eviction with deferred unmap, the strict budget, statistics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -127,6 +128,22 @@ TEST_F(CachingAllocator, FindsTheBlockContainingAnInteriorPointer) {
   EXPECT_FALSE(a.find(p + 10240).has_value());  // past the rounded end
   a.deallocate(p);
   EXPECT_FALSE(a.find(p).has_value());
+}
+
+TEST_F(CachingAllocator, ListsLiveBlocksInAddressOrder) {
+  auto a = make();
+  void* x = a.allocate(1000, nullptr);
+  void* y = a.allocate(3000, nullptr, true);
+  void* z = a.allocate(5000, nullptr);
+  a.deallocate(z);
+  auto blocks = a.live_blocks();
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_LT(blocks[0].base, blocks[1].base);
+  std::vector<void*> bases{blocks[0].base, blocks[1].base};
+  EXPECT_NE(std::find(bases.begin(), bases.end(), x), bases.end());
+  EXPECT_NE(std::find(bases.begin(), bases.end(), y), bases.end());
+  a.deallocate(x);
+  a.deallocate(y);
 }
 
 TEST_F(CachingAllocator, FreeOfAForeignPointerIsReportedAndIgnored) {
@@ -289,6 +306,19 @@ TEST_F(CachingAllocator, ReleasesCachedSegmentsBeforeFailing) {
   void* y = a.allocate(12 * MiB, stream(1));  // needs the cached segment's pages back
   EXPECT_EQ(a.get_stats().mapped, 12 * MiB);
   EXPECT_EQ(a.get_stats().segments_released, 1u);
+  a.deallocate(y);
+}
+
+// Regression: a freed block may still be read by work queued before its free; giving its
+// segment's pages back must wait for that stream (it faulted on the host device).
+TEST_F(CachingAllocator, WaitsForTheSegmentsStreamBeforeGivingCachedPagesBack) {
+  auto a = make(24 * MiB);
+  void* x = a.allocate(3 * MiB, stream(1));  // a 20 MiB segment on stream 1
+  a.deallocate(x);                           // free in stream order: stream 1 may still use it
+  const auto waits_before = events.synchronized();
+  void* y = a.allocate(12 * MiB, stream(2));  // needs the cached segment's pages
+  EXPECT_EQ(events.synchronized(), waits_before + 1) << "unmapped without waiting for stream 1";
+  EXPECT_EQ(a.get_stats().release_waits, 1u);
   a.deallocate(y);
 }
 

@@ -1,0 +1,783 @@
+// The replay engine's state machine (Note [Iteration lifecycle], Note [Replay at the
+// launch] in engine.hpp). Type map:
+//
+//   schedule      : the plan turned into per-position lists (evict after, restore before)
+//   live          : per buffer, this iteration's address and whether the engine evicted it
+//   saved_op      : a launch of this iteration that some recipe replays, with its bytes
+//   backup        : validation's host copy of an evicted buffer
+#include "allocator/runtime/engine.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "policy/budget.hpp"
+#include "policy/planner.hpp"
+#include "tracer/analysis.hpp"
+
+namespace sublinear::runtime {
+
+const char* to_string(engine_state s) noexcept {
+  switch (s) {
+    case engine_state::trace: return "trace";
+    case engine_state::validate: return "validate";
+    case engine_state::steady: return "steady";
+    case engine_state::disabled: return "disabled";
+  }
+  return "?";
+}
+
+namespace {
+
+using policy::buffer_id;
+using policy::launch_id;
+using policy::none;
+
+// Set while the engine itself allocates or launches, so its own work is not mistaken for
+// the program's.
+thread_local int inside_engine = 0;
+struct engine_scope {
+  engine_scope() { ++inside_engine; }
+  ~engine_scope() { --inside_engine; }
+};
+
+struct saved_op {
+  bool present = false;
+  launch_view view;
+  std::vector<std::byte> params;  // view.params points here
+  std::vector<std::uint64_t> input_versions;  // versions of touched buffers at the original launch
+};
+
+}  // namespace
+
+struct engine::impl {
+  allocator::caching_allocator& alloc;
+  replay_device& dev;
+  tracer::recorder& rec;
+  engine_options opts;
+  allocation_observer* previous_observer = nullptr;
+
+  mutable std::recursive_mutex mutex;
+  engine_state st = engine_state::trace;
+  std::size_t traced_iterations = 0;  // in the current TRACE phase
+  std::size_t iteration_index = 0;
+  double iteration_started_s = 0.0;
+
+  // ---- the plan -----------------------------------------------------------------------
+  bool have_plan = false;
+  std::string plan_error;
+  tracer::analysed_iteration an;
+  policy::plan plan;
+  std::size_t budget_bytes = 0;
+  std::vector<std::uint32_t> transient_buffers;          // k-th allocation of an iteration -> buffer
+  std::vector<std::uint8_t> buffer_evictable;            // buffer -> placed evictable
+  std::vector<std::vector<std::size_t>> evict_at;        // position -> plan entries
+  std::vector<std::vector<std::size_t>> restore_at;      // position -> plan entries
+  std::vector<std::int32_t> entry_of;                    // buffer -> plan entry carrying it, or -1
+  std::vector<std::uint8_t> saved_needed;                // position -> a recipe replays it
+  std::vector<std::uint64_t> expected_handle;            // position -> kernel handle (or ~kind)
+  std::unordered_set<std::uint32_t> never_evict_allocs;  // alloc_index values that failed validation
+
+  // ---- this iteration -------------------------------------------------------------------
+  std::size_t pos = 0;
+  std::size_t alloc_count = 0;
+  bool diverged = false;
+  bool restore_all_pending = false;
+  bool memory_op_pending = false;
+  launch_view pending_op;
+  std::vector<char*> addr;                               // buffer -> address this iteration
+  std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
+  std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
+  std::unordered_map<const void*, buffer_id> buffer_at;  // live address -> buffer
+  std::map<const char*, buffer_id> evicted_ranges;       // for the safety-net scan
+  std::vector<saved_op> saved;                           // position -> saved launch
+  std::vector<std::uint64_t> version;                    // buffer -> writes so far
+  std::unordered_map<buffer_id, std::vector<std::byte>> backups;
+  iteration_report current;
+
+  std::vector<iteration_report> reports;
+  std::vector<timeline_event> timeline;
+  double started_s = 0.0;
+
+  void note(timeline_event::kind what, double begin, std::size_t bytes, std::string label) {
+    if (!opts.record_timeline || timeline.size() >= opts.timeline_limit) return;
+    auto s = alloc.get_stats();
+    timeline_event e;
+    e.what = what;
+    e.begin_s = begin - started_s;
+    e.end_s = dev.now_s() - started_s;
+    e.bytes = bytes;
+    e.mapped = s.mapped;
+    e.allocated = s.allocated;
+    e.label = std::move(label);
+    timeline.push_back(std::move(e));
+  }
+  std::map<std::uint32_t, eviction_record> records;      // alloc_index -> record
+
+  impl(allocator::caching_allocator& a, replay_device& d, tracer::recorder& r, engine_options o)
+      : alloc(a), dev(d), rec(r), opts(std::move(o)) {
+    if (opts.config.disable) st = engine_state::disabled;
+    iteration_started_s = started_s = dev.now_s();
+  }
+
+  // ---- helpers --------------------------------------------------------------------------
+  static std::uint64_t handle_of(const launch_view& op) {
+    switch (op.what) {
+      case launch_view::kind::kernel: return op.kernel_handle;
+      case launch_view::kind::memcpy: return ~std::uint64_t{1};
+      case launch_view::kind::memset: return ~std::uint64_t{2};
+    }
+    return 0;
+  }
+
+  const policy::iteration& graph() const { return an.graph; }
+
+  void log_info(const std::string& line) const {
+    if (opts.config.log >= log_level::info) std::fprintf(stderr, "sublinear: %s\n", line.c_str());
+  }
+  void log_debug(const std::string& line) const {
+    if (opts.config.log >= log_level::debug) std::fprintf(stderr, "sublinear: debug: %s\n", line.c_str());
+  }
+  std::string launch_name(launch_id l) const {
+    const auto& ev = recorded_event(l);
+    return "#" + std::to_string(l) + ":" +
+           (ev.kind == tracer::event_kind::launch ? kept_trace.kernels[ev.kernel].name : tracer::to_string(ev.kind));
+  }
+  void log_plan() const {
+    if (opts.config.log < log_level::debug) return;
+    for (const auto& e : plan.evictions) {
+      std::string line = "evict buffer " + std::to_string(e.target) + " (" + format_bytes(graph().buffers[e.target].size) +
+                         ") after " + launch_name(e.evict_after) + ", back before " + launch_name(e.restore_before) +
+                         "; recipe:";
+      for (launch_id l : e.recipe) line += " " + launch_name(l);
+      line += "; temporaries:";
+      for (buffer_id t : e.temporaries) line += " " + std::to_string(t);
+      line += "; also:";
+      for (buffer_id t : e.also_regenerates) line += " " + std::to_string(t);
+      log_debug(line);
+    }
+  }
+  void log_warn(const std::string& line) const {
+    if (opts.config.log >= log_level::warn) std::fprintf(stderr, "sublinear: warning: %s\n", line.c_str());
+  }
+
+  // ---- planning -------------------------------------------------------------------------
+  void build_plan_from_trace() {
+    kept_trace = rec.take();
+    rec.stop();
+    if (kept_trace.events.empty()) throw config_error("sublinear: the traced iteration recorded no events");
+    tracer::analysis_options ao;
+    ao.granularity = alloc.granularity();
+    an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
+    const std::size_t traced_peak = alloc.get_stats().mapped_peak;
+    log_info("traced iteration: " + std::to_string(an.graph.launches.size()) + " launches (" +
+             std::to_string(an.observed_launches) + " with observed writes, " + std::to_string(an.timed_launches) +
+             " timed), " + std::to_string(an.graph.buffers.size()) + " buffers, " +
+             std::to_string(an.graph.candidates.size()) + " candidate activations, live peak " +
+             format_bytes(an.graph.peak_bytes) + " at launch " + std::to_string(an.graph.turning_point) +
+             ", mapped peak " + format_bytes(traced_peak));
+    make_plan(traced_peak);
+  }
+
+  void make_plan(std::size_t traced_peak) {
+    have_plan = false;
+    plan = {};
+    plan_error.clear();
+    budget_bytes = 0;
+    auto& g = an.graph;
+    for (auto& b : g.buffers)
+      if (b.alloc_index != none && never_evict_allocs.count(b.alloc_index) != 0) b.never_evict = true;
+    if (opts.config.budget.empty()) {
+      plan_error = "no budget set (SUBLINEAR_BUDGET)";
+      return;
+    }
+    auto spec = policy::parse_budget(opts.config.budget);
+    budget_bytes = policy::resolve_budget(spec, opts.device_capacity, traced_peak);
+    // The planner counts live bytes at page granularity; the allocator's mapped bytes also
+    // hold what its caching costs. Plan for the budget less the overhead the trace showed.
+    const std::size_t overhead = traced_peak > g.peak_bytes ? traced_peak - g.peak_bytes : 0;
+    const std::size_t planner_budget = budget_bytes > overhead ? budget_bytes - overhead : 0;
+    try {
+      plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget);
+    } catch (const policy::infeasible_budget& e) {
+      plan_error = e.what();
+      log_warn(std::string(e.what()) + " Continuing without eviction (plain caching).");
+      budget_bytes = 0;
+      return;
+    }
+    index_plan();
+    try {
+      alloc.set_budget(budget_bytes);
+    } catch (const out_of_memory& e) {
+      plan_error = e.what();
+      log_warn("cannot bring mapped memory under the budget: " + std::string(e.what()));
+      budget_bytes = 0;
+      have_plan = false;
+      return;
+    }
+    have_plan = true;
+    log_plan();
+    log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, budget " +
+             format_bytes(budget_bytes) + ", predicted peak " + format_bytes(plan.predicted_peak) +
+             ", added compute " + std::to_string(plan.added_compute_s) + " s");
+  }
+
+  void index_plan() {
+    const auto& g = graph();
+    const std::size_t n = g.launches.size();
+    transient_buffers.clear();
+    std::vector<std::pair<std::uint32_t, buffer_id>> by_alloc;
+    for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+      const auto& buf = g.buffers[b];
+      // Buffers first allocated in the traced iteration and never freed (lazily created
+      // state) do not recur: later iterations are matched against the transient ones.
+      if (buf.alloc_index != none && buf.free_at != none) by_alloc.emplace_back(buf.alloc_index, b);
+    }
+    std::sort(by_alloc.begin(), by_alloc.end());
+    for (auto& [idx, b] : by_alloc) transient_buffers.push_back(b);
+    buffer_evictable.assign(g.buffers.size(), 0);
+    entry_of.assign(g.buffers.size(), -1);
+    evict_at.assign(n + 1, {});
+    restore_at.assign(n + 1, {});
+    saved_needed.assign(n + 1, 0);
+    for (std::size_t i = 0; i < plan.evictions.size(); ++i) {
+      const auto& e = plan.evictions[i];
+      buffer_evictable[e.target] = 1;
+      if (entry_of[e.target] < 0 || !e.recipe.empty()) entry_of[e.target] = static_cast<std::int32_t>(i);
+      if (e.evict_after < n) evict_at[e.evict_after].push_back(i);
+      if (e.restore_before <= n && !e.recipe.empty()) restore_at[e.restore_before].push_back(i);
+      for (launch_id l : e.recipe) saved_needed[l] = 1;
+    }
+    // Entries without a recipe are regenerated by the entry that lists them.
+    for (std::size_t i = 0; i < plan.evictions.size(); ++i)
+      for (buffer_id b : plan.evictions[i].also_regenerates)
+        if (entry_of[b] < 0 || plan.evictions[static_cast<std::size_t>(entry_of[b])].recipe.empty())
+          entry_of[b] = static_cast<std::int32_t>(i);
+    expected_handle.assign(n, 0);
+    for (launch_id l = 0; l < n; ++l) {
+      const auto& ev = recorded_event(l);
+      switch (ev.kind) {
+        case tracer::event_kind::launch: expected_handle[l] = kernel_handle(ev); break;
+        case tracer::event_kind::memcpy: expected_handle[l] = ~std::uint64_t{1}; break;
+        default: expected_handle[l] = ~std::uint64_t{2}; break;
+      }
+    }
+  }
+
+  // The analysed iteration keeps indices into the trace it came from; keep that trace.
+  tracer::trace kept_trace;
+  const tracer::event& recorded_event(launch_id l) const { return kept_trace.events[an.launch_events[l]]; }
+  std::uint64_t kernel_handle(const tracer::event& ev) const { return kept_trace.kernels[ev.kernel].handle; }
+
+  // ---- iteration boundaries -----------------------------------------------------------------
+  void begin_iteration() {
+    pos = 0;
+    alloc_count = 0;
+    diverged = false;
+    restore_all_pending = false;
+    memory_op_pending = false;
+    evicted_ranges.clear();
+    backups.clear();
+    buffer_at.clear();
+    current = {};
+    current.index = iteration_index;
+    current.state = st;
+    current.budget = budget_bytes;
+    if (have_plan && (st == engine_state::validate || st == engine_state::steady)) {
+      const auto& g = graph();
+      addr.assign(g.buffers.size(), nullptr);
+      evicted.assign(g.buffers.size(), 0);
+      freed.assign(g.buffers.size(), 0);
+      version.assign(g.buffers.size(), 0);
+      saved.assign(g.launches.size(), {});
+      for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+        if (g.buffers[b].alloc_index == none) {
+          addr[b] = reinterpret_cast<char*>(an.buffer_addresses[b]);
+          buffer_at[addr[b]] = b;
+        }
+      }
+    }
+    alloc.reset_peaks();
+    iteration_started_s = dev.now_s();
+  }
+
+  void end_iteration() {
+    flush_memory_op();
+    if (st == engine_state::validate || st == engine_state::steady) {
+      // Anything still evicted is never used again this iteration; nothing to do but
+      // forget it (its block is freed or will be, and the allocator keeps it consistent).
+      evicted_ranges.clear();
+    }
+    auto s = alloc.get_stats();
+    current.peak_mapped = s.mapped_peak;
+    current.wall_s = dev.now_s() - iteration_started_s;
+    current.diverged = diverged;
+    reports.push_back(current);
+    note(timeline_event::kind::iteration, iteration_started_s, current.peak_mapped, to_string(current.state));
+    log_info("iteration " + std::to_string(current.index) + " [" + to_string(current.state) + "]: peak mapped " +
+             format_bytes(current.peak_mapped) + (current.budget ? ", budget " + format_bytes(current.budget) : "") +
+             ", " + std::to_string(current.evictions) + " evictions, " + std::to_string(current.recomputed_launches) +
+             " recomputed launches, recompute " + std::to_string(current.recompute_s) + " s, stall " +
+             std::to_string(current.stall_s) + " s");
+    ++iteration_index;
+
+    switch (st) {
+      case engine_state::disabled: break;
+      case engine_state::trace:
+        if (++traced_iterations >= static_cast<std::size_t>(opts.config.trace_iterations)) {
+          traced_iterations = 0;
+          try {
+            build_plan_from_trace();
+          } catch (const std::exception& e) {
+            plan_error = e.what();
+            have_plan = false;
+            log_warn(std::string("planning failed: ") + e.what() + "; continuing without eviction");
+          }
+          if (have_plan) {
+            st = opts.config.validate == validate_mode::off ? engine_state::steady : engine_state::validate;
+          } else {
+            st = engine_state::steady;  // plain caching: nothing scheduled
+          }
+        } else {
+          rec.take();  // discard the earlier iteration; the last one is planned from
+        }
+        break;
+      case engine_state::validate:
+      case engine_state::steady:
+        if (diverged) {
+          st = engine_state::trace;
+          have_plan = false;
+          alloc.set_budget(0);
+          rec.start();
+        } else if (current.validation_mismatches > 0) {
+          make_plan(reports.empty() ? 0 : max_traced_peak());
+          st = engine_state::validate;
+        } else if (st == engine_state::validate && opts.config.validate == validate_mode::first) {
+          st = engine_state::steady;
+        }
+        break;
+    }
+    begin_iteration();
+  }
+
+  std::size_t max_traced_peak() const {
+    std::size_t peak = 0;
+    for (const auto& r : reports)
+      if (r.state == engine_state::trace) peak = std::max(peak, r.peak_mapped);
+    return peak;
+  }
+
+  bool active() const { return have_plan && !diverged && (st == engine_state::validate || st == engine_state::steady); }
+
+  // ---- divergence -----------------------------------------------------------------------------
+  void diverge(const std::string& why) {
+    if (diverged) return;
+    diverged = true;
+    restore_all_pending = true;
+    log_info("iteration " + std::to_string(iteration_index) + " diverged from the trace (" + why +
+             "); regenerating evicted buffers and tracing again");
+  }
+
+  // ---- eviction and regeneration ------------------------------------------------------------------
+  void evict(std::size_t entry_index, allocator::stream_handle stream) {
+    const auto& e = plan.evictions[entry_index];
+    const buffer_id b = e.target;
+    if (addr[b] == nullptr || freed[b] || evicted[b]) return;
+    const std::size_t size = graph().buffers[b].size;
+    if (st == engine_state::validate) {
+      auto& copy = backups[b];
+      copy.resize(size);
+      dev.download(copy.data(), addr[b], size, stream);
+    }
+    log_debug("iteration " + std::to_string(iteration_index) + ": evict buffer " + std::to_string(b) + " at " +
+              std::to_string(static_cast<const void*>(addr[b]) != nullptr ? reinterpret_cast<std::uintptr_t>(addr[b]) : 0) +
+              " after launch " + std::to_string(pos));
+    alloc.evict(addr[b]);
+    evicted[b] = 1;
+    evicted_ranges[addr[b]] = b;
+    ++current.evictions;
+    current.evicted_bytes += size;
+    auto& r = record_for(b);
+    ++r.times_evicted;
+    note(timeline_event::kind::evict, dev.now_s(), size, r.producer);
+  }
+
+  eviction_record& record_for(buffer_id b) {
+    const auto& buf = graph().buffers[b];
+    auto& r = records[buf.alloc_index];
+    if (r.size == 0) {
+      r.size = buf.size;
+      auto p = an.producer.size() > b ? an.producer[b] : none;
+      if (p != none) {
+        const auto& ev = recorded_event(p);
+        r.producer = ev.kind == tracer::event_kind::launch ? kept_trace.kernels[ev.kernel].name
+                                                           : tracer::to_string(ev.kind);
+      }
+    }
+    return r;
+  }
+
+  // Rewrites pointer words of `op` that point into a temporary's range to its scratch.
+  static void patch(launch_view& op, std::vector<std::byte>& params,
+                    const std::vector<std::pair<std::pair<const char*, std::size_t>, char*>>& moves) {
+    auto moved = [&](std::uint64_t word, std::uint64_t* out) {
+      for (const auto& [range, scratch] : moves) {
+        auto base = reinterpret_cast<std::uint64_t>(range.first);
+        if (word >= base && word < base + range.second) {
+          *out = reinterpret_cast<std::uint64_t>(scratch) + (word - base);
+          return true;
+        }
+      }
+      return false;
+    };
+    if (moves.empty()) return;
+    if (op.what == launch_view::kind::kernel) {
+      for (std::size_t off = 0; off + 8 <= params.size(); off += 8) {
+        std::uint64_t word = 0, to = 0;
+        std::memcpy(&word, params.data() + off, 8);
+        if (moved(word, &to)) std::memcpy(params.data() + off, &to, 8);
+      }
+      op.params = params;
+    } else {
+      std::uint64_t to = 0;
+      if (moved(reinterpret_cast<std::uint64_t>(op.dst), &to)) op.dst = reinterpret_cast<void*>(to);
+      if (op.src != nullptr && moved(reinterpret_cast<std::uint64_t>(op.src), &to))
+        op.src = reinterpret_cast<const void*>(to);
+    }
+  }
+
+  // Maps the entry's buffers back and replays its recipe on `stream`.
+  void regenerate(std::size_t entry_index, allocator::stream_handle stream, int depth = 0) {
+    const auto& e = plan.evictions[entry_index];
+    std::vector<buffer_id> targets{e.target};
+    targets.insert(targets.end(), e.also_regenerates.begin(), e.also_regenerates.end());
+    bool any = false;
+    for (buffer_id b : targets) any = any || (evicted[b] && !freed[b]);
+    if (!any) return;
+    if (depth > 64) throw error("sublinear: replay recursion deeper than 64 recipes; the plan is cyclic");
+    if (e.recipe.empty()) throw error("sublinear: an evicted buffer has no recipe to regenerate it");
+    const auto& g = graph();
+    std::unordered_set<buffer_id> regenerated(targets.begin(), targets.end());
+    std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
+    // Inputs evicted at this moment that the plan expected resident: regenerate them first.
+    for (launch_id l : e.recipe) {
+      for (buffer_id u : g.launches[l].touched) {
+        if (regenerated.count(u) || temps.count(u) || !evicted[u] || freed[u]) continue;
+        if (entry_of[u] < 0) throw error("sublinear: a recipe input was evicted with no way to regenerate it");
+        regenerate(static_cast<std::size_t>(entry_of[u]), stream, depth + 1);
+      }
+    }
+    const double started = dev.now_s();
+    log_debug("iteration " + std::to_string(iteration_index) + ": regenerate buffer " + std::to_string(e.target) +
+              " before launch " + std::to_string(pos));
+    for (buffer_id b : targets) {
+      if (!evicted[b] || freed[b]) continue;
+      alloc.restore(addr[b]);
+      evicted[b] = 0;
+      evicted_ranges.erase(addr[b]);
+    }
+    // Scratch for temporaries, at other addresses; live side outputs start from their contents.
+    std::unordered_map<buffer_id, char*> scratch_of;
+    std::vector<char*> scratch;
+    for (buffer_id t : e.temporaries) {
+      const std::size_t size = g.buffers[t].size;
+      char* s = static_cast<char*>(alloc.allocate(size, stream));
+      scratch.push_back(s);
+      scratch_of[t] = s;
+      if (addr[t] != nullptr && !freed[t] && !evicted[t]) dev.copy(s, addr[t], size, stream);
+    }
+    std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
+    for (launch_id l : e.recipe) {
+      saved_op& so = saved[l];
+      if (!so.present) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
+      check_versions(l, so, regenerated, temps);
+      // Only the temporaries this launch touched: a freed workspace's addresses may belong
+      // to another buffer by the time a later recipe launch ran.
+      moves.clear();
+      for (buffer_id t : g.launches[l].touched) {
+        auto it = scratch_of.find(t);
+        if (it == scratch_of.end()) continue;
+        if (addr[t] == nullptr) throw error("sublinear: a recipe temporary has no address in this iteration");
+        moves.push_back({{addr[t], g.buffers[t].size}, it->second});
+      }
+      launch_view op = so.view;
+      std::vector<std::byte> params = so.params;
+      op.params = params;
+      patch(op, params, moves);
+      dev.replay(op, stream);
+      ++current.recomputed_launches;
+      current.recompute_s += g.launches[l].cost_s;
+      for (buffer_id w : g.launches[l].written) regenerated.insert(w);
+    }
+    for (char* s : scratch) alloc.deallocate(s);
+    for (buffer_id b : targets) {
+      if (freed[b]) continue;
+      auto& r = record_for(b);
+      ++r.times_recomputed;
+      r.recompute_cost_s = 0;
+      for (launch_id l : e.recipe) r.recompute_cost_s += g.launches[l].cost_s;
+      validate_regenerated(b, stream);
+    }
+    current.stall_s += dev.now_s() - started;
+    std::size_t bytes = 0;
+    for (buffer_id b : targets) bytes += g.buffers[b].size;
+    note(timeline_event::kind::regenerate, started, bytes, record_for(e.target).producer);
+  }
+
+  // Note [Replay recipes]: inputs must hold the values they had at the original launch.
+  void check_versions(launch_id l, const saved_op& so, const std::unordered_set<buffer_id>& regenerated,
+                      const std::unordered_set<buffer_id>& temps) const {
+    const auto& touched = graph().launches[l].touched;
+    for (std::size_t i = 0; i < touched.size(); ++i) {
+      buffer_id u = touched[i];
+      if (regenerated.count(u) || temps.count(u)) continue;
+      if (version[u] != so.input_versions[i]) {
+        throw error("sublinear: replay of launch " + std::to_string(l) + " would read buffer " + std::to_string(u) +
+                    " after it changed; the plan is invalid for this iteration");
+      }
+    }
+  }
+
+  void validate_regenerated(buffer_id b, allocator::stream_handle stream) {
+    auto it = backups.find(b);
+    if (it == backups.end()) return;
+    std::vector<std::byte> now(it->second.size());
+    dev.download(now.data(), addr[b], now.size(), stream);
+    if (now != it->second) {
+      dev.upload(addr[b], it->second.data(), it->second.size(), stream);  // keep this iteration right
+      ++current.validation_mismatches;
+      const auto alloc_index = graph().buffers[b].alloc_index;
+      never_evict_allocs.insert(alloc_index);
+      record_for(b).never_evict = true;
+      log_warn("validation: regenerating buffer #" + std::to_string(alloc_index) + " (" +
+               format_bytes(graph().buffers[b].size) + ", produced by " + record_for(b).producer +
+               ") gave different bytes; it will not be evicted again");
+    }
+    backups.erase(it);
+  }
+
+  void restore_everything(allocator::stream_handle stream) {
+    restore_all_pending = false;
+    std::vector<std::size_t> order;
+    for (buffer_id b = 0; b < evicted.size(); ++b)
+      if (evicted[b] && !freed[b] && entry_of[b] >= 0) order.push_back(static_cast<std::size_t>(entry_of[b]));
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
+      return plan.evictions[x].restore_before < plan.evictions[y].restore_before;
+    });
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    for (std::size_t i : order) regenerate(i, stream);
+  }
+
+  // The safety net: a launch whose parameters point into an evicted block.
+  void regenerate_touched(const launch_view& op) {
+    if (evicted_ranges.empty()) return;
+    auto hit = [&](std::uint64_t word) {
+      auto p = reinterpret_cast<const char*>(word);
+      auto it = evicted_ranges.upper_bound(p);
+      if (it == evicted_ranges.begin()) return;
+      --it;
+      const buffer_id b = it->second;
+      if (p >= it->first + graph().buffers[b].size) return;
+      if (entry_of[b] < 0) throw error("sublinear: a launch touches an evicted buffer that has no recipe");
+      regenerate(static_cast<std::size_t>(entry_of[b]), op.stream);
+    };
+    if (op.what == launch_view::kind::kernel) {
+      for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {
+        std::uint64_t word = 0;
+        std::memcpy(&word, op.params.data() + off, 8);
+        hit(word);
+      }
+    } else {
+      hit(reinterpret_cast<std::uint64_t>(op.dst));
+      if (op.src != nullptr) hit(reinterpret_cast<std::uint64_t>(op.src));
+    }
+  }
+
+  // ---- interception -----------------------------------------------------------------------
+  void flush_memory_op() {
+    if (!memory_op_pending) return;
+    memory_op_pending = false;
+    after(pending_op);
+  }
+
+  void before(const launch_view& op) {
+    flush_memory_op();
+    if (!have_plan || (st != engine_state::validate && st != engine_state::steady)) return;
+    if (restore_all_pending) restore_everything(op.stream);
+    if (!diverged) {
+      if (pos >= expected_handle.size()) {
+        diverge("more launches than the traced iteration");
+      } else if (expected_handle[pos] != handle_of(op)) {
+        diverge("launch " + std::to_string(pos) + " is not the traced kernel");
+      }
+      if (diverged) restore_everything(op.stream);
+    }
+    if (!diverged) {
+      for (std::size_t i : restore_at[pos]) regenerate(i, op.stream);
+    }
+    if (std::getenv("SUBLINEAR_DEBUG_LAUNCHES") != nullptr && pos < expected_handle.size())
+      log_debug("launch " + launch_name(pos));
+    regenerate_touched(op);
+    if (!diverged && saved_needed[pos]) {
+      saved_op& so = saved[pos];
+      so.present = true;
+      so.view = op;
+      so.params.assign(op.params.begin(), op.params.end());
+      so.view.params = so.params;
+      const auto& touched = graph().launches[pos].touched;
+      so.input_versions.resize(touched.size());
+      for (std::size_t i = 0; i < touched.size(); ++i) so.input_versions[i] = version[touched[i]];
+    }
+  }
+
+  void after(const launch_view& op) {
+    if (opts.record_timeline) note(timeline_event::kind::memory, dev.now_s(), 0, {});
+    if (!have_plan || (st != engine_state::validate && st != engine_state::steady)) return;
+    if (!diverged && pos < graph().launches.size()) {
+      for (buffer_id w : graph().launches[pos].written) ++version[w];
+      for (std::size_t i : evict_at[pos]) evict(i, op.stream);
+    }
+    ++pos;
+  }
+};
+
+// ---- public shell ----------------------------------------------------------------------------
+
+engine::engine(allocator::caching_allocator& alloc, replay_device& device, tracer::recorder& recorder,
+               engine_options options)
+    : impl_(std::make_unique<impl>(alloc, device, recorder, std::move(options))) {
+  if (impl_->opts.config.disable) return;
+  recorder.set_next(this);
+  impl_->previous_observer = alloc.set_observer(&recorder);
+  // Blocks allocated before the engine existed (parameters, optimizer state) must be known
+  // to the pointer scan, or launches would seem not to touch them.
+  for (const auto& b : alloc.live_blocks()) recorder.on_allocate(b.base, b.requested, b.stream, b.evictable);
+  recorder.start();
+  impl_->begin_iteration();
+}
+
+engine::~engine() {
+  if (impl_->st == engine_state::disabled) return;
+  impl_->alloc.set_observer(impl_->previous_observer);
+  impl_->rec.set_next(nullptr);
+}
+
+void engine::before_launch(const launch_view& op) {
+  if (inside_engine) return;
+  std::lock_guard lock(impl_->mutex);
+  engine_scope scope;
+  if (op.what != launch_view::kind::kernel) {
+    impl_->before(op);
+    impl_->pending_op = op;
+    impl_->pending_op.params = {};
+    impl_->memory_op_pending = true;  // its EXIT is the next interception (Note [Replay at the launch])
+    return;
+  }
+  impl_->before(op);
+}
+
+void engine::after_launch(const launch_view& op) {
+  if (inside_engine || op.what != launch_view::kind::kernel) return;
+  std::lock_guard lock(impl_->mutex);
+  engine_scope scope;
+  impl_->after(op);
+}
+
+void engine::mark_iteration() {
+  std::lock_guard lock(impl_->mutex);
+  engine_scope scope;
+  if (impl_->st != engine_state::disabled) impl_->rec.mark_iteration();
+  impl_->end_iteration();
+}
+
+bool engine::place_evictable(std::size_t size, allocator::stream_handle) {
+  if (inside_engine) return false;
+  std::lock_guard lock(impl_->mutex);
+  auto& m = *impl_;
+  if (!m.active()) return false;
+  if (m.alloc_count >= m.transient_buffers.size()) {
+    m.diverge("more allocations than the traced iteration");
+    return false;
+  }
+  const buffer_id b = m.transient_buffers[m.alloc_count];
+  if (m.graph().buffers[b].size != size) {
+    m.diverge("allocation " + std::to_string(m.alloc_count) + " has size " + std::to_string(size) + ", traced " +
+              std::to_string(m.graph().buffers[b].size));
+    return false;
+  }
+  return m.buffer_evictable[b] != 0;
+}
+
+void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle, bool) {
+  if (inside_engine) return;
+  std::lock_guard lock(impl_->mutex);
+  auto& m = *impl_;
+  m.flush_memory_op();
+  if (!m.active() || m.alloc_count >= m.transient_buffers.size()) return;
+  const buffer_id b = m.transient_buffers[m.alloc_count++];
+  if (m.graph().buffers[b].size != size) return;  // place_evictable already diverged
+  m.addr[b] = static_cast<char*>(ptr);
+  m.buffer_at[ptr] = b;
+}
+
+void engine::on_free(void* ptr, std::size_t, allocator::stream_handle) {
+  if (inside_engine) return;
+  std::lock_guard lock(impl_->mutex);
+  auto& m = *impl_;
+  m.flush_memory_op();
+  if (!m.have_plan) return;
+  auto it = m.buffer_at.find(ptr);
+  if (it == m.buffer_at.end()) return;
+  const buffer_id b = it->second;
+  m.buffer_at.erase(it);
+  if (b < m.freed.size()) {
+    m.freed[b] = 1;
+    if (m.evicted[b]) m.evicted_ranges.erase(m.addr[b]);
+    m.backups.erase(b);
+  }
+}
+
+engine_state engine::state() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->st;
+}
+
+std::vector<iteration_report> engine::iterations() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->reports;
+}
+
+std::vector<eviction_record> engine::evictions() const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<eviction_record> out;
+  for (const auto& [idx, r] : impl_->records) out.push_back(r);
+  return out;
+}
+
+std::vector<timeline_event> engine::timeline() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->timeline;
+}
+
+std::string engine::plan_error() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->plan_error;
+}
+
+std::size_t engine::budget() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->budget_bytes;
+}
+
+std::size_t engine::predicted_peak() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->have_plan ? impl_->plan.predicted_peak : 0;
+}
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,170 @@
+// The replay engine: traces an iteration, plans, then evicts and regenerates activations
+// on every later iteration, under a strict budget.
+//
+// Note [Iteration lifecycle]
+// Rationale: eviction is only safe if we know, at each launch, which buffers the rest of
+//   the iteration will touch and how to regenerate each one. A training iteration repeats,
+//   so one traced iteration tells us all of it; correctness must still never depend on the
+//   trace being right.
+// Approach: TRACE (the recorder records; nothing is evicted) -> PLAN (analyse the trace,
+//   run the planner, set the allocator's budget) -> VALIDATE (the first iterations with
+//   evictions keep a host-side copy of every evicted buffer and compare it with what the
+//   replay regenerates; a mismatch restores the copy, so the iteration stays correct, and
+//   marks the buffer never-evict for the next plan) -> STEADY. Every iteration is compared
+//   with the trace as it runs (each allocation's size, each launch's kernel); at the first
+//   difference every evicted buffer is regenerated, eviction stops for the iteration and
+//   the next one is traced again.
+// Limitations: the traced iteration itself runs without a budget (its peak defines what a
+//   budget like "0.5x" means, and nothing is known yet about what can be dropped).
+//
+// Note [Replay at the launch]
+// Evictions happen right after the launch at `evict_after` is issued: the allocator
+// records an event on the block's streams and unmaps once it has completed (Note
+// [Deferred unmap]). Regeneration happens at launch ENTER of `restore_before`, and, as a
+// safety net, at the ENTER of any launch whose parameters point into an evicted block: the
+// pages are mapped again at the same address and the recipe's launches are queued on the
+// entering launch's stream before it, with the parameter bytes they had in this iteration.
+// Temporaries get scratch blocks at other addresses and the parameter words pointing at
+// them are rewritten. Launches the engine queues itself are not intercepted again.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/runtime/settings.hpp"
+#include "tracer/events.hpp"
+#include "tracer/recorder.hpp"
+
+namespace sublinear::runtime {
+
+// One operation as the engine sees it at ENTER/EXIT: a kernel, a copy or a set.
+struct launch_view {
+  enum class kind : std::uint8_t { kernel, memcpy, memset };
+  kind what = kind::kernel;
+  std::uint64_t kernel_handle = 0;  // the device's handle (host: kernel id)
+  tracer::dims grid, block;
+  std::uint32_t shared_mem = 0;
+  allocator::stream_handle stream = nullptr;
+  std::span<const std::byte> params;  // kernels: the packed parameter block
+  void* dst = nullptr;                // copies and sets
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  int value = 0;
+};
+
+// What the engine needs from a device to regenerate buffers. Work queued through it is
+// not intercepted by the engine or the tracer.
+class replay_device {
+ public:
+  virtual ~replay_device() = default;
+  // Queues `op` (as recorded, with its possibly rewritten parameters) on `stream`.
+  virtual void replay(const launch_view& op, allocator::stream_handle stream) = 0;
+  // Copies device bytes into host memory, waiting for `stream`'s work first (validation).
+  virtual void download(void* host_dst, const void* device_src, std::size_t bytes,
+                        allocator::stream_handle stream) = 0;
+  // Copies host bytes into device memory and waits for it (validation repairs).
+  virtual void upload(void* device_dst, const void* host_src, std::size_t bytes,
+                      allocator::stream_handle stream) = 0;
+  // Queues a device-to-device copy on `stream` (scratch copies of side outputs).
+  virtual void copy(void* dst, const void* src, std::size_t bytes, allocator::stream_handle stream) = 0;
+  // Monotonic seconds, for recompute-time accounting.
+  virtual double now_s() = 0;
+};
+
+enum class engine_state : std::uint8_t { trace, validate, steady, disabled };
+const char* to_string(engine_state s) noexcept;
+
+// Figures for one finished iteration.
+struct iteration_report {
+  std::size_t index = 0;
+  engine_state state = engine_state::trace;
+  std::size_t peak_mapped = 0;
+  std::size_t budget = 0;
+  std::size_t evictions = 0;
+  std::size_t evicted_bytes = 0;
+  std::size_t recomputed_launches = 0;
+  double recompute_s = 0.0;         // host time spent queuing replays (device time on GPU)
+  double stall_s = 0.0;             // time launches waited for regeneration at ENTER
+  bool diverged = false;
+  std::size_t validation_mismatches = 0;
+  double wall_s = 0.0;
+};
+
+// Per evicted buffer, over the whole run.
+struct eviction_record {
+  std::size_t size = 0;
+  std::string producer;             // kernel name of its first writer
+  std::size_t times_evicted = 0;
+  std::size_t times_recomputed = 0;
+  double recompute_cost_s = 0.0;    // planned cost of its recipe, per regeneration
+  bool never_evict = false;         // failed validation
+};
+
+// One entry of the timeline behind the Chrome trace and the memory plot.
+struct timeline_event {
+  enum class kind : std::uint8_t {
+    memory,      // a sample of mapped and allocated bytes after a launch
+    evict,       // a buffer's eviction was requested (bytes: its size)
+    regenerate,  // a recipe ran (begin..end: host time spent queuing it)
+    iteration,   // an iteration ended (label: its state)
+  };
+  kind what = kind::memory;
+  double begin_s = 0.0;  // seconds since the engine started
+  double end_s = 0.0;
+  std::size_t bytes = 0;
+  std::size_t mapped = 0;
+  std::size_t allocated = 0;
+  std::string label;     // producer kernel, state name
+};
+
+struct engine_options {
+  settings config;                  // budget, policy, validation mode, ...
+  std::size_t device_capacity = 0;  // for budgets given as a share of device memory
+  bool record_timeline = false;     // keep timeline events (reports, plots)
+  std::size_t timeline_limit = 1'000'000;  // events kept at most
+};
+
+class engine final : public allocator::allocation_observer {
+ public:
+  // The engine installs itself as the allocator's observer (forwarding to the recorder)
+  // and starts tracing. `device` replays; both must outlive the engine.
+  engine(allocator::caching_allocator& alloc, replay_device& device, tracer::recorder& recorder,
+         engine_options options);
+  ~engine() override;
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // Interception, called by a collector at launch ENTER and EXIT.
+  void before_launch(const launch_view& op);
+  void after_launch(const launch_view& op);
+  // An iteration boundary (explicit marker).
+  void mark_iteration();
+
+  // allocation_observer
+  bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
+  void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
+  void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
+
+  [[nodiscard]] engine_state state() const;
+  [[nodiscard]] std::vector<iteration_report> iterations() const;
+  [[nodiscard]] std::vector<eviction_record> evictions() const;
+  [[nodiscard]] std::vector<timeline_event> timeline() const;
+  // Why there is no plan, if there is none ("" otherwise): infeasible budget, etc.
+  [[nodiscard]] std::string plan_error() const;
+  // The budget in bytes the current plan was made for (0: none).
+  [[nodiscard]] std::size_t budget() const;
+  // Predicted peak of the current plan (0: none).
+  [[nodiscard]] std::size_t predicted_peak() const;
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace sublinear::runtime

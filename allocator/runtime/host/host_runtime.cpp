@@ -1,0 +1,110 @@
+#include "allocator/runtime/host/host_runtime.hpp"
+
+#include <chrono>
+#include <cstring>
+
+namespace sublinear::runtime {
+
+namespace {
+host::stream* on(allocator::stream_handle s) { return host::device::from_handle(s); }
+}  // namespace
+
+void host_replay_device::replay(const launch_view& op, allocator::stream_handle stream) {
+  switch (op.what) {
+    case launch_view::kind::kernel: {
+      const host::kernel* k = host::kernels().by_id(static_cast<std::uint32_t>(op.kernel_handle));
+      if (k == nullptr) throw error("sublinear: replay of an unknown host kernel id " + std::to_string(op.kernel_handle));
+      host::launch_config cfg{{op.grid.x, op.grid.y, op.grid.z}, {op.block.x, op.block.y, op.block.z}, op.shared_mem};
+      dev_.launch(*k, cfg, on(stream), op.params.data());
+      break;
+    }
+    case launch_view::kind::memcpy: dev_.memcpy_async(op.dst, op.src, op.bytes, on(stream)); break;
+    case launch_view::kind::memset: dev_.memset_async(op.dst, op.value, op.bytes, on(stream)); break;
+  }
+}
+
+void host_replay_device::download(void* host_dst, const void* device_src, std::size_t bytes,
+                                  allocator::stream_handle stream) {
+  dev_.synchronize(on(stream));
+  std::memcpy(host_dst, device_src, bytes);
+}
+
+void host_replay_device::upload(void* device_dst, const void* host_src, std::size_t bytes,
+                                allocator::stream_handle stream) {
+  dev_.synchronize(on(stream));
+  std::memcpy(device_dst, host_src, bytes);
+}
+
+void host_replay_device::copy(void* dst, const void* src, std::size_t bytes, allocator::stream_handle stream) {
+  dev_.memcpy_async(dst, src, bytes, on(stream));
+}
+
+double host_replay_device::now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// Forwards the host device's interception points to the engine.
+class host_runtime::hook final : public host::launch_hook {
+ public:
+  hook(host::device& dev, engine& e) : dev_(dev), engine_(e) {}
+  void on_enter(const host::launch_record& rec) override { engine_.before_launch(view(rec)); }
+  void on_exit(const host::launch_record& rec) override { engine_.after_launch(view(rec)); }
+  void on_memory_op(const host::memory_op_record& rec) override {
+    launch_view v;
+    v.what = rec.op == host::memory_op_record::kind::copy ? launch_view::kind::memcpy : launch_view::kind::memset;
+    v.stream = handle(rec.on);
+    v.dst = rec.dst;
+    v.src = rec.src;
+    v.bytes = rec.bytes;
+    v.value = rec.value;
+    engine_.before_launch(v);
+  }
+
+ private:
+  allocator::stream_handle handle(host::stream* s) const { return s == dev_.default_stream() ? nullptr : s; }
+  launch_view view(const host::launch_record& rec) const {
+    launch_view v;
+    v.what = launch_view::kind::kernel;
+    v.kernel_handle = rec.fn->id;
+    v.grid = {rec.config.grid.x, rec.config.grid.y, rec.config.grid.z};
+    v.block = {rec.config.block.x, rec.config.block.y, rec.config.block.z};
+    v.shared_mem = rec.config.shared_mem;
+    v.stream = handle(rec.on);
+    v.params = {rec.params, rec.param_bytes};
+    return v;
+  }
+  host::device& dev_;
+  engine& engine_;
+};
+
+host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options)
+    : dev_(dev) {
+  tracer::recorder_options ro;
+  ro.device = "host";
+  ro.granularity = alloc.granularity();
+  ro.start_recording = false;
+  recorder_ = std::make_unique<tracer::recorder>(ro);
+  replay_ = std::make_unique<host_replay_device>(dev);
+  engine_ = std::make_unique<engine>(alloc, *replay_, *recorder_, std::move(options));
+  tracer::host_collector_options co;
+  co.time_launches = true;
+  co.observe_writes = true;
+  collector_ = std::make_unique<tracer::host_collector>(dev, *recorder_, co);
+  hook_ = std::make_unique<hook>(dev, *engine_);
+  dev.add_hook(hook_.get());
+}
+
+host_runtime::~host_runtime() {
+  dev_.synchronize();
+  dev_.remove_hook(hook_.get());
+  collector_.reset();
+  engine_.reset();
+}
+
+void host_runtime::mark_iteration() {
+  dev_.synchronize();  // durations and observed writes of the iteration arrive before it is analysed
+  engine_->mark_iteration();
+}
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,51 @@
+// sublinear on the host device: the recorder, the host collector, the replay engine and
+// the hooks that connect them, in one object.
+#pragma once
+
+#include <memory>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/host/device.hpp"
+#include "allocator/runtime/engine.hpp"
+#include "tracer/host/host_collector.hpp"
+#include "tracer/recorder.hpp"
+
+namespace sublinear::runtime {
+
+// Replays on the host device. Work queued from inside a launch hook is not intercepted.
+class host_replay_device final : public replay_device {
+ public:
+  explicit host_replay_device(host::device& dev) : dev_(dev) {}
+  void replay(const launch_view& op, allocator::stream_handle stream) override;
+  void download(void* host_dst, const void* device_src, std::size_t bytes, allocator::stream_handle stream) override;
+  void upload(void* device_dst, const void* host_src, std::size_t bytes, allocator::stream_handle stream) override;
+  void copy(void* dst, const void* src, std::size_t bytes, allocator::stream_handle stream) override;
+  double now_s() override;
+
+ private:
+  host::device& dev_;
+};
+
+class host_runtime {
+ public:
+  // Installs itself on `alloc` (observer) and `dev` (launch hooks) and starts tracing.
+  host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options);
+  ~host_runtime();
+  host_runtime(const host_runtime&) = delete;
+  host_runtime& operator=(const host_runtime&) = delete;
+
+  void mark_iteration();
+  [[nodiscard]] engine& get() { return *engine_; }
+  [[nodiscard]] tracer::recorder& recorder() { return *recorder_; }
+
+ private:
+  class hook;
+  host::device& dev_;
+  std::unique_ptr<tracer::recorder> recorder_;
+  std::unique_ptr<host_replay_device> replay_;
+  std::unique_ptr<engine> engine_;
+  std::unique_ptr<tracer::host_collector> collector_;
+  std::unique_ptr<hook> hook_;
+};
+
+}  // namespace sublinear::runtime

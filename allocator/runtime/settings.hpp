@@ -1,0 +1,93 @@
+// Every setting sublinear reads, in one table: name, default, accepted forms, one line of
+// doc. Parsed once into a `settings` value; a malformed value is a config_error naming the
+// variable, the value and the accepted forms, and nothing runs on a guess.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "sublinear/error.hpp"
+
+namespace sublinear::runtime {
+
+enum class log_level { error, warn, info, debug };
+enum class validate_mode { off, first, always };
+enum class iteration_mode { marker, automatic };
+
+struct settings {
+  std::string budget;              // unparsed budget ("" = none); see policy/budget.hpp
+  std::string policy = "chen";
+  std::string report;              // JSON report path ("" = none)
+  log_level log = log_level::warn;
+  std::string log_file;            // "" = stderr
+  validate_mode validate = validate_mode::first;
+  std::string trace;               // trace file path ("" = none)
+  int trace_iterations = 1;        // iterations traced before planning (1 or 2)
+  iteration_mode iteration = iteration_mode::marker;
+  bool disable = false;            // plain caching, no tracing or eviction
+};
+
+struct option_info {
+  const char* name;           // environment variable
+  const char* default_value;  // as written in the environment
+  const char* forms;          // accepted forms, for errors and --help
+  const char* doc;
+  bool boolean = false;       // a yes/no switch: `sublinear run --flag` alone sets it
+};
+
+// The table, in documentation order.
+const std::vector<option_info>& options_table();
+
+// A lookup for variables: std::getenv by default; tests pass their own.
+using env_lookup = std::function<const char*(const char*)>;
+
+// Reads every SUBLINEAR_* variable. Throws config_error on the first malformed value, and
+// on an unknown SUBLINEAR_* variable when `environ_names` lists the environment's names
+// (a misspelt setting must not be silently ignored).
+settings read_settings(const env_lookup& lookup, const std::vector<std::string>& environ_names = {});
+settings read_settings_from_environment();
+
+// The effective configuration, one "NAME=value" per line (printed once at debug level).
+std::string describe(const settings& s);
+
+// Parsers shared with the command line; each throws config_error naming `what`.
+bool parse_bool(const std::string& what, const std::string& value);
+log_level parse_log_level(const std::string& what, const std::string& value);
+validate_mode parse_validate_mode(const std::string& what, const std::string& value);
+
+// The options table as a Markdown table (docs/settings.md and README.md embed it; a test
+// keeps them equal).
+std::string settings_markdown();
+
+// The command-line flag of a setting: SUBLINEAR_TRACE_ITERATIONS -> "--trace-iterations".
+std::string flag_name(const option_info& o);
+// The setting a flag names ("--trace-iterations" or "trace-iterations"), or nullptr.
+const option_info* option_for_flag(std::string_view flag);
+
+// Note [Run environment]
+// Rationale: `sublinear run -- CMD` must give CMD exactly the settings the user asked for,
+//   plus the variables that load sublinear into it, and refuse before anything runs when
+//   a setting is malformed or unknown: the child would otherwise fail later, or run
+//   silently without a budget.
+// Approach: a pure function from the current environment, the settings given on the
+//   command line (they win over the environment's) and the path of the preload /
+//   injection library to the child's environment. Every SUBLINEAR_* variable of the result
+//   goes through read_settings (malformed values and unknown names throw config_error);
+//   LD_PRELOAD gains the library in front (kept once; what was there stays, in order);
+//   CUDA_INJECTION64_PATH is set to the library (CUPTI loads one injection library: if
+//   another one is set already, that is an error naming it rather than a silent swap).
+// Limitations: the environment is taken as NAME=VALUE strings; an entry without '=' is
+//   passed through unchanged.
+struct run_environment {
+  std::vector<std::string> variables;  // NAME=VALUE, in the order execve takes them
+  settings effective;                  // what sublinear will read in the child
+};
+run_environment compose_run_environment(const std::vector<std::string>& inherited,
+                                        const std::vector<std::pair<std::string, std::string>>& overrides,
+                                        const std::string& library);
+
+}  // namespace sublinear::runtime

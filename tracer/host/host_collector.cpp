@@ -1,0 +1,159 @@
+// The host-device collector (Notes [Host collector] and [Write observation]).
+#include "tracer/host/host_collector.hpp"
+
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace sublinear::tracer {
+
+std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
+  // Word-at-a-time multiply-xorshift; fast enough to hash every touched block of a traced
+  // iteration, and any changed word changes the result with overwhelming probability.
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ (bytes * 0xC2B2AE3D27D4EB4FULL);
+  auto mix = [&h](std::uint64_t w) {
+    h ^= w * 0xFF51AFD7ED558CCDULL;
+    h = (h << 31) | (h >> 33);
+    h *= 0xC4CEB9FE1A85EC53ULL;
+  };
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    mix(w);
+  }
+  if (i < bytes) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, p + i, bytes - i);
+    mix(w ^ 0xA5);
+  }
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDULL;
+  h ^= h >> 33;
+  return h;
+}
+
+namespace {
+
+kernel_info describe_host_kernel(const void* context) {
+  const auto* k = static_cast<const host::kernel*>(context);
+  kernel_info info;
+  info.name = k->name;
+  info.param_bytes = static_cast<std::uint32_t>(k->param_bytes);
+  info.params.reserve(k->params.size());
+  for (const host::param_info& p : k->params) info.params.push_back({p.offset, p.size});
+  return info;
+}
+
+// Shared by the two host functions that bracket one launch.
+struct probe {
+  recorder* rec = nullptr;
+  std::uint64_t seq = no_seq;
+  bool time = false;
+  bool observe = false;
+  std::vector<block_extent> blocks;
+  std::vector<std::uint64_t> before;
+  std::uint64_t t0 = 0;
+
+  void hash_all(std::vector<std::uint64_t>& out) const {
+    out.clear();
+    out.reserve(blocks.size());
+    for (const block_extent& b : blocks) {
+      out.push_back(hash_bytes(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.base)),
+                               static_cast<std::size_t>(b.size)));
+    }
+  }
+  void begin() {
+    if (observe) hash_all(before);
+    t0 = now_ns();
+  }
+  void end() {
+    const std::uint64_t t1 = now_ns();
+    if (time) rec->set_duration(seq, t1 - t0);
+    if (observe) {
+      std::vector<std::uint64_t> after;
+      hash_all(after);
+      std::vector<std::uint64_t> written;
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        if (after[i] != before[i]) written.push_back(blocks[i].base);
+      }
+      rec->set_writes(seq, written);
+    }
+  }
+};
+
+// The probe opened at on_enter, waiting for its on_exit on the same thread. A stack,
+// because a hook of another device may launch (and be intercepted) in between.
+struct open_probe {
+  const host_collector* owner;
+  std::uint64_t correlation;
+  std::shared_ptr<probe> state;
+};
+thread_local std::vector<open_probe> t_open;
+
+}  // namespace
+
+host_collector::host_collector(host::device& dev, recorder& rec, host_collector_options options)
+    : dev_(dev), rec_(rec), options_(options), default_stream_(dev.default_stream()) {
+  dev_.add_hook(this);
+}
+
+host_collector::~host_collector() {
+  dev_.synchronize();
+  dev_.remove_hook(this);
+}
+
+void host_collector::on_enter(const host::launch_record& r) {
+  launch_args a;
+  a.kernel_handle = r.fn->id;
+  a.grid = {r.config.grid.x, r.config.grid.y, r.config.grid.z};
+  a.block = {r.config.block.x, r.config.block.y, r.config.block.z};
+  a.shared_mem = r.config.shared_mem;
+  a.stream = handle_of(r.on);
+  a.params = {r.params, r.param_bytes};
+  a.correlation = r.correlation_id;
+  const std::uint64_t seq = rec_.record_launch(a, &describe_host_kernel, r.fn);
+  if (seq == no_seq || (!options_.time_launches && !options_.observe_writes)) return;
+
+  auto p = std::make_shared<probe>();
+  p->rec = &rec_;
+  p->seq = seq;
+  p->time = options_.time_launches;
+  p->observe = options_.observe_writes;
+  if (p->observe) p->blocks = rec_.touched_blocks(a.params);
+  dev_.host_func(r.on, [p] { p->begin(); });
+  t_open.push_back({this, r.correlation_id, std::move(p)});
+}
+
+void host_collector::on_exit(const host::launch_record& r) {
+  for (auto it = t_open.rbegin(); it != t_open.rend(); ++it) {
+    if (it->owner == this && it->correlation == r.correlation_id) {
+      std::shared_ptr<probe> p = std::move(it->state);
+      t_open.erase(std::next(it).base());
+      dev_.host_func(r.on, [p] { p->end(); });
+      return;
+    }
+  }
+}
+
+// Copies and sets are recorded at their ENTER, whoever issued them; the device has no EXIT
+// for them, so they are not timed (analysis estimates their cost from their bytes).
+void host_collector::on_memory_op(const host::memory_op_record& r) {
+  if (r.op == host::memory_op_record::kind::copy) {
+    rec_.record_memcpy(r.dst, r.src, r.bytes, handle_of(r.on));
+  } else {
+    rec_.record_memset(r.dst, r.value, r.bytes, handle_of(r.on));
+  }
+}
+
+void host_collector::on_event_op(const host::event_op_record& r) {
+  if (r.op == host::event_op_record::kind::record) {
+    rec_.record_event_record(reinterpret_cast<std::uintptr_t>(r.e), handle_of(r.on));
+  } else {
+    rec_.record_event_wait(reinterpret_cast<std::uintptr_t>(r.e), handle_of(r.on));
+  }
+}
+
+}  // namespace sublinear::tracer
