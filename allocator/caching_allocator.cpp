@@ -511,6 +511,7 @@ struct caching_allocator::impl {
       } else {
         std::size_t seg_size = segment_size(rounded);
         std::size_t minimal = round_up(rounded, granularity);
+        if (kind == pool_kind::large && opts.exact_large_segments) seg_size = minimal;
         // Under pressure a smaller segment beats an out-of-memory error.
         if (!fits(seg_size) && minimal < seg_size) seg_size = minimal;
         b = new_segment(seg_size, kind, stream, size);
@@ -812,6 +813,11 @@ std::size_t caching_allocator::empty_cache() {
   impl_->process_pending_evictions(true);
   impl_->release_cached(0, true);
   return before - impl_->st.mapped;
+}
+
+void caching_allocator::set_exact_large_segments(bool exact) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->opts.exact_large_segments = exact;
 }
 
 void caching_allocator::set_budget(std::size_t bytes) {

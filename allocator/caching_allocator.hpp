@@ -66,6 +66,10 @@ struct options {
   std::size_t min_large_alloc = 10 * MiB;    // kMinLargeAlloc
   std::size_t large_segment = 20 * MiB;      // kLargeBuffer
   std::size_t round_large = 2 * MiB;         // kRoundLarge
+  // Give every large allocation a segment of exactly its size (rounded to the
+  // granularity) instead of packing it into a 20 MiB one: the replay engine turns this on,
+  // so that mapped bytes follow live bytes closely and plans made from live bytes hold.
+  bool exact_large_segments = false;
 };
 
 struct stats {
@@ -153,6 +157,9 @@ class caching_allocator {
   std::size_t reclaim();
   // Waits for pending work, then releases every cached free segment. Returns bytes unmapped.
   std::size_t empty_cache();
+
+  // Switches Note [Segments and blocks]'s packing of large blocks off (see options).
+  void set_exact_large_segments(bool exact);
 
   // Changes the budget (0: physical capacity). Throws out_of_memory, leaving the budget
   // unchanged, if the mapped bytes cannot be brought under it.

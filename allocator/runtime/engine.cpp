@@ -653,6 +653,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
                engine_options options)
     : impl_(std::make_unique<impl>(alloc, device, recorder, std::move(options))) {
   if (impl_->opts.config.disable) return;
+  alloc.set_exact_large_segments(true);
   recorder.set_next(this);
   impl_->previous_observer = alloc.set_observer(&recorder);
   // Blocks allocated before the engine existed (parameters, optimizer state) must be known
@@ -666,6 +667,7 @@ engine::~engine() {
   if (impl_->st == engine_state::disabled) return;
   impl_->alloc.set_observer(impl_->previous_observer);
   impl_->rec.set_next(nullptr);
+  impl_->alloc.set_exact_large_segments(false);
 }
 
 void engine::before_launch(const launch_view& op) {

@@ -102,6 +102,17 @@ TEST_F(CachingAllocator, UsesTwentyMiBSegmentsForMidSizesAndExactSegmentsForLarg
   a.deallocate(large);
 }
 
+TEST_F(CachingAllocator, ExactLargeSegmentsFollowTheRequestedSize) {
+  auto a = make();
+  a.set_exact_large_segments(true);
+  void* mid = a.allocate(3 * MiB + 1, nullptr);
+  EXPECT_EQ(a.get_stats().mapped, 3 * MiB + kGranularity);
+  void* small = a.allocate(1000, nullptr);  // small blocks are still packed
+  EXPECT_EQ(a.get_stats().mapped, 3 * MiB + kGranularity + 2 * MiB);
+  a.deallocate(mid);
+  a.deallocate(small);
+}
+
 TEST_F(CachingAllocator, SplitsAndMergesSoAFreedSegmentIsWholeAgain) {
   auto a = make();
   void* x = a.allocate(100 * KiB, nullptr);
