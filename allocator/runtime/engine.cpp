@@ -209,6 +209,7 @@ struct engine::impl {
       plan_error = e.what();
       log_warn(std::string(e.what()) + " Continuing without eviction (plain caching).");
       budget_bytes = 0;
+      alloc.set_budget(0);
       return;
     }
     index_plan();
@@ -219,6 +220,7 @@ struct engine::impl {
       log_warn("cannot bring mapped memory under the budget: " + std::string(e.what()));
       budget_bytes = 0;
       have_plan = false;
+      alloc.set_budget(0);
       return;
     }
     have_plan = true;
@@ -354,6 +356,7 @@ struct engine::impl {
           st = engine_state::trace;
           have_plan = false;
           alloc.set_budget(0);
+          alloc.empty_cache();  // the traced peak must not count the old shape's cache
           rec.start();
         } else if (current.validation_mismatches > 0) {
           make_plan(reports.empty() ? 0 : max_traced_peak());
@@ -380,6 +383,9 @@ struct engine::impl {
     if (diverged) return;
     diverged = true;
     restore_all_pending = true;
+    // Without a plan for what comes next the budget cannot be kept: lift it for the rest
+    // of this iteration (the next one is traced unbudgeted and planned again).
+    alloc.set_budget(0);
     log_info("iteration " + std::to_string(iteration_index) + " diverged from the trace (" + why +
              "); regenerating evicted buffers and tracing again");
   }
@@ -659,6 +665,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
   // Blocks allocated before the engine existed (parameters, optimizer state) must be known
   // to the pointer scan, or launches would seem not to touch them.
   for (const auto& b : alloc.live_blocks()) recorder.on_allocate(b.base, b.requested, b.stream, b.evictable);
+  alloc.empty_cache();  // the traced peak counts what the iteration needs, not an old cache
   recorder.start();
   impl_->begin_iteration();
 }

@@ -1,0 +1,276 @@
+// The engine under things going wrong: a changed batch size, a kernel that is not safe to
+// replay, a budget no plan can meet, and the device running out of memory while a buffer
+// is being regenerated. A tiny framework-like loop over test kernels keeps every case
+// deterministic and its expected values computable.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/host/device.hpp"
+#include "allocator/host/host_vmm.hpp"
+#include "allocator/runtime/host/host_runtime.hpp"
+
+namespace sublinear::runtime {
+namespace {
+
+// ---- test kernels -------------------------------------------------------------------------
+struct fill_params {
+  float* out;
+  float* counter;  // read and incremented: replaying this kernel gives different values
+  std::int64_t n;
+  float value;
+  std::int32_t use_counter;
+};
+void fill_body(const host::launch_config&, const fill_params& p) {
+  const float base = p.use_counter != 0 ? p.counter[0] : 0.0f;
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.value + base + static_cast<float>(i % 7);
+  if (p.use_counter != 0) p.counter[0] += 1.0f;
+}
+struct scale_params {
+  float* out;
+  const float* in;
+  std::int64_t n;
+  float factor;
+};
+void scale_body(const host::launch_config&, const scale_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
+}
+struct accumulate_params {
+  float* acc;
+  const float* in;
+  std::int64_t n;
+};
+void accumulate_body(const host::launch_config&, const accumulate_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.acc[i % 64] += p.in[i] * 0.001f;
+}
+
+const host::kernel& fill_kernel() {
+  static const host::kernel& k = host::register_kernel<fill_params, fill_body>(
+      "test_fault_fill", {SUBLINEAR_PARAM(fill_params, out), SUBLINEAR_PARAM(fill_params, counter),
+                          SUBLINEAR_PARAM(fill_params, n), SUBLINEAR_PARAM(fill_params, value),
+                          SUBLINEAR_PARAM(fill_params, use_counter)});
+  return k;
+}
+const host::kernel& scale_kernel() {
+  static const host::kernel& k = host::register_kernel<scale_params, scale_body>(
+      "test_fault_scale", {SUBLINEAR_PARAM(scale_params, out), SUBLINEAR_PARAM(scale_params, in),
+                           SUBLINEAR_PARAM(scale_params, n), SUBLINEAR_PARAM(scale_params, factor)});
+  return k;
+}
+const host::kernel& accumulate_kernel() {
+  static const host::kernel& k = host::register_kernel<accumulate_params, accumulate_body>(
+      "test_fault_accumulate", {SUBLINEAR_PARAM(accumulate_params, acc), SUBLINEAR_PARAM(accumulate_params, in),
+                                SUBLINEAR_PARAM(accumulate_params, n)});
+  return k;
+}
+
+// The host VMM with fault injection: while `exhausted` is set, the device has no physical
+// memory left for anyone.
+class exhaustible_vmm final : public allocator::vmm {
+ public:
+  allocator::host_vmm inner{allocator::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
+  bool exhausted = false;
+
+  std::size_t granularity() const noexcept override { return inner.granularity(); }
+  std::size_t physical_capacity() const noexcept override { return inner.physical_capacity(); }
+  allocator::vmm_status reserve(std::size_t size, void** a) noexcept override { return inner.reserve(size, a); }
+  allocator::vmm_status release(void* a, std::size_t size) noexcept override { return inner.release(a, size); }
+  allocator::vmm_status create_chunk(std::size_t size, allocator::chunk_handle* h) noexcept override {
+    return exhausted ? allocator::vmm_status::out_of_memory : inner.create_chunk(size, h);
+  }
+  allocator::vmm_status release_chunk(allocator::chunk_handle h) noexcept override { return inner.release_chunk(h); }
+  allocator::vmm_status map(void* a, std::size_t size, allocator::chunk_handle h) noexcept override {
+    return inner.map(a, size, h);
+  }
+  allocator::vmm_status set_access(void* a, std::size_t size) noexcept override { return inner.set_access(a, size); }
+  allocator::vmm_status unmap(void* a, std::size_t size) noexcept override { return inner.unmap(a, size); }
+  std::string name() const override { return "host"; }
+  std::string last_error() const override { return exhausted ? "exhausted by the test" : inner.last_error(); }
+};
+
+// ---- a chain "model": forward allocates L activations, backward consumes them in reverse ----
+struct chain_model {
+  exhaustible_vmm vmm;
+  host::device dev;
+  allocator::caching_allocator alloc{vmm, dev, host_options()};
+
+  // PyTorch's size classes scaled to a small host model (64 KiB pages).
+  static allocator::options host_options() {
+    allocator::options o;
+    o.small_size = 64 * 1024;
+    o.small_segment = 256 * 1024;
+    o.min_large_alloc = 1 << 20;
+    o.large_segment = 2 << 20;
+    o.round_large = 64 * 1024;
+    return o;
+  }
+  float* counter = nullptr;
+  float* acc = nullptr;
+
+  chain_model() {
+    counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
+    acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
+    dev.memset_async(counter, 0, sizeof(float), nullptr);
+    dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
+    dev.synchronize();
+  }
+  ~chain_model() {
+    dev.synchronize();
+    alloc.deallocate(counter);
+    alloc.deallocate(acc);
+  }
+
+  // One iteration with `layers` activations of `n` floats; the first one comes from the
+  // counter kernel when `unsafe_first`.
+  void iteration(int layers, std::int64_t n, bool unsafe_first, const std::function<void()>& between = {}) {
+    std::vector<float*> acts;
+    // A large side buffer from the fill kernel, needed only at the very end: the first
+    // thing any planner drops.
+    auto* side = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(4 * n) * sizeof(float), nullptr));
+    fill_params sidep{side, counter, 4 * n, 0.25f, unsafe_first ? 1 : 0};
+    dev.launch(fill_kernel(), {}, nullptr, &sidep);
+    auto* first = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
+    fill_params fp{first, counter, n, 0.5f, 0};
+    dev.launch(fill_kernel(), {}, nullptr, &fp);
+    acts.push_back(first);
+    for (int l = 1; l < layers; ++l) {
+      auto* next = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
+      scale_params sp{next, acts.back(), n, 0.5f + 0.01f * static_cast<float>(l)};
+      dev.launch(scale_kernel(), {}, nullptr, &sp);
+      acts.push_back(next);
+    }
+    if (between) between();
+    for (int l = layers - 1; l >= 0; --l) {
+      accumulate_params ap{acc, acts[static_cast<std::size_t>(l)], n};
+      dev.launch(accumulate_kernel(), {}, nullptr, &ap);
+      alloc.deallocate(acts[static_cast<std::size_t>(l)]);
+    }
+    accumulate_params sidea{acc, side, 4 * n};
+    dev.launch(accumulate_kernel(), {}, nullptr, &sidea);
+    alloc.deallocate(side);
+    dev.synchronize();
+  }
+
+  std::vector<float> result() {
+    dev.synchronize();
+    std::vector<float> out(64);
+    std::memcpy(out.data(), acc, 64 * sizeof(float));
+    out.push_back(*counter);
+    return out;
+  }
+};
+
+engine_options options_for(const std::string& budget, const std::string& policy = "greedy") {
+  engine_options o;
+  o.config.budget = budget;
+  o.config.policy = policy;
+  o.config.validate = validate_mode::first;
+  o.config.log = getenv("FAULT_LOG") ? parse_log_level("FAULT_LOG", getenv("FAULT_LOG")) : log_level::error;
+  o.device_capacity = std::size_t{256} << 20;
+  return o;
+}
+
+constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations: whole granules
+
+TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
+  auto run = [](bool with_engine, std::vector<iteration_report>* reports) {
+    chain_model m;
+    std::unique_ptr<host_runtime> rt;
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.5x", "chain"));
+    for (int it = 0; it < 8; ++it) {
+      m.iteration(12, it < 4 ? kFloats : kFloats / 2, false);  // the "batch" halves at iteration 4
+      if (rt) rt->mark_iteration();
+    }
+    if (rt) *reports = rt->get().iterations();
+    return m.result();
+  };
+  std::vector<iteration_report> reports;
+  const auto expected = run(false, nullptr);
+  const auto got = run(true, &reports);
+  EXPECT_EQ(got, expected);
+  ASSERT_EQ(reports.size(), 8u);
+  EXPECT_GT(reports[2].evictions, 0u) << "the first shape was planned and evicted";
+  EXPECT_TRUE(reports[4].diverged) << "the new shape is detected in the iteration it appears";
+  EXPECT_EQ(reports[5].state, engine_state::trace) << "and traced again";
+  EXPECT_GT(reports[7].evictions, 0u) << "the new shape is planned too";
+  for (const auto& r : reports)
+    if (r.state != engine_state::trace && !r.diverged) EXPECT_LE(r.peak_mapped, r.budget) << r.index;
+}
+
+TEST(EngineFaults, AKernelThatIsNotReplaySafeIsCaughtByValidationAndNeverEvictedAgain) {
+  struct outcome {
+    std::vector<float> result;
+    std::size_t mismatches = 0;
+    std::size_t last_mismatches = 0;
+    bool flagged = false;
+  };
+  auto run = [](bool with_engine) {
+    chain_model m;
+    std::unique_ptr<host_runtime> rt;
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.5x", "chain"));
+    for (int it = 0; it < 5; ++it) {
+      m.iteration(12, kFloats, true);
+      if (rt) rt->mark_iteration();
+    }
+    outcome o;
+    o.result = m.result();
+    if (rt) {
+      auto reports = rt->get().iterations();
+      for (const auto& r : reports) o.mismatches += r.validation_mismatches;
+      o.last_mismatches = reports.back().validation_mismatches;
+      for (const auto& e : rt->get().evictions())
+        o.flagged = o.flagged || (e.never_evict && e.producer == "test_fault_fill");
+    }
+    return o;
+  };
+  const outcome expected = run(false);
+  const outcome got = run(true);
+  EXPECT_EQ(got.result, expected.result) << "validation must repair what the replay got wrong";
+  EXPECT_GE(got.mismatches, 1u) << "the counter kernel's replay was not caught";
+  EXPECT_TRUE(got.flagged) << "its buffer is marked never-evict in the report";
+  EXPECT_EQ(got.last_mismatches, 0u) << "and it is not evicted again";
+}
+
+TEST(EngineFaults, ABudgetBelowTheFeasibleMinimumGivesThePlannersErrorAndTrainsUnbudgeted) {
+  chain_model m;
+  host_runtime rt(m.dev, m.alloc, options_for("0.01x"));
+  for (int it = 0; it < 3; ++it) {
+    m.iteration(6, kFloats, false);
+    rt.mark_iteration();
+  }
+  const std::string why = rt.get().plan_error();
+  EXPECT_NE(why.find("infeasible"), std::string::npos) << why;
+  EXPECT_NE(why.find("smallest feasible budget"), std::string::npos) << why;
+  EXPECT_EQ(rt.get().budget(), 0u) << "no budget is enforced without a plan";
+}
+
+TEST(EngineFaults, RunningOutOfDeviceMemoryDuringRegenerationFailsClearly) {
+  chain_model m;
+  host_runtime rt(m.dev, m.alloc, options_for("0.5x", "chain"));
+  m.iteration(12, kFloats, false);
+  rt.mark_iteration();  // planned
+  // Between the forward and the backward pass the device runs out of physical memory
+  // (another process took it): regenerating an evicted buffer cannot get pages back.
+  auto hog = [&] {
+    m.dev.synchronize();
+    m.alloc.reclaim();
+    m.vmm.exhausted = true;
+  };
+  try {
+    m.iteration(12, kFloats, false, hog);
+    FAIL() << "regeneration had no memory and said nothing";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no physical memory"), std::string::npos) << e.what();
+  }
+  m.dev.synchronize();
+  m.vmm.exhausted = false;
+}
+
+}  // namespace
+}  // namespace sublinear::runtime
