@@ -1,0 +1,185 @@
+// The CUPTI collector on a real GPU. Compiled everywhere; skipped with the reason when
+// libcupti or a driver and device are missing (run by the GPU script on a lent machine).
+//
+// The test drives the driver directly (dlopen, no CUDA headers: the tests are built
+// without the toolkit's include path) with a hand-written PTX kernel, so it needs no nvcc.
+#include <gtest/gtest.h>
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tracer/recorder.hpp"
+
+#if defined(SUBLINEAR_HAVE_CUDA)
+#include "tracer/cupti/cupti_collector.hpp"
+#endif
+
+namespace sublinear::tracer {
+namespace {
+
+#if defined(SUBLINEAR_HAVE_CUDA)
+
+// The driver's types, as far as this test needs them (cuda.h: all are pointers or ints).
+using cu_result = int;
+using cu_device = int;
+using cu_context = void*;
+using cu_module = void*;
+using cu_function = void*;
+using cu_stream = void*;
+using cu_ptr = unsigned long long;
+
+struct driver {
+  void* lib = nullptr;
+  cu_result (*init)(unsigned) = nullptr;
+  cu_result (*device_get)(cu_device*, int) = nullptr;
+  cu_result (*primary_retain)(cu_context*, cu_device) = nullptr;
+  cu_result (*primary_release)(cu_device) = nullptr;
+  cu_result (*ctx_set_current)(cu_context) = nullptr;
+  cu_result (*module_load_data)(cu_module*, const void*) = nullptr;
+  cu_result (*module_unload)(cu_module) = nullptr;
+  cu_result (*module_get_function)(cu_function*, cu_module, const char*) = nullptr;
+  cu_result (*mem_alloc)(cu_ptr*, std::size_t) = nullptr;
+  cu_result (*mem_free)(cu_ptr) = nullptr;
+  cu_result (*launch_kernel)(cu_function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             cu_stream, void**, void**) = nullptr;
+  cu_result (*memset_d8_async)(cu_ptr, unsigned char, std::size_t, cu_stream) = nullptr;
+  cu_result (*ctx_synchronize)() = nullptr;
+
+  std::string open() {
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return "libcuda.so.1 not found";
+    std::string missing;
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+      if (fn == nullptr) missing += std::string(" ") + name;
+    };
+    get(init, "cuInit");
+    get(device_get, "cuDeviceGet");
+    get(primary_retain, "cuDevicePrimaryCtxRetain");
+    get(primary_release, "cuDevicePrimaryCtxRelease_v2");
+    get(ctx_set_current, "cuCtxSetCurrent");
+    get(module_load_data, "cuModuleLoadData");
+    get(module_unload, "cuModuleUnload");
+    get(module_get_function, "cuModuleGetFunction");
+    get(mem_alloc, "cuMemAlloc_v2");
+    get(mem_free, "cuMemFree_v2");
+    get(launch_kernel, "cuLaunchKernel");
+    get(memset_d8_async, "cuMemsetD8Async");
+    get(ctx_synchronize, "cuCtxSynchronize");
+    if (!missing.empty()) return "libcuda.so.1 lacks" + missing;
+    return "";
+  }
+};
+
+// scale(in, out, n): reads its parameters and returns (what it does is irrelevant here).
+constexpr const char* ptx = R"(
+.version 8.0
+.target sm_75
+.address_size 64
+.visible .entry tracer_gpu_scale(.param .u64 in, .param .u64 out, .param .u32 n)
+{
+  .reg .b64 %rd<3>;
+  .reg .b32 %r<2>;
+  ld.param.u64 %rd1, [in];
+  ld.param.u64 %rd2, [out];
+  ld.param.u32 %r1, [n];
+  ret;
+}
+)";
+
+TEST(CuptiCollectorOnGpu, RecordsBothLaunchFormsAsOnePackedBlockWithDurations) {
+  const std::string why = cupti_collector::unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
+  driver d;
+  if (const std::string e = d.open(); !e.empty()) GTEST_SKIP() << e;
+  cu_device dev = 0;
+  cu_context ctx = nullptr;
+  if (d.init(0) != 0 || d.device_get(&dev, 0) != 0 || d.primary_retain(&ctx, dev) != 0) {
+    GTEST_SKIP() << "no usable CUDA device";
+  }
+  ASSERT_EQ(d.ctx_set_current(ctx), 0);
+
+  recorder_options o;
+  o.device = "cuda";
+  recorder rec(o);
+  {
+    cupti_collector collector(rec);
+    cu_module mod = nullptr;
+    ASSERT_EQ(d.module_load_data(&mod, ptx), 0);
+    cu_function fn = nullptr;
+    ASSERT_EQ(d.module_get_function(&fn, mod, "tracer_gpu_scale"), 0);
+    cu_ptr in = 0, out = 0;
+    ASSERT_EQ(d.mem_alloc(&in, 4096), 0);
+    ASSERT_EQ(d.mem_alloc(&out, 4096), 0);
+    // cuMemAlloc is not the caching allocator: tell the recorder about the blocks.
+    rec.on_allocate(reinterpret_cast<void*>(in), 4096, nullptr, false);
+    rec.on_allocate(reinterpret_cast<void*>(out), 4096, nullptr, false);
+
+    cu_ptr in_arg = in + 64;  // interior pointer
+    cu_ptr out_arg = out;
+    std::uint32_t n = 1000;
+    void* args[] = {&in_arg, &out_arg, &n};
+    ASSERT_EQ(d.launch_kernel(fn, 2, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), 0);
+    struct {
+      cu_ptr in, out;
+      std::uint32_t n;
+    } packed{in_arg, out_arg, n};
+    std::size_t size = 20;
+    void* extra[] = {reinterpret_cast<void*>(1), &packed, reinterpret_cast<void*>(2), &size, nullptr};
+    ASSERT_EQ(d.launch_kernel(fn, 2, 1, 1, 128, 1, 1, 0, nullptr, nullptr, extra), 0);
+    ASSERT_EQ(d.memset_d8_async(out, 0, 4096, nullptr), 0);
+    ASSERT_EQ(d.ctx_synchronize(), 0);
+    collector.flush();
+
+    const trace t = rec.take();
+    std::vector<const event*> launches;
+    const event* set = nullptr;
+    for (const event& e : t.events) {
+      if (e.kind == event_kind::launch) launches.push_back(&e);
+      if (e.kind == event_kind::memset) set = &e;
+    }
+    ASSERT_EQ(launches.size(), 2u);
+    ASSERT_NE(set, nullptr);
+    EXPECT_EQ(set->bytes, 4096u);
+    const kernel_info& k = t.kernels.at(launches[0]->kernel);
+    EXPECT_EQ(k.name, "tracer_gpu_scale");
+    EXPECT_EQ(k.params, (std::vector<param_slot>{{0, 8}, {8, 8}, {16, 4}}));
+    for (const event* e : launches) {
+      ASSERT_EQ(e->bytes, 20u);
+      EXPECT_EQ(std::memcmp(t.params(*e).data(), &packed, 20), 0);
+      EXPECT_EQ(e->grid, (dims{2, 1, 1}));
+      EXPECT_NE(e->flags & event_flags::timed, 0) << "no activity record joined";
+    }
+    rec.on_free(reinterpret_cast<void*>(in), 4096, nullptr);
+    rec.on_free(reinterpret_cast<void*>(out), 4096, nullptr);
+    d.mem_free(in);
+    d.mem_free(out);
+    d.module_unload(mod);
+  }
+  d.primary_release(dev);
+}
+
+TEST(CuptiCollector, SaysWhyItIsUnavailableInsteadOfFailingToLoad) {
+  const std::string why = cupti_collector::unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "CUPTI and a driver are present";
+  recorder rec;
+  try {
+    cupti_collector c(rec);
+    FAIL() << "a collector was created although: " << why;
+  } catch (const cupti_unavailable& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+}
+
+#else
+
+TEST(CuptiCollector, NotBuiltWithoutTheCudaToolkit) { GTEST_SKIP() << "built without the CUDA toolkit"; }
+
+#endif
+
+}  // namespace
+}  // namespace sublinear::tracer

@@ -1,0 +1,518 @@
+// The CUPTI collector (Note [CUPTI collector] in cupti_collector.hpp).
+#include "tracer/cupti/cupti_collector.hpp"
+
+#include <cuda.h>
+#include <cupti.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator/cuda/driver_api.hpp"
+#include "tracer/param_packing.hpp"
+
+namespace sublinear::tracer {
+
+namespace {
+
+// ---- libraries, resolved once ------------------------------------------------------------------
+
+struct cupti_api {
+  decltype(&::cuptiSubscribe) subscribe = nullptr;
+  decltype(&::cuptiUnsubscribe) unsubscribe = nullptr;
+  decltype(&::cuptiEnableCallback) enable_callback = nullptr;
+  decltype(&::cuptiGetResultString) result_string = nullptr;
+  decltype(&::cuptiActivityRegisterCallbacks) activity_register = nullptr;
+  decltype(&::cuptiActivityEnable) activity_enable = nullptr;
+  decltype(&::cuptiActivityDisable) activity_disable = nullptr;
+  decltype(&::cuptiActivityFlushAll) activity_flush_all = nullptr;
+  decltype(&::cuptiActivityGetNextRecord) activity_next = nullptr;
+};
+
+// Driver entry points the allocator's table does not carry (CUDA >= 12.4 for ParamInfo).
+struct driver_extras {
+  decltype(&::cuFuncGetParamInfo) func_param_info = nullptr;
+  decltype(&::cuKernelGetParamInfo) kernel_param_info = nullptr;
+  decltype(&::cuFuncGetName) func_name = nullptr;
+  decltype(&::cuKernelGetName) kernel_name = nullptr;
+};
+
+template <class Fn>
+bool resolve(void* lib, const char* name, Fn& out, std::string& missing) {
+  out = reinterpret_cast<Fn>(dlsym(lib, name));
+  if (out == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
+  return out != nullptr;
+}
+
+struct loaded_cupti {
+  cupti_api api;
+  std::string why;  // empty when loaded
+};
+
+const loaded_cupti& cupti_library() {
+  static const loaded_cupti lib = [] {
+    loaded_cupti l;
+    void* h = nullptr;
+    std::string errors;
+    for (const char* name : {"libcupti.so", "libcupti.so.13"}) {
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if (h != nullptr) break;
+      const char* e = dlerror();
+      errors += std::string(errors.empty() ? "" : "; ") + (e != nullptr ? e : name);
+    }
+    if (h == nullptr) {
+      l.why = "libcupti.so could not be loaded (" + errors +
+              "); install the CUDA toolkit's CUPTI and add its library directory to LD_LIBRARY_PATH";
+      return l;
+    }
+    std::string missing;
+    resolve(h, "cuptiSubscribe", l.api.subscribe, missing);
+    resolve(h, "cuptiUnsubscribe", l.api.unsubscribe, missing);
+    resolve(h, "cuptiEnableCallback", l.api.enable_callback, missing);
+    resolve(h, "cuptiGetResultString", l.api.result_string, missing);
+    resolve(h, "cuptiActivityRegisterCallbacks", l.api.activity_register, missing);
+    resolve(h, "cuptiActivityEnable", l.api.activity_enable, missing);
+    resolve(h, "cuptiActivityDisable", l.api.activity_disable, missing);
+    resolve(h, "cuptiActivityFlushAll", l.api.activity_flush_all, missing);
+    resolve(h, "cuptiActivityGetNextRecord", l.api.activity_next, missing);
+    if (!missing.empty()) l.why = "libcupti.so lacks " + missing + " (CUPTI from CUDA 13 or later is required)";
+    return l;
+  }();
+  return lib;
+}
+
+struct loaded_driver {
+  driver_extras api;
+  std::string why;
+};
+
+const loaded_driver& driver_library() {
+  static const loaded_driver lib = [] {
+    loaded_driver l;
+    if (allocator::load_driver(&l.why) == nullptr) return l;
+    // load_driver keeps libcuda.so.1 open; take another reference to the same handle.
+    void* h = dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD);
+    if (h == nullptr) {
+      l.why = std::string(allocator::driver_library) + " is not loaded although the driver initialized";
+      return l;
+    }
+    std::string missing;
+    resolve(h, "cuFuncGetParamInfo", l.api.func_param_info, missing);
+    resolve(h, "cuKernelGetParamInfo", l.api.kernel_param_info, missing);
+    resolve(h, "cuFuncGetName", l.api.func_name, missing);
+    resolve(h, "cuKernelGetName", l.api.kernel_name, missing);
+    if (!missing.empty()) {
+      l.why = std::string(allocator::driver_library) + " lacks " + missing +
+              " (a driver for CUDA 12.4 or later is required to read kernel parameter layouts)";
+    }
+    return l;
+  }();
+  return lib;
+}
+
+std::string result_text(const cupti_api& api, CUptiResult r) {
+  const char* s = nullptr;
+  if (api.result_string != nullptr && api.result_string(r, &s) == CUPTI_SUCCESS && s != nullptr) return s;
+  return "CUPTI error " + std::to_string(static_cast<int>(r));
+}
+
+// ---- per-thread state ----------------------------------------------------------------------------
+
+// Set while our callback runs: driver calls it makes (layout queries) must not recurse.
+thread_local bool t_inside = false;
+thread_local std::vector<std::byte> t_packed;
+
+struct layout_entry {
+  std::string name;
+  std::vector<param_slot> params;
+};
+
+kernel_info describe_cuda_kernel(const void* context);
+
+std::atomic<cupti_collector::impl*> g_active{nullptr};
+
+void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata);
+void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
+void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size, size_t valid);
+
+allocator::stream_handle stream_of(CUstream s) { return static_cast<allocator::stream_handle>(s); }
+
+std::uint64_t as_u64(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+}  // namespace
+
+// ---- the collector ---------------------------------------------------------------------------------
+
+struct cupti_collector::impl {
+  impl(recorder& r, cupti_options o) : rec(r), opts(o) {}
+
+  recorder& rec;
+  cupti_options opts;
+  const cupti_api* api = nullptr;
+  const driver_extras* drv = nullptr;
+  CUpti_SubscriberHandle subscriber = nullptr;
+
+  std::shared_mutex layouts_mutex;
+  std::unordered_map<std::uint64_t, layout_entry> layouts;  // by CUfunction/CUkernel value
+
+  std::mutex correlation_mutex;
+  std::unordered_map<std::uint32_t, std::uint64_t> seq_by_correlation;
+
+  bool warned = false;
+
+  // The layout and name of a kernel handle, queried once.
+  const layout_entry& layout_for(CUfunction f, const char* symbol) {
+    const std::uint64_t key = as_u64(f);
+    {
+      std::shared_lock lock(layouts_mutex);
+      if (auto it = layouts.find(key); it != layouts.end()) return it->second;
+    }
+    layout_entry e;
+    // A CUkernel may arrive cast to CUfunction (cuda.h: cuLaunchKernel); try the function
+    // query first, the kernel query when the first parameter cannot be read that way.
+    size_t off = 0, size = 0;
+    bool as_kernel = false;
+    if (drv->func_param_info(f, 0, &off, &size) != CUDA_SUCCESS &&
+        drv->kernel_param_info(reinterpret_cast<CUkernel>(f), 0, &off, &size) == CUDA_SUCCESS) {
+      as_kernel = true;
+    }
+    for (size_t i = 0;; ++i) {
+      const CUresult r = as_kernel ? drv->kernel_param_info(reinterpret_cast<CUkernel>(f), i, &off, &size)
+                                   : drv->func_param_info(f, i, &off, &size);
+      if (r != CUDA_SUCCESS) break;  // CUDA_ERROR_INVALID_VALUE past the last parameter
+      e.params.push_back({static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size)});
+    }
+    const char* name = symbol;
+    if (name == nullptr) {
+      if (drv->func_name(&name, f) != CUDA_SUCCESS) name = nullptr;
+      if (name == nullptr && drv->kernel_name(&name, reinterpret_cast<CUkernel>(f)) != CUDA_SUCCESS) name = nullptr;
+    }
+    e.name = name != nullptr ? name : "[kernel " + std::to_string(key) + "]";
+    std::unique_lock lock(layouts_mutex);
+    return layouts.try_emplace(key, std::move(e)).first->second;
+  }
+
+  void remember(std::uint32_t correlation, std::uint64_t seq) {
+    if (!opts.durations || seq == no_seq) return;
+    std::lock_guard lock(correlation_mutex);
+    seq_by_correlation[correlation] = seq;
+  }
+
+  void duration(std::uint32_t correlation, std::uint64_t start, std::uint64_t end) {
+    std::uint64_t seq = no_seq;
+    {
+      std::lock_guard lock(correlation_mutex);
+      auto it = seq_by_correlation.find(correlation);
+      if (it == seq_by_correlation.end()) return;
+      seq = it->second;
+      seq_by_correlation.erase(it);
+    }
+    rec.set_duration(seq, end > start ? end - start : 0);
+  }
+
+  struct kernel_description {
+    const layout_entry* layout;
+    bool flag_tensor_maps;
+  };
+
+  void launch(CUfunction f, dims grid, dims block, unsigned shared, CUstream stream, void** kernel_params,
+              void** extra, const CUlaunchAttribute* attrs, unsigned num_attrs, const CUpti_CallbackData& cb) {
+    const layout_entry& layout = layout_for(f, cb.symbolName);
+    if (extra != nullptr) {
+      pack_extra(extra, t_packed);
+    } else {
+      pack_kernel_params(layout.params, kernel_params, t_packed);
+    }
+    launch_args a;
+    a.kernel_handle = as_u64(f);
+    a.grid = grid;
+    a.block = block;
+    a.shared_mem = shared;
+    a.stream = stream_of(stream);
+    a.params = t_packed;
+    a.correlation = cb.correlationId;
+    for (unsigned i = 0; i < num_attrs; ++i) {
+      if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
+          attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
+        a.flags |= event_flags::names_event;
+      }
+    }
+    const kernel_description desc{&layout, opts.flag_tensor_maps};
+    remember(cb.correlationId, rec.record_launch(a, &describe_cuda_kernel, &desc));
+  }
+
+  void graph_launch(CUstream stream, const CUpti_CallbackData& cb) {
+    static const layout_entry graph{"[cuGraphLaunch]", {}};
+    launch_args a;
+    a.kernel_handle = 0;  // never a valid CUfunction value
+    a.stream = stream_of(stream);
+    a.correlation = cb.correlationId;
+    const kernel_description desc{&graph, false};
+    remember(cb.correlationId, rec.record_launch(a, [](const void* c) {
+      kernel_info k = describe_cuda_kernel(c);
+      k.never_replay = true;  // its nodes' pointers are not scanned
+      return k;
+    }, &desc));
+  }
+
+  void on_exit(CUpti_CallbackId cbid, const CUpti_CallbackData& cb) {
+    const void* p = cb.functionParams;
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+        const auto* a = static_cast<const cuLaunchKernel_params*>(p);
+        launch(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
+               a->sharedMemBytes, a->hStream, a->kernelParams, a->extra, nullptr, 0, cb);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+        const auto* a = static_cast<const cuLaunchKernelEx_params*>(p);
+        const CUlaunchConfig* c = a->config;
+        launch(a->f, {c->gridDimX, c->gridDimY, c->gridDimZ}, {c->blockDimX, c->blockDimY, c->blockDimZ},
+               c->sharedMemBytes, c->hStream, a->kernelParams, a->extra, c->attrs, c->numAttrs, cb);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+        const auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(p);
+        launch(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
+               a->sharedMemBytes, a->hStream, a->kernelParams, nullptr, nullptr, 0, cb);
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+        graph_launch(static_cast<const cuGraphLaunch_params*>(p)->hStream, cb);
+        break;
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
+        const auto* a = static_cast<const cuMemcpyAsync_params*>(p);
+        remember(cb.correlationId, rec.record_memcpy(reinterpret_cast<const void*>(a->dst),
+                                                     reinterpret_cast<const void*>(a->src), a->ByteCount,
+                                                     stream_of(a->hStream)));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
+        const auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(p);
+        remember(cb.correlationId, rec.record_memcpy(reinterpret_cast<const void*>(a->dstDevice), a->srcHost,
+                                                     a->ByteCount, stream_of(a->hStream), copy_kind::host_to_device));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
+        const auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(p);
+        remember(cb.correlationId, rec.record_memcpy(a->dstHost, reinterpret_cast<const void*>(a->srcDevice),
+                                                     a->ByteCount, stream_of(a->hStream), copy_kind::device_to_host));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
+        const auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(p);
+        remember(cb.correlationId,
+                 rec.record_memcpy(reinterpret_cast<const void*>(a->dstDevice), reinterpret_cast<const void*>(a->srcDevice),
+                                   a->ByteCount, stream_of(a->hStream), copy_kind::device_to_device));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
+        const auto* a = static_cast<const cuMemsetD8Async_params*>(p);
+        remember(cb.correlationId, rec.record_memset(reinterpret_cast<const void*>(a->dstDevice), a->uc, a->N,
+                                                     stream_of(a->hStream)));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
+        // Recorded as the bytes it covers; the value's low byte is kept (exact for zeroing,
+        // the common case; a replay of a patterned D32 set goes through the original call).
+        const auto* a = static_cast<const cuMemsetD32Async_params*>(p);
+        remember(cb.correlationId, rec.record_memset(reinterpret_cast<const void*>(a->dstDevice),
+                                                     static_cast<int>(a->ui & 0xFFU), a->N * 4, stream_of(a->hStream)));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuEventRecord:
+      case CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz: {
+        const auto* a = static_cast<const cuEventRecord_params*>(p);
+        rec.record_event_record(as_u64(a->hEvent), stream_of(a->hStream));
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent:
+      case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz: {
+        const auto* a = static_cast<const cuStreamWaitEvent_params*>(p);
+        rec.record_event_wait(as_u64(a->hEvent), stream_of(a->hStream));
+        break;
+      }
+      default: break;
+    }
+  }
+};
+
+namespace {
+
+kernel_info describe_cuda_kernel(const void* context) {
+  const auto* d = static_cast<const cupti_collector::impl::kernel_description*>(context);
+  kernel_info k;
+  k.name = d->layout->name;
+  k.params = d->layout->params;
+  k.param_bytes = static_cast<std::uint32_t>(packed_size(k.params));
+  k.never_replay = d->flag_tensor_maps && has_tensor_map_param(k.params);
+  return k;
+}
+
+void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
+  if (t_inside || domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+  const auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
+  if (cb->callbackSite != CUPTI_API_EXIT) return;
+  // Record only what the driver accepted.
+  if (cb->functionReturnValue == nullptr || *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
+    return;
+  }
+  auto* self = static_cast<cupti_collector::impl*>(userdata);
+  t_inside = true;
+  try {
+    self->on_exit(cbid, *cb);
+  } catch (const std::exception& e) {
+    // An exception must not cross the driver; the trace is incomplete from here on, which
+    // the runtime sees as divergence (safe).
+    if (!self->warned) {
+      self->warned = true;
+      std::fprintf(stderr, "sublinear: CUPTI collector failed to record %s: %s\n",
+                   cb->functionName != nullptr ? cb->functionName : "a call", e.what());
+    }
+  }
+  t_inside = false;
+}
+
+constexpr size_t activity_buffer_bytes = size_t{8} << 20;
+
+void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, activity_buffer_bytes));
+  *size = *buffer != nullptr ? activity_buffer_bytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  cupti_collector::impl* self = g_active.load(std::memory_order_acquire);
+  if (self != nullptr && buffer != nullptr) {
+    CUpti_Activity* r = nullptr;
+    while (self->api->activity_next(buffer, valid, &r) == CUPTI_SUCCESS) {
+      switch (r->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        case CUPTI_ACTIVITY_KIND_KERNEL: {
+          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(r);
+          self->duration(k->correlationId, k->start, k->end);
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(r);
+          self->duration(m->correlationId, m->start, m->end);
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(r);
+          self->duration(m->correlationId, m->start, m->end);
+          break;
+        }
+        default: break;
+      }
+    }
+  }
+  std::free(buffer);
+}
+
+constexpr CUpti_CallbackId driver_cbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,             CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,             CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,           CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,          CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuEventRecord,             CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,         CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
+};
+
+constexpr CUpti_ActivityKind activity_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                 CUPTI_ACTIVITY_KIND_MEMSET};
+
+}  // namespace
+
+std::string cupti_collector::unavailable_reason() {
+  if (const loaded_cupti& c = cupti_library(); !c.why.empty()) return c.why;
+  if (const loaded_driver& d = driver_library(); !d.why.empty()) return d.why;
+  if (g_active.load(std::memory_order_acquire) != nullptr) return "a sublinear CUPTI collector is already active";
+  return "";
+}
+
+cupti_collector::cupti_collector(recorder& rec, cupti_options options)
+    : impl_(std::make_unique<impl>(rec, options)) {
+  const loaded_cupti& c = cupti_library();
+  if (!c.why.empty()) throw cupti_unavailable("CUPTI collector: " + c.why);
+  const loaded_driver& d = driver_library();
+  if (!d.why.empty()) throw cupti_unavailable("CUPTI collector: " + d.why);
+  impl_->api = &c.api;
+  impl_->drv = &d.api;
+  impl* expected = nullptr;
+  if (!g_active.compare_exchange_strong(expected, impl_.get(), std::memory_order_acq_rel)) {
+    throw cupti_unavailable("CUPTI collector: one is already active in this process (CUPTI allows one subscriber)");
+  }
+  const cupti_api& api = c.api;
+  const CUptiResult r = api.subscribe(&impl_->subscriber, &on_callback, impl_.get());
+  if (r != CUPTI_SUCCESS) {
+    g_active.store(nullptr, std::memory_order_release);
+    if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+      throw cupti_unavailable(
+          "CUPTI collector: another CUPTI subscriber is active (a profiler such as Nsight Systems or Compute, "
+          "cuda-gdb, compute-sanitizer, or torch.profiler/Kineto); sublinear cannot trace this process and runs "
+          "without recomputation");
+    }
+    throw cupti_unavailable("CUPTI collector: cuptiSubscribe failed: " + result_text(api, r));
+  }
+  for (CUpti_CallbackId cbid : driver_cbids) {
+    const CUptiResult e = api.enable_callback(1, impl_->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    if (e != CUPTI_SUCCESS) {
+      api.unsubscribe(impl_->subscriber);
+      g_active.store(nullptr, std::memory_order_release);
+      throw cupti_unavailable("CUPTI collector: enabling driver callback " + std::to_string(cbid) +
+                              " failed: " + result_text(api, e));
+    }
+  }
+  if (options.durations) {
+    CUptiResult e = api.activity_register(&on_buffer_requested, &on_buffer_completed);
+    for (CUpti_ActivityKind k : activity_kinds) {
+      if (e == CUPTI_SUCCESS) e = api.activity_enable(k);
+    }
+    if (e != CUPTI_SUCCESS) {
+      // Durations are an improvement, not a requirement: costs fall back to estimates.
+      std::fprintf(stderr, "sublinear: CUPTI activity records unavailable (%s); kernel costs will be estimated\n",
+                   result_text(api, e).c_str());
+      impl_->opts.durations = false;
+    }
+  }
+}
+
+cupti_collector::~cupti_collector() {
+  const cupti_api& api = *impl_->api;
+  if (impl_->opts.durations) {
+    api.activity_flush_all(1);  // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
+    for (CUpti_ActivityKind k : activity_kinds) api.activity_disable(k);
+  }
+  api.unsubscribe(impl_->subscriber);
+  g_active.store(nullptr, std::memory_order_release);
+}
+
+void cupti_collector::flush() {
+  if (impl_->opts.durations) impl_->api->activity_flush_all(1);
+}
+
+}  // namespace sublinear::tracer

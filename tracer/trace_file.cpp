@@ -1,0 +1,651 @@
+// Trace file writer and reader (Note [Trace file] in trace_file.hpp; the format is
+// specified in docs/trace-format.md — keep the two in step).
+#include "tracer/trace_file.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace sublinear::tracer {
+
+static_assert(std::endian::native == std::endian::little,
+              "the trace format is little-endian and is read by memcpy");
+
+namespace {
+
+// ---- constants of the format (docs/trace-format.md) -------------------------------------------
+
+constexpr std::array<char, 8> file_magic = {'S', 'L', 'T', 'R', 'A', 'C', 'E', '\x1a'};
+constexpr std::size_t header_size = 64;
+constexpr std::size_t dir_entry_size = 32;
+constexpr std::size_t event_record_size = 104;
+constexpr std::size_t kernel_record_min = 24;
+constexpr std::size_t write_record_size = 16;
+constexpr std::size_t meta_fixed_size = 16;
+constexpr std::uint32_t max_sections = 64;
+constexpr std::uint32_t kernel_flag_never_replay = 1;
+
+enum section_id : std::uint32_t {
+  sec_meta = 1,
+  sec_kernels = 2,
+  sec_streams = 3,
+  sec_events = 4,
+  sec_arena = 5,
+  sec_writes = 6,
+};
+constexpr std::array<std::uint32_t, 6> required_sections = {sec_meta, sec_kernels, sec_streams,
+                                                            sec_events, sec_arena, sec_writes};
+
+const char* section_name(std::uint32_t id) {
+  switch (id) {
+    case sec_meta: return "META";
+    case sec_kernels: return "KERNELS";
+    case sec_streams: return "STREAMS";
+    case sec_events: return "EVENTS";
+    case sec_arena: return "ARENA";
+    case sec_writes: return "WRITES";
+    default: return "unknown";
+  }
+}
+
+constexpr std::array<std::uint32_t, 256> make_crc_table() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1U) != 0 ? 0xEDB88320U ^ (c >> 1) : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr auto crc_table = make_crc_table();
+
+// ---- encoding helpers ---------------------------------------------------------------------------
+
+class byte_writer {
+ public:
+  std::vector<std::byte> out;
+
+  template <class T>
+  void put(T v) {
+    const std::size_t at = out.size();
+    out.resize(at + sizeof(T));
+    std::memcpy(out.data() + at, &v, sizeof(T));
+  }
+  void put_bytes(const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  }
+  void pad8() { out.resize((out.size() + 7) / 8 * 8, std::byte{0}); }
+  template <class T>
+  void patch(std::size_t at, T v) {
+    std::memcpy(out.data() + at, &v, sizeof(T));
+  }
+};
+
+// ---- validation with locations ------------------------------------------------------------------
+
+// Where validation found a problem: a section and a record index, so the decoder can
+// turn it into a byte offset.
+struct invalid {
+  std::uint32_t section;
+  std::size_t index;
+  std::string what;
+};
+
+std::string event_label(const trace& t, std::size_t i) {
+  const event& e = t.events[i];
+  const auto k = static_cast<std::uint8_t>(e.kind);
+  const std::string kind = k >= 1 && k <= event_kind_max ? to_string(e.kind) : "kind " + std::to_string(k);
+  return "event " + std::to_string(i) + " (seq " + std::to_string(e.seq) + ", " + kind + ")";
+}
+
+void validate_impl(const trace& t) {
+  for (std::size_t k = 0; k < t.kernels.size(); ++k) {
+    const kernel_info& ki = t.kernels[k];
+    std::uint64_t end = 0;
+    for (std::size_t i = 0; i < ki.params.size(); ++i) {
+      const param_slot& p = ki.params[i];
+      const std::string where = "kernel " + std::to_string(k) + " ('" + ki.name + "') parameter " +
+                                std::to_string(i) + " (offset " + std::to_string(p.offset) + ", size " +
+                                std::to_string(p.size) + ")";
+      if (p.size == 0) throw invalid{sec_kernels, k, where + ": size 0"};
+      if (p.offset < end) throw invalid{sec_kernels, k, where + ": overlaps the previous parameter"};
+      end = std::uint64_t{p.offset} + p.size;
+      if (end > ki.param_bytes) {
+        throw invalid{sec_kernels, k, where + ": ends past the parameter block of " +
+                                          std::to_string(ki.param_bytes) + " bytes"};
+      }
+    }
+  }
+  if (t.streams.empty()) throw invalid{sec_streams, 0, "no streams (index 0, the default stream, must exist)"};
+
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const event& e = t.events[i];
+    const auto kind = static_cast<std::uint8_t>(e.kind);
+    if (kind < 1 || kind > event_kind_max) {
+      throw invalid{sec_events, i, event_label(t, i) + ": unknown kind " + std::to_string(kind)};
+    }
+    if (i > 0 && e.seq <= t.events[i - 1].seq) {
+      throw invalid{sec_events, i, event_label(t, i) + ": sequence number not above the previous event's (" +
+                                       std::to_string(t.events[i - 1].seq) + ")"};
+    }
+    if (e.stream >= t.streams.size()) {
+      throw invalid{sec_events, i, event_label(t, i) + ": stream index " + std::to_string(e.stream) +
+                                       " out of range (" + std::to_string(t.streams.size()) + " streams)"};
+    }
+    std::uint8_t allowed = 0;
+    switch (e.kind) {
+      case event_kind::alloc: allowed = event_flags::evictable | event_flags::preexisting; break;
+      case event_kind::launch:
+        allowed = event_flags::never_replay | event_flags::names_event | event_flags::writes_observed |
+                  event_flags::timed;
+        break;
+      case event_kind::memcpy:
+      case event_kind::memset: allowed = event_flags::timed; break;
+      default: break;
+    }
+    if ((e.flags & ~allowed) != 0) {
+      throw invalid{sec_events, i, event_label(t, i) + ": flags " + std::to_string(e.flags) +
+                                       " not allowed for this kind"};
+    }
+    const auto copy = static_cast<std::uint8_t>(e.copy);
+    if (copy > copy_kind_max || (e.kind != event_kind::memcpy && copy != 0)) {
+      throw invalid{sec_events, i, event_label(t, i) + ": invalid copy kind " + std::to_string(copy)};
+    }
+    if (e.kind == event_kind::launch) {
+      if (e.kernel >= t.kernels.size()) {
+        throw invalid{sec_events, i, event_label(t, i) + ": kernel index " + std::to_string(e.kernel) +
+                                         " out of range (" + std::to_string(t.kernels.size()) + " kernels)"};
+      }
+      if (e.param_offset % arena_alignment != 0) {
+        throw invalid{sec_events, i, event_label(t, i) + ": parameter offset " + std::to_string(e.param_offset) +
+                                         " is not 8-aligned"};
+      }
+      if (e.param_offset > t.arena.size() || e.bytes > t.arena.size() - e.param_offset) {
+        throw invalid{sec_events, i, event_label(t, i) + ": parameter bytes [" + std::to_string(e.param_offset) +
+                                         ", +" + std::to_string(e.bytes) + ") outside the arena of " +
+                                         std::to_string(t.arena.size()) + " bytes"};
+      }
+    } else if (e.kernel != 0 || e.param_offset != 0) {
+      throw invalid{sec_events, i, event_label(t, i) + ": kernel/parameter fields set on a non-launch event"};
+    }
+  }
+
+  for (std::size_t w = 0; w < t.writes.size(); ++w) {
+    const write_record& r = t.writes[w];
+    if (w > 0 && !(t.writes[w - 1] < r)) {
+      throw invalid{sec_writes, w, "write " + std::to_string(w) + ": not in strictly increasing (seq, address) order"};
+    }
+    auto it = std::lower_bound(t.events.begin(), t.events.end(), r.seq,
+                               [](const event& e, std::uint64_t s) { return e.seq < s; });
+    if (it == t.events.end() || it->seq != r.seq || it->kind != event_kind::launch ||
+        (it->flags & event_flags::writes_observed) == 0) {
+      throw invalid{sec_writes, w, "write " + std::to_string(w) + ": seq " + std::to_string(r.seq) +
+                                       " is not an observed launch"};
+    }
+  }
+}
+
+// ---- decoding helpers ---------------------------------------------------------------------------
+
+class decoder {
+ public:
+  decoder(std::span<const std::byte> bytes, std::string_view source) : bytes_(bytes), source_(source) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw trace_format_error("trace " + std::string(source_) + ": " + what);
+  }
+  [[noreturn]] void fail_at(std::uint64_t offset, const std::string& what) const {
+    fail(what + " (at byte offset " + std::to_string(offset) + ")");
+  }
+
+  template <class T>
+  T get(std::size_t at) const {
+    T v;
+    std::memcpy(&v, bytes_.data() + at, sizeof(T));
+    return v;
+  }
+
+  std::span<const std::byte> bytes_;
+  std::string_view source_;
+};
+
+// Reads records inside one section, checking every length against what remains.
+class section_cursor {
+ public:
+  section_cursor(const decoder& d, std::uint32_t id, std::size_t offset, std::size_t size)
+      : d_(d), id_(id), begin_(offset), pos_(offset), end_(offset + size) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    d_.fail_at(pos_, std::string(section_name(id_)) + " section: " + what);
+  }
+  [[nodiscard]] std::size_t remaining() const { return end_ - pos_; }
+  [[nodiscard]] std::size_t position() const { return pos_; }
+  void need(std::size_t n, const char* what) const {
+    if (remaining() < n) {
+      fail(std::string("truncated ") + what + ": needs " + std::to_string(n) + " bytes, " +
+           std::to_string(remaining()) + " left in the section");
+    }
+  }
+  template <class T>
+  T get(const char* what) {
+    need(sizeof(T), what);
+    T v = d_.get<T>(pos_);
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::span<const std::byte> take(std::size_t n, const char* what) {
+    need(n, what);
+    auto s = d_.bytes_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+
+ private:
+  const decoder& d_;
+  std::uint32_t id_;
+  [[maybe_unused]] std::size_t begin_;
+  std::size_t pos_;
+  std::size_t end_;
+};
+
+struct dir_entry {
+  std::uint32_t id = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::uint64_t count = 0;
+};
+
+}  // namespace
+
+std::uint32_t crc32(std::span<const std::byte> bytes, std::uint32_t seed) noexcept {
+  std::uint32_t c = ~seed;
+  for (std::byte b : bytes) c = crc_table[(c ^ static_cast<std::uint8_t>(b)) & 0xFFU] ^ (c >> 8);
+  return ~c;
+}
+
+void validate(const trace& t) {
+  try {
+    validate_impl(t);
+  } catch (const invalid& bad) {
+    throw trace_format_error("invalid trace: " + bad.what);
+  }
+}
+
+// ---- writer --------------------------------------------------------------------------------------
+
+std::vector<std::byte> encode_trace(const trace& t) {
+  validate(t);
+  byte_writer w;
+  w.out.reserve(header_size + required_sections.size() * dir_entry_size + t.events.size() * event_record_size +
+                t.arena.size() + t.writes.size() * write_record_size + 4096);
+  w.out.resize(header_size + required_sections.size() * dir_entry_size, std::byte{0});
+
+  std::vector<dir_entry> dir;
+  auto section = [&](std::uint32_t id, std::uint64_t count, auto&& body) {
+    w.pad8();
+    dir_entry d;
+    d.id = id;
+    d.offset = w.out.size();
+    d.count = count;
+    body();
+    d.size = w.out.size() - d.offset;
+    dir.push_back(d);
+  };
+
+  section(sec_meta, 1, [&] {
+    w.put<std::uint64_t>(t.granularity);
+    w.put<std::uint32_t>(static_cast<std::uint32_t>(t.device.size()));
+    w.put<std::uint32_t>(0);
+    w.put_bytes(t.device.data(), t.device.size());
+  });
+  section(sec_kernels, t.kernels.size(), [&] {
+    for (const kernel_info& k : t.kernels) {
+      w.put<std::uint64_t>(k.handle);
+      w.put<std::uint32_t>(k.param_bytes);
+      w.put<std::uint32_t>(static_cast<std::uint32_t>(k.name.size()));
+      w.put<std::uint32_t>(static_cast<std::uint32_t>(k.params.size()));
+      w.put<std::uint32_t>(k.never_replay ? kernel_flag_never_replay : 0);
+      w.put_bytes(k.name.data(), k.name.size());
+      for (const param_slot& p : k.params) {
+        w.put<std::uint32_t>(p.offset);
+        w.put<std::uint32_t>(p.size);
+      }
+    }
+  });
+  section(sec_streams, t.streams.size(), [&] {
+    for (std::uint64_t s : t.streams) w.put<std::uint64_t>(s);
+  });
+  section(sec_events, t.events.size(), [&] {
+    for (const event& e : t.events) {
+      w.put<std::uint64_t>(e.seq);
+      w.put<std::uint64_t>(e.time_ns);
+      w.put<std::uint8_t>(static_cast<std::uint8_t>(e.kind));
+      w.put<std::uint8_t>(e.flags);
+      w.put<std::uint8_t>(static_cast<std::uint8_t>(e.copy));
+      w.put<std::uint8_t>(e.reserved);
+      w.put<std::uint32_t>(e.stream);
+      w.put<std::uint64_t>(e.address);
+      w.put<std::uint64_t>(e.source);
+      w.put<std::uint64_t>(e.bytes);
+      w.put<std::uint64_t>(e.param_offset);
+      w.put<std::uint64_t>(e.correlation);
+      w.put<std::uint64_t>(e.duration_ns);
+      w.put<std::uint32_t>(e.kernel);
+      w.put<std::uint32_t>(e.shared_mem);
+      for (std::uint32_t v : {e.grid.x, e.grid.y, e.grid.z, e.block.x, e.block.y, e.block.z}) w.put<std::uint32_t>(v);
+    }
+  });
+  section(sec_arena, t.arena.size(), [&] { w.put_bytes(t.arena.data(), t.arena.size()); });
+  section(sec_writes, t.writes.size(), [&] {
+    for (const write_record& r : t.writes) {
+      w.put<std::uint64_t>(r.seq);
+      w.put<std::uint64_t>(r.address);
+    }
+  });
+
+  // Directory.
+  std::size_t at = header_size;
+  for (const dir_entry& d : dir) {
+    const auto body = std::span<const std::byte>(w.out).subspan(d.offset, d.size);
+    w.patch<std::uint32_t>(at + 0, d.id);
+    w.patch<std::uint32_t>(at + 4, crc32(body));
+    w.patch<std::uint64_t>(at + 8, d.offset);
+    w.patch<std::uint64_t>(at + 16, d.size);
+    w.patch<std::uint64_t>(at + 24, d.count);
+    at += dir_entry_size;
+  }
+  // Header.
+  std::memcpy(w.out.data(), file_magic.data(), file_magic.size());
+  w.patch<std::uint16_t>(8, trace_version_major);
+  w.patch<std::uint16_t>(10, trace_version_minor);
+  w.patch<std::uint32_t>(12, static_cast<std::uint32_t>(header_size));
+  w.patch<std::uint64_t>(16, w.out.size());
+  w.patch<std::uint32_t>(24, static_cast<std::uint32_t>(dir.size()));
+  w.patch<std::uint32_t>(28, 0);
+  w.patch<std::uint64_t>(32, header_size);
+  w.patch<std::uint32_t>(40, crc32(std::span<const std::byte>(w.out).subspan(header_size, dir.size() * dir_entry_size)));
+  w.patch<std::uint32_t>(60, crc32(std::span<const std::byte>(w.out).first(60)));
+  return std::move(w.out);
+}
+
+// ---- reader --------------------------------------------------------------------------------------
+
+trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
+  const decoder d(bytes, source);
+  const std::size_t size = bytes.size();
+
+  // Header.
+  if (size < header_size) {
+    d.fail("truncated: " + std::to_string(size) + " bytes, shorter than the " + std::to_string(header_size) +
+           "-byte header");
+  }
+  if (std::memcmp(bytes.data(), file_magic.data(), file_magic.size()) != 0) {
+    d.fail_at(0, "not a sublinear trace (bad magic; expected \"SLTRACE\\x1a\")");
+  }
+  const auto major = d.get<std::uint16_t>(8);
+  const auto minor = d.get<std::uint16_t>(10);
+  if (major != trace_version_major) {
+    d.fail_at(8, "unsupported format version " + std::to_string(major) + "." + std::to_string(minor) +
+                     " (this reader reads " + std::to_string(trace_version_major) + ".x)");
+  }
+  const auto stored_header_crc = d.get<std::uint32_t>(60);
+  const auto header_crc = crc32(bytes.first(60));
+  if (stored_header_crc != header_crc) {
+    d.fail_at(60, "header checksum mismatch (stored " + std::to_string(stored_header_crc) + ", computed " +
+                      std::to_string(header_crc) + ")");
+  }
+  if (d.get<std::uint32_t>(12) != header_size) {
+    d.fail_at(12, "header size " + std::to_string(d.get<std::uint32_t>(12)) + ", expected " +
+                      std::to_string(header_size));
+  }
+  const auto file_bytes = d.get<std::uint64_t>(16);
+  if (file_bytes > size) {
+    d.fail("truncated: the header says " + std::to_string(file_bytes) + " bytes, the input has " +
+           std::to_string(size));
+  }
+  if (file_bytes < size) {
+    d.fail("trailing garbage: the header says " + std::to_string(file_bytes) + " bytes, the input has " +
+           std::to_string(size));
+  }
+  const auto section_count = d.get<std::uint32_t>(24);
+  if (section_count > max_sections) {
+    d.fail_at(24, "section count " + std::to_string(section_count) + " exceeds the limit of " +
+                      std::to_string(max_sections));
+  }
+  if (d.get<std::uint32_t>(28) != 0) d.fail_at(28, "unknown header flags " + std::to_string(d.get<std::uint32_t>(28)));
+  const auto dir_offset = d.get<std::uint64_t>(32);
+  const std::uint64_t dir_size = std::uint64_t{section_count} * dir_entry_size;
+  if (dir_offset < header_size || dir_offset > size || dir_size > size - dir_offset) {
+    d.fail_at(32, "section directory at offset " + std::to_string(dir_offset) + " (" + std::to_string(dir_size) +
+                      " bytes) lies outside the file");
+  }
+  const auto dir_crc = crc32(bytes.subspan(dir_offset, dir_size));
+  if (dir_crc != d.get<std::uint32_t>(40)) {
+    d.fail_at(40, "section directory checksum mismatch (stored " + std::to_string(d.get<std::uint32_t>(40)) +
+                      ", computed " + std::to_string(dir_crc) + ")");
+  }
+
+  // Directory.
+  std::array<dir_entry, 7> found{};
+  std::array<bool, 7> have{};
+  for (std::uint32_t i = 0; i < section_count; ++i) {
+    const std::size_t at = dir_offset + std::size_t{i} * dir_entry_size;
+    dir_entry e;
+    e.id = d.get<std::uint32_t>(at);
+    const auto crc = d.get<std::uint32_t>(at + 4);
+    e.offset = d.get<std::uint64_t>(at + 8);
+    e.size = d.get<std::uint64_t>(at + 16);
+    e.count = d.get<std::uint64_t>(at + 24);
+    const std::string label = "section " + std::to_string(i) + " (" + section_name(e.id) + ")";
+    if (e.offset % 8 != 0 || e.offset < dir_offset + dir_size || e.offset > size || e.size > size - e.offset) {
+      d.fail_at(at + 8, label + ": bytes [" + std::to_string(e.offset) + ", +" + std::to_string(e.size) +
+                            ") are misaligned, overlap the header or directory, or lie outside the file of " +
+                            std::to_string(size) + " bytes");
+    }
+    const auto actual = crc32(bytes.subspan(e.offset, e.size));
+    if (actual != crc) {
+      d.fail_at(e.offset, label + ": checksum mismatch (stored " + std::to_string(crc) + ", computed " +
+                              std::to_string(actual) + ")");
+    }
+    if (e.id >= 1 && e.id <= 6) {
+      if (have[e.id]) d.fail_at(at, label + ": appears twice");
+      have[e.id] = true;
+      found[e.id] = e;
+    }
+    // Other ids: sections of a later minor version, checked and skipped.
+  }
+  for (std::uint32_t id : required_sections) {
+    if (!have[id]) d.fail(std::string("missing required section ") + section_name(id));
+  }
+
+  trace t;
+  // META.
+  {
+    const dir_entry& e = found[sec_meta];
+    section_cursor c(d, sec_meta, e.offset, e.size);
+    if (e.count != 1) c.fail("record count " + std::to_string(e.count) + ", expected 1");
+    t.granularity = c.get<std::uint64_t>("granularity");
+    const auto name_bytes = c.get<std::uint32_t>("device name length");
+    if (c.get<std::uint32_t>("reserved field") != 0) c.fail("reserved field is not zero");
+    if (name_bytes != c.remaining()) {
+      c.fail("device name of " + std::to_string(name_bytes) + " bytes, but " + std::to_string(c.remaining()) +
+             " bytes remain");
+    }
+    auto name = c.take(name_bytes, "device name");
+    t.device.assign(reinterpret_cast<const char*>(name.data()), name.size());
+  }
+  // KERNELS.
+  {
+    const dir_entry& e = found[sec_kernels];
+    section_cursor c(d, sec_kernels, e.offset, e.size);
+    if (e.count > e.size / kernel_record_min) {
+      c.fail("record count " + std::to_string(e.count) + " cannot fit in " + std::to_string(e.size) + " bytes");
+    }
+    t.kernels.reserve(static_cast<std::size_t>(e.count));
+    for (std::uint64_t k = 0; k < e.count; ++k) {
+      kernel_info ki;
+      ki.handle = c.get<std::uint64_t>("kernel handle");
+      ki.param_bytes = c.get<std::uint32_t>("kernel parameter size");
+      const auto name_bytes = c.get<std::uint32_t>("kernel name length");
+      const auto param_count = c.get<std::uint32_t>("kernel parameter count");
+      const auto flags = c.get<std::uint32_t>("kernel flags");
+      if ((flags & ~kernel_flag_never_replay) != 0) {
+        c.fail("kernel " + std::to_string(k) + ": unknown flags " + std::to_string(flags));
+      }
+      ki.never_replay = (flags & kernel_flag_never_replay) != 0;
+      auto name = c.take(name_bytes, "kernel name");
+      ki.name.assign(reinterpret_cast<const char*>(name.data()), name.size());
+      if (param_count > c.remaining() / 8) {
+        c.fail("kernel " + std::to_string(k) + " ('" + ki.name + "'): " + std::to_string(param_count) +
+               " parameters cannot fit in the " + std::to_string(c.remaining()) + " bytes left");
+      }
+      ki.params.resize(param_count);
+      for (param_slot& p : ki.params) {
+        p.offset = c.get<std::uint32_t>("parameter offset");
+        p.size = c.get<std::uint32_t>("parameter size");
+      }
+      t.kernels.push_back(std::move(ki));
+    }
+    if (c.remaining() != 0) c.fail(std::to_string(c.remaining()) + " bytes left after the last kernel");
+  }
+  // STREAMS.
+  {
+    const dir_entry& e = found[sec_streams];
+    section_cursor c(d, sec_streams, e.offset, e.size);
+    if (e.count > e.size / 8 || e.size != e.count * 8) {
+      c.fail(std::to_string(e.count) + " streams need " + std::to_string(e.count * 8) + " bytes, the section has " +
+             std::to_string(e.size));
+    }
+    t.streams.resize(static_cast<std::size_t>(e.count));
+    for (std::uint64_t& s : t.streams) s = c.get<std::uint64_t>("stream handle");
+  }
+  // EVENTS.
+  {
+    const dir_entry& e = found[sec_events];
+    section_cursor c(d, sec_events, e.offset, e.size);
+    if (e.count > e.size / event_record_size || e.size != e.count * event_record_size) {
+      c.fail(std::to_string(e.count) + " events need " + std::to_string(e.count * event_record_size) +
+             " bytes, the section has " + std::to_string(e.size));
+    }
+    t.events.resize(static_cast<std::size_t>(e.count));
+    for (event& ev : t.events) {
+      ev.seq = c.get<std::uint64_t>("seq");
+      ev.time_ns = c.get<std::uint64_t>("time");
+      ev.kind = static_cast<event_kind>(c.get<std::uint8_t>("kind"));
+      ev.flags = c.get<std::uint8_t>("flags");
+      ev.copy = static_cast<copy_kind>(c.get<std::uint8_t>("copy kind"));
+      ev.reserved = c.get<std::uint8_t>("reserved");
+      ev.stream = c.get<std::uint32_t>("stream");
+      ev.address = c.get<std::uint64_t>("address");
+      ev.source = c.get<std::uint64_t>("source");
+      ev.bytes = c.get<std::uint64_t>("bytes");
+      ev.param_offset = c.get<std::uint64_t>("parameter offset");
+      ev.correlation = c.get<std::uint64_t>("correlation");
+      ev.duration_ns = c.get<std::uint64_t>("duration");
+      ev.kernel = c.get<std::uint32_t>("kernel");
+      ev.shared_mem = c.get<std::uint32_t>("shared memory");
+      for (std::uint32_t* v : {&ev.grid.x, &ev.grid.y, &ev.grid.z, &ev.block.x, &ev.block.y, &ev.block.z}) {
+        *v = c.get<std::uint32_t>("dimension");
+      }
+    }
+  }
+  // ARENA.
+  {
+    const dir_entry& e = found[sec_arena];
+    section_cursor c(d, sec_arena, e.offset, e.size);
+    if (e.count != e.size) {
+      c.fail("record count " + std::to_string(e.count) + " disagrees with the size " + std::to_string(e.size));
+    }
+    auto body = c.take(static_cast<std::size_t>(e.size), "arena");
+    t.arena.assign(body.begin(), body.end());
+  }
+  // WRITES.
+  {
+    const dir_entry& e = found[sec_writes];
+    section_cursor c(d, sec_writes, e.offset, e.size);
+    if (e.count > e.size / write_record_size || e.size != e.count * write_record_size) {
+      c.fail(std::to_string(e.count) + " writes need " + std::to_string(e.count * write_record_size) +
+             " bytes, the section has " + std::to_string(e.size));
+    }
+    t.writes.resize(static_cast<std::size_t>(e.count));
+    for (write_record& r : t.writes) {
+      r.seq = c.get<std::uint64_t>("write seq");
+      r.address = c.get<std::uint64_t>("write address");
+    }
+  }
+
+  try {
+    validate_impl(t);
+  } catch (const invalid& bad) {
+    std::uint64_t offset = 0;
+    const dir_entry& e = found[bad.section];
+    switch (bad.section) {
+      case sec_events: offset = e.offset + bad.index * event_record_size; break;
+      case sec_writes: offset = e.offset + bad.index * write_record_size; break;
+      default: offset = e.offset; break;
+    }
+    d.fail_at(offset, std::string(section_name(bad.section)) + " section: " + bad.what);
+  }
+  return t;
+}
+
+// ---- files ------------------------------------------------------------------------------------------
+
+namespace {
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path, int err) {
+  throw error("trace file " + path + ": " + what + ": " + std::strerror(err));
+}
+
+}  // namespace
+
+void write_trace_file(const trace& t, const std::string& path) {
+  const std::vector<std::byte> bytes = encode_trace(t);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) io_error("cannot create " + tmp, path, errno);
+  const std::size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
+  const int write_err = errno;
+  if (written != bytes.size()) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    io_error("short write", path, write_err);
+  }
+  if (std::fclose(f) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    io_error("cannot close " + tmp, path, err);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    io_error("cannot rename " + tmp + " over it", path, err);
+  }
+}
+
+trace read_trace_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) io_error("cannot open", path, errno);
+  std::vector<std::byte> bytes;
+  std::array<std::byte, 1 << 16> chunk;
+  for (;;) {
+    const std::size_t n = std::fread(chunk.data(), 1, chunk.size(), f);
+    bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
+    if (n < chunk.size()) break;
+  }
+  const bool failed = std::ferror(f) != 0;
+  const int err = errno;
+  std::fclose(f);
+  if (failed) io_error("read error", path, err);
+  return decode_trace(bytes, path);
+}
+
+}  // namespace sublinear::tracer
