@@ -16,6 +16,6 @@ sublinear_ensure_deps
 # The same configuration as scripts/test.sh, so the two scripts share build/ without
 # reconfiguring it.
 echo "== sublinear: building build/" >&2
-sublinear_build "$SUBLINEAR_ROOT/build" -DSUBLINEAR_WERROR=ON -DSUBLINEAR_SANITIZE=""
+SUBLINEAR_BUILD_TARGETS=sublinear_cli sublinear_build "$SUBLINEAR_ROOT/build" -DSUBLINEAR_WERROR=ON -DSUBLINEAR_SANITIZE=""
 echo "== sublinear: build/bin/sublinear demo $*" >&2
 exec "$SUBLINEAR_ROOT/build/bin/sublinear" demo "$@"

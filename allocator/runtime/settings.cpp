@@ -59,8 +59,12 @@ const std::vector<entry>& entries() {
       {{"SUBLINEAR_LOG", "warn", "error, warn, info, debug, optionally followed by :PATH (info:/tmp/sublinear.log)",
         "Log level (info prints one line per iteration; debug prints the effective configuration once) and log file.", false},
        [](settings& s, const std::string& n, const std::string& v) {
-         auto colon = v.find(':');
-         s.log = parse_log_level(n, v.substr(0, colon));
+         const auto colon = v.find(':');
+         try {
+           s.log = parse_log_level(n, v.substr(0, colon));
+         } catch (const config_error&) {
+           bad(n, v, "error, warn, info, debug, optionally followed by :PATH");  // name the whole value
+         }
          if (colon != std::string::npos) {
            s.log_file = v.substr(colon + 1);
            if (s.log_file.empty()) bad(n, v, "a level followed by a non-empty path after ':'");

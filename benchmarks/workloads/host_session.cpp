@@ -10,9 +10,21 @@ allocator::host_vmm_options vmm_options(const host_session_options& o) {
   return v;
 }
 
+// Note [Host size classes]
+// PyTorch's classes (1 MiB small requests in 2 MiB segments, 20 MiB large segments) are
+// sized for GPU models of gigabytes. The host device's models hold megabytes, so those
+// classes would make mapped memory a staircase of 2 MiB steps that hides what a budget
+// does. The host session scales them down by 8 with the same ratios, on 64 KiB pages.
 allocator::options allocator_options(const host_session_options& o) {
   allocator::options a;
   a.budget = o.budget;
+  if (o.scaled_size_classes) {
+    a.small_size = 128 * 1024;
+    a.small_segment = 256 * 1024;
+    a.min_large_alloc = 1280 * 1024;
+    a.large_segment = 2560 * 1024;
+    a.round_large = 256 * 1024;
+  }
   return a;
 }
 

@@ -36,6 +36,8 @@ struct host_session_options {
   std::size_t granularity = std::size_t{64} << 10;
   // Run every device operation on the calling thread (debugging).
   bool synchronous = false;
+  // PyTorch's size classes scaled down for host-sized models (Note [Host size classes]).
+  bool scaled_size_classes = false;
 };
 
 class host_session {

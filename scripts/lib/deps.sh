@@ -25,5 +25,9 @@ sublinear_build() {
     echo "sublinear: configure failed (log above)" >&2
     return 1
   }
-  cmake --build "$dir" -j "$(nproc)"
+  # SUBLINEAR_BUILD_TARGETS (space-separated) limits the build to those targets.
+  local targets=()
+  local t
+  for t in ${SUBLINEAR_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
+  cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
 }

@@ -198,8 +198,11 @@ TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
   EXPECT_TRUE(reports[4].diverged) << "the new shape is detected in the iteration it appears";
   EXPECT_EQ(reports[5].state, engine_state::trace) << "and traced again";
   EXPECT_GT(reports[7].evictions, 0u) << "the new shape is planned too";
-  for (const auto& r : reports)
-    if (r.state != engine_state::trace && !r.diverged) EXPECT_LE(r.peak_mapped, r.budget) << r.index;
+  for (const auto& r : reports) {
+    if (r.state != engine_state::trace && !r.diverged) {
+      EXPECT_LE(r.peak_mapped, r.budget) << r.index;
+    }
+  }
 }
 
 TEST(EngineFaults, AKernelThatIsNotReplaySafeIsCaughtByValidationAndNeverEvictedAgain) {

@@ -1,0 +1,144 @@
+// Reports: what a run evicted, recomputed and cost, in four forms: a JSON document with a
+// versioned schema (docs/report-schema.json), a text summary with the table of the top
+// evicted buffers, a Chrome-trace / Perfetto timeline, and an SVG memory-timeline plot.
+//
+// Note [Report model]
+// Rationale: the same figures are written by a training process at exit and rendered
+//   later by `sublinear report` from the JSON file alone, so every renderer works on one
+//   plain value, `run_report`, that the JSON form carries completely (the file is the
+//   interface; nothing a renderer shows comes from elsewhere).
+// Approach: make_report() fills a run_report from the engine's public API (iterations,
+//   eviction records, timeline, plan figures) plus what only the caller knows (the model
+//   or command, the device, a baseline run). The timeline is thinned on the way in:
+//   memory samples that repeat the previous one are dropped and every kept sample carries
+//   its launch number within its iteration, so the plot's step curves are unchanged.
+//   to_json()/parse_report() are inverse (tests check the round trip); parse_report()
+//   checks the document against the embedded schema first, so a renderer never sees a
+//   malformed value. Renderers are pure functions from run_report to text.
+// Limitations: the engine keeps at most engine_options::timeline_limit events; a longer
+//   run's report has the early timeline only (the JSON says how many events were kept).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "allocator/runtime/engine.hpp"
+#include "allocator/runtime/settings.hpp"
+
+namespace sublinear::runtime {
+
+// "sublinear-report", version 1. A reader accepts its major version only.
+inline constexpr std::string_view report_schema_name = "sublinear-report";
+inline constexpr int report_schema_version = 1;
+
+// The plan the run used (from the engine).
+struct plan_summary {
+  std::string planner;              // SUBLINEAR_POLICY
+  std::size_t budget = 0;           // bytes (0: no budget or no plan)
+  std::size_t predicted_peak = 0;   // the plan's predicted peak (0: no plan)
+  std::string error;                // why there is no plan ("" when there is one)
+};
+
+// A run of the same workload without sublinear's budget, when the caller knows one.
+struct baseline_figures {
+  std::size_t peak_mapped = 0;
+  double iteration_s = 0.0;         // median iteration time (0: unknown)
+};
+
+// One timeline entry as reports keep it: the engine's event plus, for memory samples, the
+// launch number within its iteration.
+struct report_event {
+  timeline_event event;
+  std::size_t iteration = 0;        // index of the iteration it belongs to
+  std::size_t launch = 0;           // memory samples: launches completed in the iteration
+};
+
+struct run_report {
+  std::string generator;            // "sublinear 0.1.0"
+  std::string model;                // the workload, or the command that ran
+  std::string device;               // "host", "cuda"
+  std::size_t granularity = 0;      // allocator page size (0: unknown)
+  std::vector<std::pair<std::string, std::string>> settings;  // effective SUBLINEAR_* values
+  plan_summary plan;
+  std::optional<baseline_figures> baseline;
+  std::vector<iteration_report> iterations;
+  std::vector<eviction_record> evictions;
+  std::vector<report_event> timeline;
+  std::size_t timeline_dropped = 0; // memory samples left out because they repeated
+};
+
+// What the caller knows about the run beyond the engine.
+struct report_metadata {
+  std::string model;
+  std::string device = "host";
+  std::size_t granularity = 0;
+  std::optional<baseline_figures> baseline;
+};
+
+[[nodiscard]] run_report make_report(const engine& e, const settings& config, const report_metadata& meta);
+// The same from plain data (tests, other front ends).
+[[nodiscard]] run_report make_report(const settings& config, const report_metadata& meta, plan_summary plan,
+                                     std::vector<iteration_report> iterations,
+                                     std::vector<eviction_record> evictions,
+                                     const std::vector<timeline_event>& timeline);
+
+// ---- derived figures (used by every renderer) -------------------------------------------------------
+
+struct report_totals {
+  std::size_t iterations = 0;
+  std::size_t planned_iterations = 0;   // validate or steady, with a budget
+  std::size_t traced_peak = 0;          // largest peak of a traced iteration
+  std::size_t budgeted_peak = 0;        // largest peak of a planned iteration
+  bool within_budget = true;            // every planned iteration's peak <= its budget
+  std::size_t evictions = 0;
+  std::size_t evicted_bytes = 0;
+  std::size_t recomputed_launches = 0;
+  double recompute_s = 0.0;
+  double stall_s = 0.0;
+  std::size_t diverged = 0;
+  std::size_t validation_mismatches = 0;
+};
+[[nodiscard]] report_totals totals(const run_report& r);
+
+// ---- renderers ---------------------------------------------------------------------------------------
+
+// The JSON document (docs/report-schema.json).
+[[nodiscard]] std::string to_json(const run_report& r);
+// Parses and schema-checks a JSON report; throws config_error naming `source` and every
+// problem found (at most 20).
+[[nodiscard]] run_report parse_report(std::string_view json_text, std::string_view source = "<report>");
+// The JSON Schema every report satisfies (the text of docs/report-schema.json).
+[[nodiscard]] std::string_view report_schema();
+
+// Summary, per-iteration table and the `top` evicted buffers by bytes evicted.
+[[nodiscard]] std::string render_text(const run_report& r, std::size_t top = 10);
+// Only the table of the top evicted buffers (size, producer kernel, times evicted and
+// recomputed, recompute cost per regeneration and in total).
+[[nodiscard]] std::string render_eviction_table(const run_report& r, std::size_t top = 10);
+
+// Chrome trace event format (JSON object form), loadable by chrome://tracing and
+// ui.perfetto.dev: a "memory" counter track (mapped, allocated) and slice tracks for
+// iterations, evictions, replay (regeneration) and stalls.
+[[nodiscard]] std::string render_chrome_trace(const run_report& r);
+
+// An SVG memory-timeline plot: mapped bytes against the launch number within one
+// iteration, for the baseline (a traced iteration, unbudgeted) and the budgeted (the last
+// planned) iteration, with the budget as a line. Self-contained SVG 1.1.
+struct plot_options {
+  int width = 960;
+  int height = 560;
+  std::string title;  // "" : a title naming the model and the budget
+};
+[[nodiscard]] std::string render_memory_plot(const run_report& r, const plot_options& options = {});
+
+// Reads a whole file; throws sublinear::error naming the path on failure.
+[[nodiscard]] std::string read_text_file(const std::string& path);
+// Writes a whole file (through a temporary renamed over `path`); throws sublinear::error.
+void write_text_file(const std::string& path, std::string_view text);
+
+}  // namespace sublinear::runtime

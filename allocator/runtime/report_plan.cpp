@@ -1,0 +1,155 @@
+// Note [Plan preview] is in report_plan.hpp.
+#include "allocator/runtime/report_plan.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "allocator/runtime/report_json.hpp"
+#include "allocator/runtime/report_text.hpp"
+#include "policy/budget.hpp"
+#include "policy/planner.hpp"
+#include "policy/simulator.hpp"
+#include "sublinear/error.hpp"
+#include "tracer/analysis.hpp"
+
+namespace sublinear::runtime {
+
+
+plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& options) {
+  if (options.policies.empty()) throw config_error("plan: no policy given");
+  for (const auto& p : options.policies) (void)policy::make_planner(p);  // names checked before any work
+  const policy::budget_spec spec = policy::parse_budget(options.budget);
+
+  const tracer::analysed_iteration an = tracer::analyse_last_iteration(t);
+  const policy::iteration& g = an.graph;
+
+  plan_preview out;
+  out.device = t.device;
+  out.granularity = g.granularity;
+  out.launches = g.launches.size();
+  out.buffers = g.buffers.size();
+  out.candidates = g.candidates.size();
+  for (const auto& l : g.launches) out.iteration_compute_s += l.cost_s;
+  out.live_peak = g.peak_bytes;
+  out.unplanned_peak = policy::simulate(g, policy::plan{}).peak;
+  out.traced_mapped_peak = options.traced_mapped_peak;
+  // As the engine does (engine.cpp, make_plan): the allocator's overhead over live bytes,
+  // seen in the traced iteration, is kept out of what the planner may use.
+  out.overhead = options.traced_mapped_peak > g.peak_bytes ? options.traced_mapped_peak - g.peak_bytes : 0;
+  const std::size_t reference_peak = options.traced_mapped_peak > 0 ? options.traced_mapped_peak : g.peak_bytes;
+  out.budget_text = options.budget;
+  out.budget = policy::resolve_budget(spec, options.device_capacity, reference_peak);
+  out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
+
+  for (const auto& name : options.policies) {
+    plan_preview_row row;
+    row.planner = name;
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      const policy::plan p = policy::make_planner(name)->make_plan(g, out.planner_budget);
+      const policy::simulation sim = policy::simulate(g, p);
+      row.feasible = true;
+      row.predicted_peak = p.predicted_peak;
+      row.predicted_mapped = p.predicted_peak + out.overhead;
+      row.added_compute_s = p.added_compute_s;
+      row.recomputed_launches = p.recomputed_launches;
+      row.evicted_buffers = sim.evicted_buffers;
+      std::vector<policy::buffer_id> targets;
+      for (const auto& e : p.evictions) targets.push_back(e.target);
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      for (auto b : targets) row.evicted_bytes += g.buffers[b].size;
+    } catch (const policy::infeasible_budget& e) {
+      row.error = e.what();
+      row.smallest_feasible = e.smallest_feasible() + out.overhead;
+    }
+    row.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    out.rows.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::string render_plan_preview(const plan_preview& p) {
+  std::ostringstream out;
+  out << "traced iteration: " << p.launches << " launches, " << p.buffers << " buffers (" << p.candidates
+      << " eviction candidates), " << text::seconds(p.iteration_compute_s) << " of compute, on the " << p.device
+      << " device (pages of " << format_bytes(p.granularity) << ")\n";
+  out << "peak without eviction: " << format_bytes(p.unplanned_peak) << " of live buffers";
+  if (p.traced_mapped_peak > 0) {
+    out << ", " << format_bytes(p.traced_mapped_peak) << " mapped (the allocator's cache adds "
+        << format_bytes(p.overhead) << ")";
+  }
+  out << "\nbudget: " << format_bytes(p.budget) << " (" << p.budget_text << ")";
+  if (p.overhead > 0) out << ", " << format_bytes(p.planner_budget) << " for live buffers";
+  out << "\n";
+  if (p.traced_mapped_peak == 0) {
+    out << "(predictions count live buffers only; pass --mapped-peak with the traced iteration's peak mapped bytes,\n"
+           " as the runtime logs it, to include the allocator's cache)\n";
+  }
+  out << "\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : p.rows) {
+    if (!r.feasible) {
+      rows.push_back({r.planner, "infeasible", "needs at least " + format_bytes(r.smallest_feasible), "", "", ""});
+      continue;
+    }
+    std::string added = text::seconds(r.added_compute_s);
+    if (p.iteration_compute_s > 0) {
+      char pct[32];
+      std::snprintf(pct, sizeof pct, " (+%.0f%%)", 100.0 * r.added_compute_s / p.iteration_compute_s);
+      added += pct;
+    }
+    rows.push_back({r.planner, format_bytes(p.traced_mapped_peak > 0 ? r.predicted_mapped : r.predicted_peak),
+                    std::to_string(r.evicted_buffers) + " / " + format_bytes(r.evicted_bytes), added,
+                    std::to_string(r.recomputed_launches), text::seconds(r.planning_s)});
+  }
+  out << text::table({"policy", "predicted peak", "evicted", "added compute", "recomputed", "planning time"}, rows,
+                     {true, false, false, false, false, false});
+  out << "\n  predicted peak: " << (p.traced_mapped_peak > 0 ? "mapped bytes (live buffers + the allocator's cache)"
+                                                              : "live buffers at page granularity")
+      << "; evicted: buffers / bytes; added compute: replayed launches' traced durations per iteration\n";
+  return out.str();
+}
+
+std::string plan_preview_json(const plan_preview& p) {
+  std::string out;
+  json::writer w(out);
+  w.begin_object();
+  w.member("device", p.device);
+  w.member("granularity_bytes", p.granularity);
+  w.member("launches", p.launches);
+  w.member("buffers", p.buffers);
+  w.member("candidates", p.candidates);
+  w.member("iteration_compute_s", p.iteration_compute_s);
+  w.member("live_peak_bytes", p.live_peak);
+  w.member("unplanned_peak_bytes", p.unplanned_peak);
+  w.member("traced_mapped_peak_bytes", p.traced_mapped_peak);
+  w.member("overhead_bytes", p.overhead);
+  w.member("budget", p.budget_text);
+  w.member("budget_bytes", p.budget);
+  w.member("planner_budget_bytes", p.planner_budget);
+  w.key("planners");
+  w.begin_array();
+  for (const auto& r : p.rows) {
+    w.begin_object(true);
+    w.member("planner", r.planner);
+    w.member("feasible", r.feasible);
+    w.member("error", r.error);
+    w.member("smallest_feasible_bytes", r.smallest_feasible);
+    w.member("predicted_peak_bytes", r.predicted_peak);
+    w.member("predicted_mapped_bytes", r.predicted_mapped);
+    w.member("added_compute_s", r.added_compute_s);
+    w.member("recomputed_launches", r.recomputed_launches);
+    w.member("evicted_buffers", r.evicted_buffers);
+    w.member("evicted_bytes", r.evicted_bytes);
+    w.member("planning_s", r.planning_s);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return out;
+}
+
+}  // namespace sublinear::runtime

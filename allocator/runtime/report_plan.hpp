@@ -1,0 +1,76 @@
+// Plan previews: what a budget would cost on a recorded trace, per planner, before any
+// training runs (`sublinear plan`).
+//
+// Note [Plan preview]
+// Rationale: users choose a budget and a policy before a long run; the trace of one
+//   iteration (SUBLINEAR_TRACE, or any recorder) holds everything a planner needs, so the
+//   cost of a budget can be shown in a second instead of discovered in an hour.
+// Approach: exactly what the engine does at the end of its traced iteration (engine.cpp,
+//   make_plan), on the last iteration of the trace file: analyse it at the trace's
+//   granularity, resolve the budget ("x" against the traced peak of mapped bytes, "%"
+//   against the device's memory), take off the allocator's overhead (traced mapped peak
+//   less the iteration's live-byte peak), run each planner at what is left, and report
+//   the simulator's figures. The predicted peak of mapped bytes is the plan's peak plus
+//   that overhead, which is what the runtime then measures.
+// Limitations: a trace file does not record the allocator's mapped peak; without it
+//   (traced_mapped_peak = 0) the overhead is taken as zero and "x" is resolved against the
+//   iteration's live-byte peak, so predictions count live buffers only. Planning cost and
+//   timing-based choices (costs are the traced durations) can differ from a later run
+//   whose durations differ.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tracer/events.hpp"
+
+namespace sublinear::runtime {
+
+struct plan_preview_options {
+  std::string budget;                  // as SUBLINEAR_BUDGET accepts it
+  std::vector<std::string> policies;   // planner names (policy::planner_names())
+  std::size_t device_capacity = 0;     // bytes, for "%" budgets (0: unknown)
+  std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)
+};
+
+struct plan_preview_row {
+  std::string planner;
+  bool feasible = false;
+  std::string error;                   // infeasible: the planner's message
+  std::size_t smallest_feasible = 0;   // infeasible: the smallest budget it meets (planner bytes)
+  std::size_t predicted_peak = 0;      // the plan's peak (live buffers at page granularity)
+  std::size_t predicted_mapped = 0;    // predicted_peak + the allocator's overhead
+  double added_compute_s = 0.0;
+  std::size_t recomputed_launches = 0;
+  std::size_t evicted_buffers = 0;
+  std::size_t evicted_bytes = 0;
+  double planning_s = 0.0;
+};
+
+struct plan_preview {
+  std::string device;
+  std::size_t granularity = 0;
+  std::size_t launches = 0;
+  std::size_t buffers = 0;
+  std::size_t candidates = 0;
+  double iteration_compute_s = 0.0;    // sum of the launches' costs
+  std::size_t live_peak = 0;           // the iteration's peak of live bytes
+  std::size_t unplanned_peak = 0;      // simulator's peak with no eviction
+  std::size_t traced_mapped_peak = 0;  // as given (0: unknown)
+  std::size_t overhead = 0;            // traced_mapped_peak - live_peak, or 0
+  std::string budget_text;
+  std::size_t budget = 0;              // resolved
+  std::size_t planner_budget = 0;      // budget - overhead
+  std::vector<plan_preview_row> rows;
+};
+
+// Throws config_error for a malformed budget or policy, or a trace with no iteration.
+[[nodiscard]] plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& options);
+
+// A readable table of the preview, one row per planner.
+[[nodiscard]] std::string render_plan_preview(const plan_preview& p);
+// The preview as JSON (one object; rows in "planners").
+[[nodiscard]] std::string plan_preview_json(const plan_preview& p);
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,401 @@
+// `sublinear demo`: trains a model on the host device and prints what memory and time an
+// iteration takes.
+//
+// Note [Demo layout]
+// Rationale: the demo is the first thing a newcomer runs, on a machine without a GPU, and
+//   it will show the budgeted run beside the plain one (issue 6). So every figure is laid
+//   out as a row with one column per run, and the JSON keys carry a per-run prefix.
+// Approach: parse and validate every argument before anything runs (a bad argument is an
+//   error saying what would be right, exit status 2); build the model from the shared
+//   registry; train it in a host_session through the C entry points; print a header, the
+//   per-iteration table and the summary, one column (group) per run; write the same
+//   figures as JSON with write_figures_json. Today there is one run, "baseline".
+// Limitations: the host device is a CPU: times show how cost scales, not GPU speed.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "allocator/runtime/host/host_runtime.hpp"
+#include "benchmarks/workloads/host_session.hpp"
+#include "policy/budget.hpp"
+#include "policy/planner.hpp"
+#include "benchmarks/workloads/models/registry.hpp"
+#include "benchmarks/workloads/training.hpp"
+#include "integrations/cli/commands.hpp"
+#include "sublinear/error.hpp"
+
+namespace sublinear::cli {
+namespace {
+
+namespace wl = sublinear::workloads;
+namespace models = sublinear::workloads::models;
+
+constexpr const char* kHelp =
+    "usage: sublinear demo [--model mlp|resnet|densenet|lstm|transformer] [--depth N]\n"
+    "                      [--seq-len T] [--batch B] [--iterations K] [--seed S]\n"
+    "                      [--streams 1|2] [--budget B] [--policy P] [--json PATH]\n"
+    "\n"
+    "Trains a model on the host device (a CPU backend with CUDA's semantics) twice: as it\n"
+    "is (baseline), then under sublinear with a memory budget. Prints side by side, per\n"
+    "iteration and in summary: wall time, peak mapped memory (what a budget limits),\n"
+    "feature-map memory (peak allocated bytes minus parameters, gradients, optimizer state\n"
+    "and buffers; see docs/workloads.md), evictions, recomputed launches, and whether the\n"
+    "parameters after training are bit-identical.\n"
+    "\n"
+    "  --model NAME      the workload (default resnet)\n"
+    "  --depth N         mlp: linear layers (default 4); resnet: layers, 2 + 2 x blocks, even,\n"
+    "                    >= 8 (default 56); densenet: 3L + 4 layers (default 22);\n"
+    "                    transformer: encoder layers (default 2)\n"
+    "  --seq-len T       lstm: unrolled steps (default 256); transformer: tokens (default 64)\n"
+    "  --batch B         samples per iteration (default 32 for mlp, 8 otherwise)\n"
+    "  --iterations K    training iterations (default 5)\n"
+    "  --seed S          seed of the initial parameters and the synthetic data (default 1)\n"
+    "  --streams 1|2     2 runs the upload and optimizer step on a second stream (default 1)\n"
+    "  --budget B        the budget: bytes (8MiB), a share of device memory (60%), a\n"
+    "                    multiple of the traced peak (0.5x), or 'none' for the baseline\n"
+    "                    only (default 0.5x)\n"
+    "  --policy P        the planner: none, sqrtn, chen, chain, reforward, greedy, dtr\n"
+    "                    (default reforward)\n"
+    "  --json PATH       also write the figures as JSON to PATH\n"
+    "\n"
+    "examples:\n"
+    "  sublinear demo\n"
+    "  sublinear demo --model resnet --depth 1202 --iterations 3\n"
+    "  sublinear demo --model lstm --seq-len 2048 --json lstm.json\n";
+
+struct demo_options {
+  models::model_config model;
+  std::int64_t iterations = 5;
+  std::uint64_t seed = 1;
+  int streams = 1;
+  std::string json_path;
+  std::string budget = "0.5x";
+  std::string policy = "reforward";
+};
+
+// A usage error: the message says what would be right.
+[[noreturn]] void bad(const std::string& what) { throw config_error(what + " (try 'sublinear demo --help')"); }
+
+std::int64_t parse_count(std::string_view flag, std::string_view value, std::int64_t min) {
+  std::int64_t v = 0;
+  const auto* end = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+  if (ec != std::errc() || ptr != end || v < min) {
+    bad(std::string(flag) + " needs an integer >= " + std::to_string(min) + ", got '" + std::string(value) + "'");
+  }
+  return v;
+}
+
+demo_options parse(std::span<const std::string_view> args) {
+  demo_options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view flag = args[i];
+    std::string_view value;
+    bool has_value = false;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    const auto next = [&]() -> std::string_view {
+      if (has_value) return value;
+      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    if (flag == "--model") {
+      const auto v = next();
+      const auto kind = models::parse_model_kind(v);
+      if (!kind) bad("--model must be one of " + std::string(models::model_kind_names()) + ", got '" + std::string(v) + "'");
+      o.model.kind = *kind;
+    } else if (flag == "--depth") {
+      o.model.depth = parse_count(flag, next(), 1);
+    } else if (flag == "--seq-len") {
+      o.model.seq_len = parse_count(flag, next(), 1);
+    } else if (flag == "--batch") {
+      o.model.batch = parse_count(flag, next(), 1);
+    } else if (flag == "--iterations") {
+      o.iterations = parse_count(flag, next(), 1);
+    } else if (flag == "--seed") {
+      o.seed = static_cast<std::uint64_t>(parse_count(flag, next(), 0));
+    } else if (flag == "--streams") {
+      const auto v = next();
+      if (v != "1" && v != "2") bad("--streams must be 1 or 2, got '" + std::string(v) + "'");
+      o.streams = v == "1" ? 1 : 2;
+    } else if (flag == "--budget") {
+      o.budget = std::string(next());
+      if (o.budget != "none") {
+        try {
+          (void)policy::parse_budget(o.budget);
+        } catch (const config_error& e) {
+          bad(std::string("--budget: ") + e.what());
+        }
+      }
+    } else if (flag == "--policy") {
+      o.policy = std::string(next());
+      const auto names = policy::planner_names();
+      if (std::find(names.begin(), names.end(), std::string_view(o.policy)) == names.end()) {
+        std::string all;
+        for (auto n : names) all += (all.empty() ? "" : ", ") + std::string(n);
+        bad("--policy must be one of " + all + ", got '" + o.policy + "'");
+      }
+    } else if (flag == "--json") {
+      o.json_path = std::string(next());
+      if (o.json_path.empty()) bad("--json needs a file path");
+    } else {
+      bad("unknown argument '" + std::string(args[i]) + "'");
+    }
+  }
+  return o;
+}
+
+// ---- printing --------------------------------------------------------------------------
+
+struct run_column {
+  std::string label;
+  const wl::training_figures* figures;
+};
+
+std::string bytes(std::size_t n) { return format_bytes(n); }
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10.0 ? "%.3f s" : "%.1f s", s);
+  return buf;
+}
+
+std::string loss_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", static_cast<double>(v));
+  return buf;
+}
+
+void print_header(const demo_options& o, const wl::training_figures& f) {
+  std::printf("sublinear demo: %s on the host device\n", f.model.c_str());
+  std::printf("  model        %s\n", f.description.c_str());
+  std::printf("  parameters   %lld (persistent state %s: parameters, gradients, optimizer state, buffers)\n",
+              static_cast<long long>(f.parameter_count), bytes(f.persistent_bytes).c_str());
+  std::printf("  run          %lld iterations, seed %llu, %d stream%s\n", static_cast<long long>(o.iterations),
+              static_cast<unsigned long long>(o.seed), o.streams, o.streams == 1 ? "" : "s");
+}
+
+// Per iteration: one group of columns per run, its label above it.
+void print_iterations(std::span<const run_column> runs) {
+  std::printf("\nper iteration\n      ");
+  for (std::size_t g = 0; g < runs.size(); ++g) {
+    std::printf(g + 1 < runs.size() ? "   %-46s" : "   %s", runs[g].label.c_str());
+  }
+  std::printf("\n  iter");
+  for (std::size_t g = 0; g < runs.size(); ++g) std::printf("   %9s %12s %12s %10s", "time", "peak mapped", "feature maps", "loss");
+  std::printf("\n");
+  const std::size_t n = runs.front().figures->iterations.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    std::printf("  %4zu", i + 1);
+    for (const auto& r : runs) {
+      const auto& it = r.figures->iterations[i];
+      std::printf("   %9s %12s %12s %10s", seconds(it.seconds).c_str(), bytes(it.peak_mapped_bytes).c_str(),
+                  bytes(it.feature_map_bytes).c_str(), loss_text(it.loss).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+// Summary: one row per figure, one column per run.
+void print_summary(std::span<const run_column> runs) {
+  const auto row = [&](const char* label, auto value_of) {
+    std::printf("  %-28s", label);
+    for (const auto& r : runs) std::printf(" %14s", value_of(*r.figures).c_str());
+    std::printf("\n");
+  };
+  std::printf("\nsummary%23s", "");
+  for (const auto& r : runs) std::printf(" %14s", r.label.c_str());
+  std::printf("\n");
+  row("peak mapped memory", [](const wl::training_figures& f) { return bytes(f.peak_mapped_bytes()); });
+  row("feature-map memory", [](const wl::training_figures& f) { return bytes(f.feature_map_bytes()); });
+  row("peak allocated memory", [](const wl::training_figures& f) { return bytes(f.peak_allocated_bytes()); });
+  row("persistent memory", [](const wl::training_figures& f) { return bytes(f.persistent_bytes); });
+  row("iteration time (median)", [](const wl::training_figures& f) { return seconds(f.iteration_seconds()); });
+  row("final loss", [](const wl::training_figures& f) { return loss_text(f.iterations.back().loss); });
+  std::printf(
+      "\nfeature-map memory = peak allocated - persistent memory: activations, activation\n"
+      "gradients, the batch and temporaries (docs/workloads.md). The median leaves out\n"
+      "iteration 1, which maps the allocator's first segments.\n");
+}
+
+// ---- the budgeted run (the replay engine on the host device) ------------------------------
+
+struct budgeted_run {
+  wl::training_figures figures;
+  std::vector<runtime::iteration_report> reports;
+  std::size_t budget = 0;
+  std::size_t predicted_peak = 0;
+  std::size_t peak = 0;   // over the planned iterations
+  double iter_s = 0.0;    // median over the planned iterations
+  std::size_t evictions = 0;
+  std::size_t recomputed = 0;
+  bool bit_identical = false;
+  std::string plan_error;
+};
+
+budgeted_run run_budgeted(const demo_options& o, const std::vector<std::vector<float>>& baseline_params) {
+  budgeted_run out;
+  wl::host_session session;
+  wl::context ctx = session.make_context();
+  auto m = models::make_model(o.model);
+  m->init(ctx, o.seed);  // the engine starts once the model exists, as in a framework
+  runtime::engine_options eo;
+  eo.config = runtime::read_settings_from_environment();
+  eo.config.budget = o.budget;
+  eo.config.policy = o.policy;
+  eo.device_capacity = session.vmm().physical_capacity();
+  runtime::host_runtime rt(session.device(), session.allocator(), eo);
+  wl::training_options t;
+  t.iterations = o.iterations;
+  t.seed = o.seed;
+  t.streams = o.streams;
+  t.on_iteration_end = [&](const wl::iteration_figures&) { rt.mark_iteration(); };
+  out.figures = wl::train(ctx, *m, t);
+  out.bit_identical = wl::download_parameters(ctx, *m) == baseline_params;
+  out.reports = rt.get().iterations();
+  out.budget = rt.get().budget();
+  out.predicted_peak = rt.get().predicted_peak();
+  out.plan_error = rt.get().plan_error();
+  std::vector<double> times;
+  for (std::size_t i = 0; i < out.reports.size(); ++i) {
+    const auto& r = out.reports[i];
+    out.evictions += r.evictions;
+    out.recomputed += r.recomputed_launches;
+    if (r.state == runtime::engine_state::trace) continue;
+    out.peak = std::max(out.peak, r.peak_mapped);
+    if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
+  }
+  std::sort(times.begin(), times.end());
+  if (!times.empty()) {
+    const std::size_t n = times.size();
+    out.iter_s = n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+  }
+  return out;
+}
+
+void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline) {
+  std::printf("\nsublinear\n");
+  if (!b.plan_error.empty()) {
+    std::printf("  no plan, so no eviction: %s\n", b.plan_error.c_str());
+    return;
+  }
+  const auto row = [](const char* label, const std::string& value) {
+    std::printf("  %-32s %14s\n", label, value.c_str());
+  };
+  const auto ratio = [](double x, double y) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2fx", y == 0.0 ? 0.0 : x / y);
+    return std::string(buf);
+  };
+  row("budget", bytes(b.budget));
+  row("predicted peak (the plan)", bytes(b.predicted_peak));
+  row("peak mapped (planned iterations)", bytes(b.peak));
+  row("  against the baseline peak", ratio(static_cast<double>(b.peak), static_cast<double>(baseline.peak_mapped_bytes())));
+  row("iteration time (planned, median)", seconds(b.iter_s));
+  row("  against the baseline time", ratio(b.iter_s, baseline.iteration_seconds()));
+  row("evictions (all iterations)", std::to_string(b.evictions));
+  row("recomputed launches", std::to_string(b.recomputed));
+  row("parameters bit-identical", b.bit_identical ? "yes" : "NO");
+  std::printf(
+      "\nIteration 1 is traced without a budget; the budget holds from iteration 2 on, and\n"
+      "iteration 2 also validates every regenerated buffer (docs/runtime.md).\n");
+}
+
+std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_run& b, const demo_options& o) {
+  const auto num = [](double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    return std::string(buf);
+  };
+  return {
+      {"policy", wl::json_string(o.policy)},
+      {"budget", wl::json_string(o.budget)},
+      {"budget_bytes", std::to_string(b.budget)},
+      {"predicted_peak_bytes", std::to_string(b.predicted_peak)},
+      {"peak_bytes", std::to_string(b.peak)},
+      {"iter_s", num(b.iter_s)},
+      {"evictions", std::to_string(b.evictions)},
+      {"recomputed_launches", std::to_string(b.recomputed)},
+      {"params_bit_identical", b.bit_identical ? "true" : "false"},
+      {"plan_error", wl::json_string(b.plan_error)},
+  };
+}
+
+}  // namespace
+
+int demo_main(std::span<const std::string_view> args) {
+  if (wants_help(args)) {
+    std::fputs(kHelp, stdout);
+    return kExitOk;
+  }
+  demo_options o;
+  try {
+    o = parse(args);
+    (void)models::make_model(o.model);  // every size is checked before anything runs
+  } catch (const config_error& e) {
+    std::fprintf(stderr, "sublinear demo: %s\n", e.what());
+    return kExitUsage;
+  }
+
+  // Opened before training, so an unwritable path fails in a second, not after the run.
+  std::ofstream json;
+  if (!o.json_path.empty()) {
+    json.open(o.json_path);
+    if (!json) {
+      std::fprintf(stderr, "sublinear demo: cannot open %s for writing\n", o.json_path.c_str());
+      return kExitFailure;
+    }
+  }
+
+  wl::training_figures baseline;
+  std::vector<std::vector<float>> baseline_params;
+  {
+    wl::host_session session;
+    wl::context ctx = session.make_context();
+    auto m = models::make_model(o.model);
+    wl::training_options t;
+    t.iterations = o.iterations;
+    t.seed = o.seed;
+    t.streams = o.streams;
+    baseline = wl::train(ctx, *m, t);
+    baseline_params = wl::download_parameters(ctx, *m);
+  }
+  budgeted_run budgeted;
+  const bool with_budget = o.budget != "none";
+  if (with_budget) budgeted = run_budgeted(o, baseline_params);
+
+  std::vector<run_column> columns{{"baseline", &baseline}};
+  if (with_budget) columns.push_back({"sublinear " + o.budget + " " + o.policy, &budgeted.figures});
+  print_header(o, baseline);
+  print_iterations(columns);
+  print_summary(columns);
+  if (with_budget) print_budgeted(budgeted, baseline);
+  if (json.is_open()) {
+    std::vector<wl::report_run> runs{{"baseline_", &baseline, {}}};
+    std::vector<std::pair<std::string, std::string>> extra;
+    if (with_budget) {
+      runs.push_back({"sublinear_", &budgeted.figures, {}});
+      extra = budgeted_json(budgeted, o);
+    }
+    wl::write_figures_json(json, o.model, runs, extra);
+    json.close();
+    if (!json) {
+      std::fprintf(stderr, "sublinear demo: writing %s failed\n", o.json_path.c_str());
+      return kExitFailure;
+    }
+    std::printf("\nfigures written to %s\n", o.json_path.c_str());
+  }
+  if (with_budget && !budgeted.bit_identical) return kExitFailure;
+  return kExitOk;
+}
+
+}  // namespace sublinear::cli

@@ -1,0 +1,172 @@
+// `sublinear plan --trace FILE --budget B [--policy P|all]`: what a budget would cost, per
+// planner, on a recorded trace, before any training runs (Note [Plan preview] in
+// allocator/runtime/report_plan.hpp).
+#include <cstdio>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "allocator/runtime/report.hpp"
+#include "allocator/runtime/report_plan.hpp"
+#include "integrations/cli/commands.hpp"
+#include "policy/budget.hpp"
+#include "policy/planner.hpp"
+#include "sublinear/error.hpp"
+#include "tracer/trace_file.hpp"
+
+namespace sublinear::cli {
+namespace {
+
+std::string planner_list() {
+  std::string names;
+  for (auto n : policy::planner_names()) names += (names.empty() ? "" : ", ") + std::string(n);
+  return names;
+}
+
+std::string help_text() {
+  return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
+         "                      [--mapped-peak BYTES] [--json PATH]\n"
+         "\n"
+         "Reads a trace file (SUBLINEAR_TRACE writes one), analyses its last iteration and runs\n"
+         "the planners at the budget, exactly as the runtime would at the end of its traced\n"
+         "iteration. Prints, per planner, the predicted peak, the buffers it would evict, the\n"
+         "compute it adds per iteration and the launches it replays, or the smallest budget it\n"
+         "could meet. Nothing runs on a device.\n"
+         "\n"
+         "  --trace FILE          the trace file (docs/trace-format.md)\n"
+         "  --budget B            as SUBLINEAR_BUDGET: bytes with a unit (8GiB, 512MiB), a share\n"
+         "                        of device memory (60%, needs --device-memory) or a multiple of\n"
+         "                        the traced peak (0.5x)\n"
+         "  --policy P|all        a planner, several separated by commas, or all (default all):\n"
+         "                        " +
+         planner_list() +
+         "\n"
+         "  --device-memory BYTES the device's memory, for budgets given as a percentage\n"
+         "  --mapped-peak BYTES   the traced iteration's peak of mapped bytes, as the runtime logs\n"
+         "                        it (SUBLINEAR_LOG=info); predictions then include the\n"
+         "                        allocator's cache, and 0.5x means half of it. Without it they\n"
+         "                        count live buffers only.\n"
+         "  --json PATH           also write the figures as JSON\n"
+         "\n"
+         "examples:\n"
+         "  sublinear plan --trace run.sltrace --budget 0.5x\n"
+         "  sublinear plan --trace run.sltrace --budget 6GiB --policy chen,chain --mapped-peak 11.2GiB\n";
+}
+
+[[noreturn]] void bad(const std::string& what) { throw config_error(what + " (try 'sublinear plan --help')"); }
+
+std::size_t parse_bytes(std::string_view flag, std::string_view text) {
+  policy::budget_spec spec;
+  try {
+    spec = policy::parse_budget(text);
+  } catch (const config_error&) {
+    bad(std::string(flag) + " needs a byte count with an optional unit (16GiB, 80GB, 1048576), got '" +
+        std::string(text) + "'");
+  }
+  if (spec.form != policy::budget_spec::kind::bytes) {
+    bad(std::string(flag) + " needs bytes (16GiB, 80GB), not a share, got '" + std::string(text) + "'");
+  }
+  return spec.bytes;
+}
+
+struct plan_options {
+  std::string trace;
+  std::string json_path;
+  runtime::plan_preview_options preview;
+};
+
+plan_options parse(std::span<const std::string_view> args) {
+  plan_options o;
+  std::string policies = "all";
+  bool have_budget = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string_view flag = args[i];
+    std::string_view value;
+    bool has_value = false;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    const auto next = [&]() -> std::string_view {
+      if (has_value) return value;
+      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    if (flag == "--trace") {
+      o.trace = std::string(next());
+    } else if (flag == "--budget") {
+      o.preview.budget = std::string(next());
+      have_budget = true;
+    } else if (flag == "--policy") {
+      policies = std::string(next());
+    } else if (flag == "--device-memory") {
+      o.preview.device_capacity = parse_bytes(flag, next());
+    } else if (flag == "--mapped-peak") {
+      o.preview.traced_mapped_peak = parse_bytes(flag, next());
+    } else if (flag == "--json") {
+      o.json_path = std::string(next());
+      if (o.json_path.empty()) bad("--json needs a file path");
+    } else {
+      bad("unknown argument '" + std::string(args[i]) +
+          "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --json");
+    }
+  }
+  if (o.trace.empty()) bad("--trace FILE is required");
+  if (!have_budget) bad("--budget is required (for example --budget 0.5x or --budget 8GiB)");
+  policy::budget_spec spec;
+  try {
+    spec = policy::parse_budget(o.preview.budget);
+  } catch (const config_error& e) {
+    std::string why = e.what();
+    if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);
+    bad("--budget: " + why);
+  }
+  if (spec.form == policy::budget_spec::kind::device_fraction && o.preview.device_capacity == 0) {
+    bad("--budget " + o.preview.budget + " is a share of device memory: give the device's memory with --device-memory "
+        "BYTES (for example --device-memory 80GB), or a budget in bytes");
+  }
+  if (policies == "all") {
+    for (auto n : policy::planner_names()) o.preview.policies.emplace_back(n);
+  } else {
+    std::string item;
+    auto take = [&] {
+      if (item.empty()) bad("--policy has an empty name in '" + policies + "'");
+      bool known = false;
+      for (auto n : policy::planner_names()) known = known || n == item;
+      if (!known) bad("--policy '" + item + "' is not a planner; the planners are " + planner_list() + ", or all");
+      o.preview.policies.push_back(item);
+      item.clear();
+    };
+    for (char c : policies) {
+      if (c == ',') {
+        take();
+      } else {
+        item += c;
+      }
+    }
+    take();
+  }
+  return o;
+}
+
+}  // namespace
+
+int plan_main(std::span<const std::string_view> args) {
+  if (wants_help(args)) {
+    std::fputs(help_text().c_str(), stdout);
+    return kExitOk;
+  }
+  const plan_options o = parse(args);
+  const tracer::trace t = tracer::read_trace_file(o.trace);
+  const runtime::plan_preview p = runtime::preview_plans(t, o.preview);
+  std::printf("sublinear plan: %s\n", o.trace.c_str());
+  std::fputs(runtime::render_plan_preview(p).c_str(), stdout);
+  if (!o.json_path.empty()) runtime::write_text_file(o.json_path, runtime::plan_preview_json(p));
+  bool any = false;
+  for (const auto& r : p.rows) any = any || r.feasible;
+  return any ? kExitOk : kExitFailure;
+}
+
+}  // namespace sublinear::cli

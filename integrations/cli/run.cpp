@@ -1,0 +1,237 @@
+// `sublinear run [settings] -- COMMAND [ARGS...]`: runs a program with sublinear loaded into
+// it, with the settings given as flags (Note [Run environment] in settings.hpp).
+//
+// Note [Run command]
+// Rationale: zero code change means the user's training command runs as it is; all we may
+//   do is choose its environment. Every mistake we can see (a malformed setting, an
+//   unknown SUBLINEAR_ variable, a missing library) is reported before the command starts,
+//   because a training job that starts without its budget fails an hour later.
+// Approach: one flag per setting, generated from the options table (--budget for
+//   SUBLINEAR_BUDGET, --trace-iterations for SUBLINEAR_TRACE_ITERATIONS, ...), so the
+//   command line cannot drift from the table; compose_run_environment() validates and
+//   builds the child's environment; execvpe() replaces this process, so the exit status,
+//   signals and the terminal are the program's own.
+// Limitations: the preload/injection library must exist (by default ../lib/ next to this
+//   program, as the build tree and `cmake --install` lay it out); on a machine without it
+//   the command says where it looked and how to get it.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "allocator/runtime/settings.hpp"
+#include "integrations/cli/commands.hpp"
+#include "sublinear/error.hpp"
+
+extern char** environ;
+
+namespace sublinear::cli {
+namespace {
+
+constexpr const char* kLibraryName = "libsublinear_preload.so";
+
+// `head` padded to the description column, then `body` wrapped at 90 columns.
+std::string wrapped(const std::string& head, const std::string& body) {
+  constexpr std::size_t column = 29, width = 90;
+  std::string out = head;
+  if (out.size() + 1 > column) {
+    out += "\n";
+    out += std::string(column, ' ');
+  } else {
+    out += std::string(column - out.size(), ' ');
+  }
+  std::size_t line = column;
+  std::size_t i = 0;
+  while (i < body.size()) {
+    std::size_t end = body.find(' ', i);
+    if (end == std::string::npos) end = body.size();
+    const std::string word = body.substr(i, end - i);
+    if (line > column && line + 1 + word.size() > width) {
+      out += "\n" + std::string(column, ' ');
+      line = column;
+    }
+    if (line > column) {
+      out += ' ';
+      ++line;
+    }
+    out += word;
+    line += word.size();
+    i = end + 1;
+  }
+  return out + "\n";
+}
+
+std::string help_text() {
+  std::string h =
+      "usage: sublinear run [settings] [--library PATH] [--print-env] -- COMMAND [ARGS...]\n"
+      "\n"
+      "Runs COMMAND with sublinear loaded into it (LD_PRELOAD and CUDA_INJECTION64_PATH name\n"
+      "sublinear's library) and the settings below in its environment. Any program that\n"
+      "allocates through the CUDA runtime works unchanged: python train.py, a C++ trainer, ...\n"
+      "Settings already in the environment (SUBLINEAR_*) apply too; a flag wins over them.\n"
+      "Every setting is checked before COMMAND starts: a malformed one is an error.\n"
+      "\n"
+      "settings (docs/settings.md):\n";
+  for (const auto& o : runtime::options_table()) {
+    const std::string flag = runtime::flag_name(o) + (o.boolean ? "" : " VALUE");
+    std::string forms = std::string("Forms: ") + o.forms + ".";
+    if (*o.default_value) forms += " Default " + std::string(o.default_value) + ".";
+    h += wrapped("  " + flag, std::string(o.doc) + " " + forms);
+  }
+  h += "\nother options:\n" +
+       wrapped("  --library PATH",
+              "sublinear's preload/injection library. Default: ../lib/" + std::string(kLibraryName) +
+                  " next to this program.") +
+      wrapped("  --print-env", "Print the variables sublinear sets for COMMAND, and exit without running it.") +
+      "\n"
+      "examples:\n"
+      "  sublinear run --budget 8GiB -- python train.py\n"
+      "  sublinear run --budget 0.5x --policy chain --report run.json -- ./trainer --epochs 1\n"
+      "  SUBLINEAR_LOG=info sublinear run --budget 60% -- python train.py\n";
+  return h;
+}
+
+[[noreturn]] void bad(const std::string& what) { throw config_error(what + " (try 'sublinear run --help')"); }
+
+struct run_options {
+  std::vector<std::pair<std::string, std::string>> settings;
+  std::string library;
+  bool print_env = false;
+  std::vector<std::string> command;
+};
+
+run_options parse(std::span<const std::string_view> args) {
+  run_options o;
+  std::size_t i = 0;
+  for (; i < args.size(); ++i) {
+    std::string_view flag = args[i];
+    if (flag == "--") {
+      ++i;
+      break;
+    }
+    if (!flag.starts_with("--")) {
+      bad("expected a setting flag or '--' before the command, got '" + std::string(flag) +
+          "'; write: sublinear run [settings] -- COMMAND");
+    }
+    std::string_view value;
+    bool has_value = false;
+    if (const auto eq = flag.find('='); eq != std::string_view::npos) {
+      value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+      has_value = true;
+    }
+    const auto next = [&]() -> std::string_view {
+      if (has_value) return value;
+      if (i + 1 >= args.size() || args[i + 1] == "--") bad(std::string(flag) + " needs a value");
+      return args[++i];
+    };
+    if (flag == "--library") {
+      o.library = std::string(next());
+      if (o.library.empty()) bad("--library needs a file path");
+    } else if (flag == "--print-env") {
+      o.print_env = true;
+    } else if (const runtime::option_info* opt = runtime::option_for_flag(flag)) {
+      // A switch may stand alone; its value, if any, comes as --flag=VALUE.
+      const std::string v = opt->boolean && !has_value ? "1" : std::string(next());
+      o.settings.emplace_back(opt->name, v);
+    } else {
+      std::string flags;
+      for (const auto& t : runtime::options_table()) flags += (flags.empty() ? "" : ", ") + runtime::flag_name(t);
+      bad("unknown option '" + std::string(flag) + "'; the settings are " + flags +
+          ", and the other options --library, --print-env");
+    }
+  }
+  for (; i < args.size(); ++i) o.command.emplace_back(args[i]);
+  return o;
+}
+
+std::string self_directory() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  std::string path(buf, static_cast<std::size_t>(n));
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+std::string find_library(const std::string& given) {
+  if (!given.empty()) {
+    if (::access(given.c_str(), R_OK) != 0) {
+      throw error("the library given with --library, '" + given + "', cannot be read: " + std::strerror(errno));
+    }
+    return given;
+  }
+  const std::string dir = self_directory();
+  const std::string prefix = dir.substr(0, dir.rfind('/'));  // <prefix>/bin/sublinear
+  const std::string candidate = prefix + "/lib/" + kLibraryName;
+  if (::access(candidate.c_str(), R_OK) == 0) {
+    char resolved[PATH_MAX];
+    if (::realpath(candidate.c_str(), resolved) != nullptr) return resolved;
+    return candidate;
+  }
+  throw error("sublinear's preload/injection library " + std::string(kLibraryName) + " is missing: looked for " +
+              candidate + " (../lib/ next to this program, " + dir +
+              "). Build it (cmake --build <build dir> --target sublinear_preload) or install sublinear "
+              "(cmake --install), or name it with --library PATH.");
+}
+
+}  // namespace
+
+int run_main(std::span<const std::string_view> args) {
+  if (wants_help(args)) {
+    // Only flags before '--' are ours: `sublinear run -- prog --help` asks prog.
+    bool ours = false;
+    for (auto a : args) {
+      if (a == "--") break;
+      if (a == "-h" || a == "--help") ours = true;
+    }
+    if (ours) {
+      std::fputs(help_text().c_str(), stdout);
+      return kExitOk;
+    }
+  }
+  const run_options o = parse(args);
+  if (o.command.empty() && !o.print_env) bad("no command given; write: sublinear run [settings] -- COMMAND [ARGS...]");
+
+  std::vector<std::string> inherited;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) inherited.emplace_back(*e);
+  const std::string library = find_library(o.library);
+  runtime::run_environment env;
+  try {
+    env = runtime::compose_run_environment(inherited, o.settings, library);
+  } catch (const config_error& e) {
+    std::string why = e.what();
+    if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);  // main() names the command already
+    throw config_error(why);
+  }
+
+  if (o.print_env) {
+    // What sublinear sets or changes, not the whole environment.
+    for (const auto& kv : env.variables) {
+      if (kv.rfind("SUBLINEAR_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0 ||
+          kv.rfind("CUDA_INJECTION64_PATH=", 0) == 0)
+        std::printf("%s\n", kv.c_str());
+    }
+    return kExitOk;
+  }
+
+  std::vector<char*> argv;
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<char*> envp;
+  for (const auto& kv : env.variables) envp.push_back(const_cast<char*>(kv.c_str()));
+  envp.push_back(nullptr);
+  std::fflush(stdout);
+  ::execvpe(argv[0], argv.data(), envp.data());
+  const int err = errno;
+  std::fprintf(stderr, "sublinear run: cannot run '%s': %s\n", o.command.front().c_str(), std::strerror(err));
+  return err == ENOENT ? 127 : 126;  // as shells report a command not found / not executable
+}
+
+}  // namespace sublinear::cli

@@ -1,0 +1,366 @@
+// What the command line is built on: the environment `sublinear run` gives a command, and
+// `sublinear plan`'s preview, which must agree with what the runtime then does on the
+// same workload.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "allocator/default_allocator.hpp"
+#include "allocator/host/device.hpp"
+#include "allocator/host/host_vmm.hpp"
+#include "allocator/runtime/host/host_runtime.hpp"
+#include "allocator/runtime/report_plan.hpp"
+#include "allocator/runtime/settings.hpp"
+#include "benchmarks/workloads/memory.hpp"
+#include "benchmarks/workloads/models/registry.hpp"
+#include "benchmarks/workloads/training.hpp"
+#include "policy/planner.hpp"
+#include "tracer/host/host_collector.hpp"
+#include "tracer/recorder.hpp"
+#include "tracer/trace_file.hpp"
+
+namespace sublinear::runtime {
+namespace {
+
+// ---- sublinear run: the child's environment ------------------------------------------------------------
+
+const std::string kLib = "/opt/sublinear/lib/libsublinear_preload.so";
+
+std::string value_of(const run_environment& env, const std::string& name) {
+  for (const auto& kv : env.variables)
+    if (kv.rfind(name + "=", 0) == 0) return kv.substr(name.size() + 1);
+  return "<unset>";
+}
+
+std::string error_of(const std::vector<std::string>& inherited,
+                     const std::vector<std::pair<std::string, std::string>>& overrides,
+                     const std::string& library = kLib) {
+  try {
+    (void)compose_run_environment(inherited, overrides, library);
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(RunEnvironment, SetsThePreloadAndInjectionLibraries) {
+  const auto env = compose_run_environment({"PATH=/usr/bin", "HOME=/root"}, {}, kLib);
+  EXPECT_EQ(value_of(env, "LD_PRELOAD"), kLib);
+  EXPECT_EQ(value_of(env, "CUDA_INJECTION64_PATH"), kLib);
+  EXPECT_EQ(value_of(env, "PATH"), "/usr/bin");
+  EXPECT_EQ(value_of(env, "HOME"), "/root");
+}
+
+TEST(RunEnvironment, KeepsTheInheritedVariablesInTheirOrder) {
+  const auto env = compose_run_environment({"A=1", "B=2", "C=3"}, {}, kLib);
+  ASSERT_GE(env.variables.size(), 3u);
+  EXPECT_EQ(env.variables[0], "A=1");
+  EXPECT_EQ(env.variables[1], "B=2");
+  EXPECT_EQ(env.variables[2], "C=3");
+}
+
+TEST(RunEnvironment, CommandLineSettingsWinOverTheEnvironment) {
+  const auto env = compose_run_environment({"SUBLINEAR_BUDGET=8GiB", "SUBLINEAR_POLICY=chen"},
+                                           {{"SUBLINEAR_BUDGET", "0.5x"}, {"SUBLINEAR_LOG", "info"}}, kLib);
+  EXPECT_EQ(value_of(env, "SUBLINEAR_BUDGET"), "0.5x");
+  EXPECT_EQ(value_of(env, "SUBLINEAR_POLICY"), "chen");
+  EXPECT_EQ(value_of(env, "SUBLINEAR_LOG"), "info");
+  EXPECT_EQ(env.effective.budget, "0.5x");
+  EXPECT_EQ(env.effective.log, log_level::info);
+  EXPECT_EQ(std::count_if(env.variables.begin(), env.variables.end(),
+                          [](const std::string& kv) { return kv.rfind("SUBLINEAR_BUDGET=", 0) == 0; }),
+            1);
+}
+
+TEST(RunEnvironment, PutsTheLibraryFirstInAnExistingPreloadListOnce) {
+  auto env = compose_run_environment({"LD_PRELOAD=/usr/lib/libjemalloc.so /usr/lib/libfoo.so"}, {}, kLib);
+  EXPECT_EQ(value_of(env, "LD_PRELOAD"), kLib + ":/usr/lib/libjemalloc.so:/usr/lib/libfoo.so");
+  env = compose_run_environment({"LD_PRELOAD=/usr/lib/libfoo.so:" + kLib}, {}, kLib);
+  EXPECT_EQ(value_of(env, "LD_PRELOAD"), kLib + ":/usr/lib/libfoo.so");
+}
+
+TEST(RunEnvironment, RefusesAnotherInjectionLibrary) {
+  const std::string e = error_of({"CUDA_INJECTION64_PATH=/opt/nsight/libinject.so"}, {});
+  EXPECT_NE(e.find("CUDA_INJECTION64_PATH"), std::string::npos) << e;
+  EXPECT_NE(e.find("/opt/nsight/libinject.so"), std::string::npos) << e;
+  // Our own library there already is fine.
+  EXPECT_EQ(error_of({"CUDA_INJECTION64_PATH=" + kLib}, {}), "(accepted)");
+}
+
+TEST(RunEnvironment, AMalformedSettingIsAnErrorNamingItAndItsForms) {
+  const std::string e = error_of({}, {{"SUBLINEAR_VALIDATE", "sometimes"}});
+  EXPECT_NE(e.find("SUBLINEAR_VALIDATE"), std::string::npos) << e;
+  EXPECT_NE(e.find("sometimes"), std::string::npos) << e;
+  EXPECT_NE(e.find("off, first, always"), std::string::npos) << e;
+}
+
+TEST(RunEnvironment, AMalformedInheritedSettingIsAnErrorToo) {
+  const std::string e = error_of({"SUBLINEAR_BUDGET=lots"}, {});
+  EXPECT_NE(e.find("SUBLINEAR_BUDGET"), std::string::npos) << e;
+  EXPECT_NE(e.find("lots"), std::string::npos) << e;
+}
+
+TEST(RunEnvironment, AnUnknownSettingIsAnErrorListingTheSettings) {
+  std::string e = error_of({"SUBLINEAR_BUDGTE=8GiB"}, {});
+  EXPECT_NE(e.find("unknown setting SUBLINEAR_BUDGTE"), std::string::npos) << e;
+  EXPECT_NE(e.find("SUBLINEAR_BUDGET"), std::string::npos) << e;
+  e = error_of({}, {{"SUBLINEAR_NOPE", "1"}});
+  EXPECT_NE(e.find("unknown setting SUBLINEAR_NOPE"), std::string::npos) << e;
+}
+
+TEST(RunEnvironment, EntriesWithoutAnEqualsSignPassThrough) {
+  const auto env = compose_run_environment({"ODD", "A=1"}, {}, kLib);
+  EXPECT_NE(std::find(env.variables.begin(), env.variables.end(), "ODD"), env.variables.end());
+}
+
+TEST(RunEnvironment, NeedsALibrary) { EXPECT_NE(error_of({}, {}, "").find("no preload library"), std::string::npos); }
+
+// A model of the kind at its default sizes (resnet: 20 layers): large enough that
+// activations span many pages, small enough that an iteration takes milliseconds.
+std::unique_ptr<workloads::models::model> test_model(workloads::models::model_kind kind) {
+  workloads::models::model_config c;
+  c.kind = kind;
+  if (kind == workloads::models::model_kind::resnet) c.depth = 20;
+  return workloads::models::make_model(c);
+}
+
+// The host stack with 4 KiB pages and segments no larger than a page, so that mapped bytes
+// follow live bytes: the test models hold a few MiB, which PyTorch's 2 MiB and 20 MiB
+// segments would dwarf, leaving no room for any budget below the traced peak.
+class tight_session {
+ public:
+  tight_session()
+      : vmm_(allocator::host_vmm_options{kPage, std::size_t{2} << 30}),
+        allocator_(vmm_, device_, tight_options()),
+        installed_(allocator_) {}
+  ~tight_session() { device_.synchronize(); }
+  tight_session(const tight_session&) = delete;
+  tight_session& operator=(const tight_session&) = delete;
+
+  host::device& device() { return device_; }
+  allocator::caching_allocator& allocator() { return allocator_; }
+  allocator::host_vmm& vmm() { return vmm_; }
+  workloads::context make_context() { return workloads::context{device_, nullptr, memory_}; }
+
+ private:
+  static constexpr std::size_t kPage = std::size_t{4} << 10;
+  static allocator::options tight_options() {
+    allocator::options o;
+    o.small_size = kPage / 2;
+    o.small_segment = kPage;
+    o.min_large_alloc = kPage;
+    o.large_segment = kPage;
+    o.round_large = kPage;
+    return o;
+  }
+  allocator::host_vmm vmm_;
+  host::device device_;
+  allocator::caching_allocator allocator_;
+  allocator::scoped_default_allocator installed_;
+  workloads::c_api_memory memory_;
+};
+
+// ---- sublinear plan: the preview agrees with the runtime ---------------------------------------------------
+
+using workloads::models::model_kind;
+
+struct recorded_iteration {
+  tracer::trace trace;
+  std::size_t mapped_peak = 0;
+  std::size_t granularity = 0;
+};
+
+// Records the first training iteration of a model as the runtime traces it: the recorder
+// starts with the model's state live, the host collector times launches and observes
+// writes.
+recorded_iteration record_first_iteration(model_kind kind) {
+  tight_session session;
+  auto ctx = session.make_context();
+  auto model = test_model(kind);
+  model->init(ctx, 7);
+  tracer::recorder_options ro;
+  ro.device = "host";
+  ro.granularity = session.allocator().granularity();
+  ro.start_recording = false;
+  tracer::recorder rec(ro);
+  // As the engine sets itself up (engine.cpp): exact large segments, and the blocks that
+  // exist already (parameters) made known to the recorder, so they are preexisting buffers.
+  session.allocator().set_exact_large_segments(true);
+  auto* previous = session.allocator().set_observer(&rec);
+  for (const auto& b : session.allocator().live_blocks()) rec.on_allocate(b.base, b.requested, b.stream, b.evictable);
+  tracer::host_collector_options co;
+  co.time_launches = true;
+  co.observe_writes = true;
+  auto collector = std::make_unique<tracer::host_collector>(session.device(), rec, co);
+  rec.start();
+  rec.mark_iteration();
+  workloads::training_options to;
+  to.iterations = 1;
+  to.seed = 7;
+  to.on_iteration_end = [&](const workloads::iteration_figures&) {
+    session.device().synchronize();
+    rec.mark_iteration();
+  };
+  const auto figures = workloads::train(ctx, *model, to);
+  session.device().synchronize();
+  recorded_iteration out;
+  out.trace = rec.take();
+  out.mapped_peak = figures.iterations.at(0).peak_mapped_bytes;
+  out.granularity = session.allocator().granularity();
+  collector.reset();
+  session.allocator().set_observer(previous);
+  session.allocator().set_exact_large_segments(false);
+  model->release();
+  return out;
+}
+
+struct runtime_outcome {
+  std::vector<iteration_report> iterations;
+  std::size_t predicted_peak = 0;
+  std::size_t budget = 0;
+  std::string plan_error;
+};
+
+runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std::size_t budget_bytes) {
+  tight_session session;
+  auto ctx = session.make_context();
+  auto model = test_model(kind);
+  model->init(ctx, 7);
+  engine_options o;
+  o.config.budget = std::to_string(budget_bytes);
+  o.config.policy = policy;
+  o.device_capacity = session.vmm().physical_capacity();
+  runtime_outcome out;
+  {
+    host_runtime rt(session.device(), session.allocator(), o);
+    workloads::training_options to;
+    to.iterations = 4;
+    to.seed = 7;
+    to.on_iteration_end = [&](const workloads::iteration_figures&) { rt.mark_iteration(); };
+    workloads::train(ctx, *model, to);
+    out.iterations = rt.get().iterations();
+    out.predicted_peak = rt.get().predicted_peak();
+    out.budget = rt.get().budget();
+    out.plan_error = rt.get().plan_error();
+  }
+  model->release();
+  return out;
+}
+
+struct agreement_case {
+  model_kind kind;
+  const char* policy;
+};
+
+class PlanPreview : public ::testing::TestWithParam<agreement_case> {};
+
+TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvictedBuffer) {
+  const auto c = GetParam();
+  const recorded_iteration rec = record_first_iteration(c.kind);
+  // Through a file, as `sublinear plan` reads it.
+  const std::string path = ::testing::TempDir() + "/plan_preview_" +
+                           std::string(workloads::models::to_string(c.kind)) + "_" + c.policy + ".sltrace";
+  tracer::write_trace_file(rec.trace, path);
+  const tracer::trace t = tracer::read_trace_file(path);
+  std::remove(path.c_str());
+
+  // As a user would: try 0.6x; if the planner cannot meet it, take the smallest budget it
+  // names plus a quarter of the way to the peak without eviction.
+  plan_preview_options po;
+  po.budget = "0.6x";
+  po.policies = {c.policy};
+  po.traced_mapped_peak = rec.mapped_peak;
+  plan_preview preview = preview_plans(t, po);
+  ASSERT_EQ(preview.rows.size(), 1u);
+  if (!preview.rows[0].feasible) {
+    const std::size_t smallest = preview.rows[0].smallest_feasible;
+    const std::size_t unplanned = preview.unplanned_peak + preview.overhead;
+    ASSERT_LT(smallest, unplanned) << preview.rows[0].error;
+    po.budget = std::to_string(smallest + (unplanned - smallest) / 4);
+    preview = preview_plans(t, po);
+  }
+  const plan_preview_row& row = preview.rows[0];
+  ASSERT_TRUE(row.feasible) << row.error;
+  ASSERT_GT(row.evicted_buffers, 0u) << "a budget of 0.6x should need evictions";
+  EXPECT_EQ(row.predicted_mapped, row.predicted_peak + preview.overhead);
+
+  const runtime_outcome run = run_with_budget(c.kind, c.policy, preview.budget);
+  ASSERT_TRUE(run.plan_error.empty()) << run.plan_error << "\npreview: budget " << preview.budget << ", planner budget "
+                                      << preview.planner_budget << ", live peak " << preview.live_peak
+                                      << ", overhead " << preview.overhead << ", recorded mapped peak " << rec.mapped_peak
+                                      << "; runtime's traced mapped peak " << run.iterations.at(0).peak_mapped;
+  ASSERT_EQ(run.budget, preview.budget);
+  ASSERT_EQ(run.iterations.size(), 4u);
+  EXPECT_EQ(run.iterations[0].peak_mapped, rec.mapped_peak) << "the traced iteration differs from the recording";
+
+  std::size_t measured = 0;
+  for (const auto& it : run.iterations) {
+    if (it.state == engine_state::trace) continue;
+    ASSERT_FALSE(it.diverged) << "iteration " << it.index;
+    measured = std::max(measured, it.peak_mapped);
+  }
+  const std::size_t tolerance = rec.granularity * row.evicted_buffers;
+  const std::size_t difference = measured > row.predicted_mapped ? measured - row.predicted_mapped
+                                                                 : row.predicted_mapped - measured;
+  EXPECT_LE(difference, tolerance) << "predicted " << row.predicted_mapped << " (plan " << row.predicted_peak
+                                   << " + allocator overhead " << preview.overhead << "), measured " << measured
+                                   << ", runtime's plan predicted " << run.predicted_peak << "; "
+                                   << row.evicted_buffers << " evicted buffers";
+  EXPECT_LE(measured, preview.budget);
+}
+
+std::string case_name(const ::testing::TestParamInfo<agreement_case>& info) {
+  return std::string(workloads::models::to_string(info.param.kind)) + "_" + info.param.policy;
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, PlanPreview,
+                         ::testing::Values(agreement_case{model_kind::mlp, "chen"},
+                                           agreement_case{model_kind::mlp, "greedy"},
+                                           agreement_case{model_kind::resnet, "chen"},
+                                           agreement_case{model_kind::densenet, "chen"},
+                                           agreement_case{model_kind::transformer, "chen"}),
+                         case_name);
+
+TEST(PlanPreviewReport, AnInfeasibleBudgetNamesTheSmallestFeasibleOne) {
+  const recorded_iteration rec = record_first_iteration(model_kind::mlp);
+  plan_preview_options po;
+  po.budget = "0.01x";
+  po.policies = {"chen", "none"};
+  po.traced_mapped_peak = rec.mapped_peak;
+  const plan_preview p = preview_plans(rec.trace, po);
+  ASSERT_EQ(p.rows.size(), 2u);
+  for (const auto& row : p.rows) {
+    EXPECT_FALSE(row.feasible) << row.planner;
+    EXPECT_GT(row.smallest_feasible, p.budget) << row.planner;
+  }
+  const std::string text = render_plan_preview(p);
+  EXPECT_NE(text.find("infeasible"), std::string::npos) << text;
+  EXPECT_NE(text.find("needs at least"), std::string::npos) << text;
+}
+
+TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
+  const recorded_iteration rec = record_first_iteration(model_kind::mlp);
+  plan_preview_options po;
+  po.budget = "1x";
+  po.policies = {"none"};
+  const plan_preview p = preview_plans(rec.trace, po);
+  EXPECT_EQ(p.budget, p.live_peak);
+  EXPECT_EQ(p.overhead, 0u);
+  EXPECT_NE(render_plan_preview(p).find("--mapped-peak"), std::string::npos);
+}
+
+TEST(PlanPreviewReport, RejectsAnUnknownPlannerBeforeAnalysing) {
+  const recorded_iteration rec = record_first_iteration(model_kind::mlp);
+  plan_preview_options po;
+  po.budget = "0.5x";
+  po.policies = {"magic"};
+  EXPECT_THROW((void)preview_plans(rec.trace, po), config_error);
+}
+
+}  // namespace
+}  // namespace sublinear::runtime
