@@ -20,6 +20,7 @@
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
 #include "tracer/analysis.hpp"
+#include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
 
@@ -124,6 +125,8 @@ struct engine::impl {
       : alloc(a), dev(d), rec(r), opts(std::move(o)) {
     if (opts.config.disable) st = engine_state::disabled;
     iteration_started_s = started_s = dev.now_s();
+    if (opts.config.log >= log_level::debug)
+      std::fprintf(stderr, "sublinear: effective configuration:\n%s", describe(opts.config).c_str());
   }
 
   // ---- helpers --------------------------------------------------------------------------
@@ -172,6 +175,14 @@ struct engine::impl {
     kept_trace = rec.take();
     rec.stop();
     if (kept_trace.events.empty()) throw config_error("sublinear: the traced iteration recorded no events");
+    if (!opts.config.trace.empty()) {
+      try {
+        tracer::write_trace_file(kept_trace, opts.config.trace);
+        log_info("trace of the planned iteration written to " + opts.config.trace);
+      } catch (const std::exception& e) {
+        log_warn(std::string("SUBLINEAR_TRACE: ") + e.what());
+      }
+    }
     tracer::analysis_options ao;
     ao.granularity = alloc.granularity();
     an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
@@ -322,11 +333,17 @@ struct engine::impl {
     current.diverged = diverged;
     reports.push_back(current);
     note(timeline_event::kind::iteration, iteration_started_s, current.peak_mapped, to_string(current.state));
-    log_info("iteration " + std::to_string(current.index) + " [" + to_string(current.state) + "]: peak mapped " +
-             format_bytes(current.peak_mapped) + (current.budget ? ", budget " + format_bytes(current.budget) : "") +
-             ", " + std::to_string(current.evictions) + " evictions, " + std::to_string(current.recomputed_launches) +
-             " recomputed launches, recompute " + std::to_string(current.recompute_s) + " s, stall " +
-             std::to_string(current.stall_s) + " s");
+    {
+      char line[512];
+      std::snprintf(line, sizeof line,
+                    "iteration %zu [%s]: peak mapped %s%s%s, %zu evictions (%s), %zu recomputed launches, "
+                    "recompute %.1f ms, stall %.1f ms%s",
+                    current.index, to_string(current.state), format_bytes(current.peak_mapped).c_str(),
+                    current.budget ? " of a " : "", current.budget ? (format_bytes(current.budget) + " budget").c_str() : "",
+                    current.evictions, format_bytes(current.evicted_bytes).c_str(), current.recomputed_launches,
+                    current.recompute_s * 1e3, current.stall_s * 1e3, diverged ? ", diverged" : "");
+      log_info(line);
+    }
     ++iteration_index;
 
     switch (st) {

@@ -1,7 +1,10 @@
 #include "allocator/runtime/host/host_runtime.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+
+#include "allocator/runtime/report.hpp"
 
 namespace sublinear::runtime {
 
@@ -79,7 +82,8 @@ class host_runtime::hook final : public host::launch_hook {
 };
 
 host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options)
-    : dev_(dev) {
+    : dev_(dev), config_(options.config), granularity_(alloc.granularity()) {
+  if (!options.config.report.empty()) options.record_timeline = true;  // the report's timeline and plot
   tracer::recorder_options ro;
   ro.device = "host";
   ro.granularity = alloc.granularity();
@@ -97,6 +101,17 @@ host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& allo
 
 host_runtime::~host_runtime() {
   dev_.synchronize();
+  if (!config_.report.empty()) {
+    try {
+      report_metadata meta;
+      meta.model = model_;
+      meta.device = "host";
+      meta.granularity = granularity_;
+      write_text_file(config_.report, to_json(make_report(*engine_, config_, meta)));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sublinear: SUBLINEAR_REPORT: cannot write %s: %s\n", config_.report.c_str(), e.what());
+    }
+  }
   dev_.remove_hook(hook_.get());
   collector_.reset();
   engine_.reset();

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/host/device.hpp"
@@ -35,12 +36,17 @@ class host_runtime {
   host_runtime& operator=(const host_runtime&) = delete;
 
   void mark_iteration();
+  // Names the workload in the report written at exit (SUBLINEAR_REPORT).
+  void set_model_name(std::string name) { model_ = std::move(name); }
   [[nodiscard]] engine& get() { return *engine_; }
   [[nodiscard]] tracer::recorder& recorder() { return *recorder_; }
 
  private:
   class hook;
   host::device& dev_;
+  settings config_;
+  std::size_t granularity_;
+  std::string model_;
   std::unique_ptr<tracer::recorder> recorder_;
   std::unique_ptr<host_replay_device> replay_;
   std::unique_ptr<engine> engine_;
