@@ -32,11 +32,21 @@ struct outcome {
 
 constexpr int kIterations = 4;
 
+// Models big enough that feature maps dominate (budgets below 1x can be met) and small
+// enough that the whole matrix runs in a few minutes on two cores.
+workloads::models::model_config config_for(model_kind kind) {
+  workloads::models::model_config c;
+  c.kind = kind;
+  if (kind == model_kind::resnet) c.depth = 20;
+  if (kind == model_kind::lstm) c.seq_len = 64;
+  return workloads::models::with_defaults(c);
+}
+
 outcome train(model_kind kind, const std::string& policy, const std::string& budget, int streams = 1,
               validate_mode validate = validate_mode::first) {
   workloads::host_session session;
   auto ctx = session.make_context();
-  auto model = workloads::models::make_small_model(kind);
+  auto model = workloads::models::make_model(config_for(kind));
   model->init(ctx, 7);
   std::unique_ptr<host_runtime> rt;
   if (!budget.empty()) {
