@@ -1,0 +1,219 @@
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "policy/planner_detail.hpp"
+
+namespace sublinear::policy {
+
+// ---- context ----------------------------------------------------------------------------
+
+planner::context::context(const iteration& it)
+    : it_(&it), flow_(it), candidates_(flow_), sim_(it), drops_(candidates_) {}
+
+planner::context::evaluation planner::context::evaluate(std::span<const std::uint8_t> dropped) {
+  evaluation e;
+  e.dropped.assign(dropped.begin(), dropped.end());
+  e.dropped.resize(candidates_.size(), 0);
+  drop_plan_builder::outcome built = drops_.build(e.dropped);
+  if (!built.ok) {
+    e.error = std::move(built.error);
+    return e;
+  }
+  e.result = std::move(built.result);
+  e.sim = sim_.run(e.result);
+  if (!e.sim.valid) {
+    // A drop set always yields a valid plan; anything else is a bug worth a loud error.
+    throw std::logic_error("sublinear: internal error: a drop-set plan failed validation: " + e.sim.error);
+  }
+  e.result.predicted_peak = e.sim.peak;
+  e.result.added_compute_s = e.sim.added_compute_s;
+  e.result.recomputed_launches = e.sim.recomputed_launches;
+  e.ok = true;
+  return e;
+}
+
+std::size_t planner::context::unplanned_peak() {
+  if (!unplanned_peak_) unplanned_peak_ = sim_.run(plan{}).peak;
+  return *unplanned_peak_;
+}
+
+// ---- the contract -----------------------------------------------------------------------
+
+plan planner::make_plan(const iteration& it, std::size_t budget) const {
+  if (const std::string problem = check_iteration(it); !problem.empty()) {
+    throw config_error("sublinear: the analysed iteration is malformed: " + problem);
+  }
+  context ctx(it);
+  plan p = search(ctx, budget);
+  p.planner = std::string(name());
+  p.budget = budget;
+  const simulation s = ctx.sim().run(p);
+  if (!s.valid) {
+    throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) +
+                           "' produced an invalid plan: " + s.error);
+  }
+  if (s.peak > budget) {
+    throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) + "' returned a plan of " +
+                           describe_bytes(s.peak) + " for a budget of " + describe_bytes(budget));
+  }
+  p.predicted_peak = s.peak;
+  p.added_compute_s = s.added_compute_s;
+  p.recomputed_launches = s.recomputed_launches;
+  return p;
+}
+
+plan attempt_planner::search(context& ctx, std::size_t budget) const {
+  // Nothing to evict: no planner should recompute anything (their models may be more
+  // conservative than the simulator about page rounding).
+  if (ctx.unplanned_peak() <= budget) return plan{};
+  if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
+  throw_smallest_feasible(ctx, name(), budget,
+                          [&](std::size_t b) { return ctx.unplanned_peak() <= b || attempt(ctx, b).has_value(); });
+}
+
+void throw_smallest_feasible(planner::context& ctx, std::string_view planner_name, std::size_t budget,
+                             const std::function<bool(std::size_t)>& meets) {
+  const std::size_t floor = ctx.lower_bound();
+  std::size_t hi = std::max(ctx.unplanned_peak(), floor);
+  std::size_t lo = std::max(floor, budget + 1);  // `budget` itself was just refused
+  if (lo > hi) lo = hi;
+  // Invariant: meets(hi); every budget below lo is refused.
+  while (lo < hi && hi - lo > hi / 1024) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (meets(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  throw infeasible_budget(planner_name, budget, hi, floor);
+}
+
+// ---- none, sqrtn, chen -----------------------------------------------------------------
+
+namespace {
+
+class none_planner final : public planner {
+ public:
+  [[nodiscard]] std::string_view name() const noexcept override { return "none"; }
+
+ protected:
+  [[nodiscard]] plan search(context& ctx, std::size_t budget) const override {
+    if (ctx.unplanned_peak() > budget) {
+      throw infeasible_budget(name(), budget, ctx.unplanned_peak(), ctx.lower_bound());
+    }
+    return plan{};
+  }
+};
+
+// Chen et al. 2016, §3: checkpoints every ceil(sqrt(k)) candidates, in production order.
+class sqrtn_planner final : public planner {
+ public:
+  [[nodiscard]] std::string_view name() const noexcept override { return "sqrtn"; }
+
+ protected:
+  [[nodiscard]] plan search(context& ctx, std::size_t budget) const override {
+    const std::size_t k = ctx.candidates().size();
+    std::vector<std::uint8_t> dropped(k, 0);
+    if (k > 0) {
+      std::size_t seg = 1;
+      while (seg * seg < k) ++seg;
+      for (std::size_t i = 0; i < k; ++i) dropped[i] = (i + 1) % seg == 0 ? 0 : 1;
+    }
+    context::evaluation e = ctx.evaluate(dropped);
+    if (!e.ok) throw std::logic_error("sublinear: internal error: sqrtn: " + e.error);
+    // The plan does not depend on the budget: it fits or it does not.
+    if (e.sim.peak > budget) throw infeasible_budget(name(), budget, e.sim.peak, ctx.lower_bound());
+    return std::move(e.result);
+  }
+};
+
+// Chen et al. 2016, Alg. 3: walk the candidates in production order accumulating bytes;
+// when a segment exceeds B, its last candidate becomes a checkpoint and a new segment
+// starts. The paper picks B by a grid search around sqrt(x * y), x the bytes of all
+// candidates and y the largest; we search the same kind of grid and keep the plan that
+// fits the budget at the least added compute.
+class chen_planner final : public attempt_planner {
+ public:
+  [[nodiscard]] std::string_view name() const noexcept override { return "chen"; }
+
+ protected:
+  [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
+    const candidate_set& cs = ctx.candidates();
+    const std::size_t k = cs.size();
+    double x = 0.0;
+    double y = 0.0;
+    for (const candidate& c : cs.all()) {
+      x += static_cast<double>(c.bytes);
+      y = std::max(y, static_cast<double>(c.bytes));
+    }
+    const double b0 = std::sqrt(x * y);
+    std::vector<double> grid{0.0};  // B = 0: every candidate is a checkpoint (no eviction)
+    for (int step = -16; step <= 16; ++step) grid.push_back(b0 * std::pow(2.0, step / 4.0));
+    grid.push_back(std::numeric_limits<double>::infinity());  // one segment: drop everything
+
+    std::optional<context::evaluation> best;
+    std::vector<std::uint8_t> dropped(k, 0);
+    std::vector<std::uint8_t> previous;
+    for (double seg_budget : grid) {
+      double temp = 0.0;
+      for (std::size_t i = 0; i < k; ++i) {
+        temp += static_cast<double>(cs[i].bytes);
+        if (temp > seg_budget) {
+          dropped[i] = 0;
+          temp = 0.0;
+        } else {
+          dropped[i] = 1;
+        }
+      }
+      if (dropped == previous) continue;  // neighbouring grid points often agree
+      previous = dropped;
+      context::evaluation e = ctx.evaluate(dropped);
+      if (!e.fits(budget)) continue;
+      if (!best || e.sim.added_compute_s < best->sim.added_compute_s ||
+          (e.sim.added_compute_s == best->sim.added_compute_s && e.sim.peak < best->sim.peak)) {
+        best = std::move(e);
+      }
+    }
+    if (!best) return std::nullopt;
+    return std::move(best->result);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<planner> make_none_planner() { return std::make_unique<none_planner>(); }
+std::unique_ptr<planner> make_sqrtn_planner() { return std::make_unique<sqrtn_planner>(); }
+std::unique_ptr<planner> make_chen_planner() { return std::make_unique<chen_planner>(); }
+
+// ---- the registry -----------------------------------------------------------------------
+
+namespace {
+
+constexpr std::array<std::string_view, 7> names{"none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr"};
+
+}  // namespace
+
+std::span<const std::string_view> planner_names() noexcept { return names; }
+
+std::unique_ptr<planner> make_planner(std::string_view name) {
+  if (name == "none") return make_none_planner();
+  if (name == "sqrtn") return make_sqrtn_planner();
+  if (name == "chen") return make_chen_planner();
+  if (name == "chain") return make_chain_planner();
+  if (name == "reforward") return make_reforward_planner();
+  if (name == "greedy") return make_greedy_planner();
+  if (name == "dtr") return make_dtr_planner();
+  std::string valid;
+  for (std::string_view n : names) {
+    if (!valid.empty()) valid += ", ";
+    valid += n;
+  }
+  throw config_error("sublinear: unknown planner '" + std::string(name) + "'; valid planners: " + valid);
+}
+
+}  // namespace sublinear::policy

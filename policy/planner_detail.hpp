@@ -1,0 +1,84 @@
+// Internals shared by the planner implementations (planner_*.cpp). Not installed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "policy/candidates.hpp"
+#include "policy/planner.hpp"
+#include "policy/simulator.hpp"
+
+namespace sublinear::policy {
+
+// Everything a search needs about one iteration, built once per make_plan().
+class planner::context {
+ public:
+  explicit context(const iteration& it);
+
+  struct evaluation {
+    bool ok = false;  // the plan could be built (recipes exist) and is valid
+    std::string error;
+    std::vector<std::uint8_t> dropped;  // the drop set it came from
+    plan result;
+    simulation sim;
+    [[nodiscard]] bool fits(std::size_t budget) const noexcept { return ok && sim.peak <= budget; }
+  };
+  // Builds and simulates the plan of a drop set (one entry per candidate index).
+  [[nodiscard]] evaluation evaluate(std::span<const std::uint8_t> dropped);
+
+  [[nodiscard]] const iteration& graph() const noexcept { return *it_; }
+  [[nodiscard]] const dataflow& flow() const noexcept { return flow_; }
+  [[nodiscard]] const candidate_set& candidates() const noexcept { return candidates_; }
+  [[nodiscard]] const simulator& sim() const noexcept { return sim_; }
+  // Peak of the plan that evicts nothing.
+  [[nodiscard]] std::size_t unplanned_peak();
+  [[nodiscard]] std::size_t lower_bound() const noexcept { return candidates_.lower_bound_bytes(); }
+
+ private:
+  const iteration* it_;
+  dataflow flow_;
+  candidate_set candidates_;
+  simulator sim_;
+  drop_plan_builder drops_;
+  std::optional<std::size_t> unplanned_peak_;
+};
+
+// Planners that can be asked "can you meet budget b?" repeatedly: the search on failure
+// looks for the smallest budget they meet and throws infeasible_budget with it.
+class attempt_planner : public planner {
+ protected:
+  // A plan that fits `budget` per the simulator, or nothing.
+  [[nodiscard]] virtual std::optional<plan> attempt(context& ctx, std::size_t budget) const = 0;
+  [[nodiscard]] plan search(context& ctx, std::size_t budget) const override;
+};
+
+// Binary search between the lower bound and the unplanned peak (which every attempt
+// planner meets by evicting nothing) for the smallest budget `attempt` meets, to 1/1024
+// relative precision; then throws infeasible_budget.
+[[noreturn]] void throw_smallest_feasible(planner::context& ctx, std::string_view planner_name, std::size_t budget,
+                                          const std::function<bool(std::size_t)>& meets);
+
+// Factories, one per planner_*.cpp.
+std::unique_ptr<planner> make_none_planner();
+std::unique_ptr<planner> make_sqrtn_planner();
+std::unique_ptr<planner> make_chen_planner();
+std::unique_ptr<planner> make_chain_planner();
+std::unique_ptr<planner> make_reforward_planner();
+std::unique_ptr<planner> make_greedy_planner();
+std::unique_ptr<planner> make_dtr_planner();
+
+// The chain solver as a function, for reforward's starting point: the best drop set it
+// finds for `budget` (already simulated), or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, std::size_t budget);
+
+// Greedy drop-set search as a function (reforward's other starting point).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget);
+
+}  // namespace sublinear::policy

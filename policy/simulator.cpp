@@ -1,0 +1,453 @@
+#include "policy/simulator.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <utility>
+
+namespace sublinear::policy {
+
+namespace {
+
+std::string entry_label(const plan& p, std::size_t k) {
+  return "eviction " + std::to_string(k) + " (buffer " +
+         (p.evictions[k].target == none ? std::string("none") : std::to_string(p.evictions[k].target)) + ")";
+}
+
+std::size_t granularity_of(const iteration& it) { return it.granularity == 0 ? 1 : it.granularity; }
+
+}  // namespace
+
+struct simulator::prepared {
+  std::vector<launch_id> regenerated_at;   // per entry: the moment its buffer is back
+  std::vector<std::size_t> order;          // per entry: the plan index of the recipe regenerating it
+  std::vector<std::size_t> claimed_by;     // per entry: carrier index or SIZE_MAX
+  std::vector<std::uint32_t> offsets;      // CSR per buffer: entries sorted by evict_after
+  std::vector<std::uint32_t> by_buffer;
+  std::vector<std::uint8_t> planned;       // per buffer
+
+  // Entry of buffer b with the largest evict_after < t, or SIZE_MAX.
+  [[nodiscard]] std::size_t entry_before(const plan& p, buffer_id b, launch_id t) const {
+    const auto first = by_buffer.begin() + offsets[b];
+    const auto last = by_buffer.begin() + offsets[b + 1];
+    auto it = std::partition_point(first, last, [&](std::uint32_t j) { return p.evictions[j].evict_after < t; });
+    if (it == first) return SIZE_MAX;
+    return *std::prev(it);
+  }
+  // Whether b is not resident while the recipe of entry k runs just before launch t.
+  [[nodiscard]] bool evicted_at_recipe(const plan& p, buffer_id b, launch_id t, std::size_t k) const {
+    const std::size_t j = entry_before(p, b, t);
+    if (j == SIZE_MAX) return false;
+    return regenerated_at[j] > t || (regenerated_at[j] == t && order[j] >= k);
+  }
+};
+
+simulator::simulator(const iteration& it) : it_(&it), df_(it) {}
+
+bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
+  const iteration& it = *it_;
+  const std::size_t n = it.launches.size();
+  const std::size_t nb = it.buffers.size();
+  const std::size_t ne = p.evictions.size();
+
+  // 1. Each entry on its own.
+  for (std::size_t k = 0; k < ne; ++k) {
+    const eviction& ev = p.evictions[k];
+    const std::string who = entry_label(p, k);
+    if (ev.target >= nb) {
+      error = who + ": the target is not a buffer of the iteration";
+      return false;
+    }
+    const buffer& b = it.buffers[ev.target];
+    if (b.persistent()) {
+      error = who + ": the target is not allocated and freed within the iteration, so it cannot be evicted";
+      return false;
+    }
+    if (b.never_evict) {
+      error = who + ": the target is marked never_evict";
+      return false;
+    }
+    if (ev.restore_before >= n || ev.evict_after >= ev.restore_before) {
+      error = who + ": evict_after " + std::to_string(ev.evict_after) + " must come before restore_before " +
+              std::to_string(ev.restore_before) + ", a launch of the iteration";
+      return false;
+    }
+    if (ev.evict_after < b.alloc_at || !df_.allocated_at(ev.target, ev.restore_before)) {
+      error = who + ": the target is not allocated over launches " + std::to_string(ev.evict_after) + ".." +
+              std::to_string(ev.restore_before);
+      return false;
+    }
+    if (df_.used_between(ev.target, ev.evict_after, ev.restore_before)) {
+      error = who + ": the target is used by launch " +
+              std::to_string(df_.next_use_after(ev.target, ev.evict_after)) + " while evicted";
+      return false;
+    }
+    for (launch_id l : ev.recipe) {
+      if (l >= n) {
+        error = who + ": recipe launch " + std::to_string(l) + " does not exist";
+        return false;
+      }
+    }
+    for (buffer_id x : ev.temporaries) {
+      if (x >= nb) {
+        error = who + ": temporary " + std::to_string(x) + " is not a buffer of the iteration";
+        return false;
+      }
+    }
+    for (buffer_id x : ev.also_regenerates) {
+      if (x >= nb) {
+        error = who + ": also_regenerates buffer " + std::to_string(x) + " is not a buffer of the iteration";
+        return false;
+      }
+    }
+  }
+
+  // 2. Per-buffer entry lists, sorted by evict_after; evictions of one buffer must not overlap.
+  s.offsets.assign(nb + 1, 0);
+  for (const eviction& ev : p.evictions) ++s.offsets[ev.target + 1];
+  for (std::size_t b = 0; b < nb; ++b) s.offsets[b + 1] += s.offsets[b];
+  s.by_buffer.resize(ne);
+  {
+    std::vector<std::uint32_t> fill(s.offsets.begin(), s.offsets.end() - 1);
+    for (std::size_t k = 0; k < ne; ++k) s.by_buffer[fill[p.evictions[k].target]++] = static_cast<std::uint32_t>(k);
+  }
+  s.planned.assign(nb, 0);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const auto first = s.by_buffer.begin() + s.offsets[b];
+    const auto last = s.by_buffer.begin() + s.offsets[b + 1];
+    if (first == last) continue;
+    s.planned[b] = 1;
+    std::sort(first, last, [&](std::uint32_t x, std::uint32_t y) {
+      return p.evictions[x].evict_after < p.evictions[y].evict_after;
+    });
+    for (auto it2 = first; it2 + 1 < last; ++it2) {
+      const eviction& a = p.evictions[*it2];
+      const eviction& c = p.evictions[*(it2 + 1)];
+      if (c.evict_after < a.restore_before) {
+        error = entry_label(p, *(it2 + 1)) + ": overlaps eviction " + std::to_string(*it2) + " of the same buffer";
+        return false;
+      }
+    }
+  }
+
+  // 3. Claims: entries listed in another entry's also_regenerates are regenerated by it.
+  s.regenerated_at.resize(ne);
+  s.order.resize(ne);
+  s.claimed_by.assign(ne, SIZE_MAX);
+  for (std::size_t k = 0; k < ne; ++k) {
+    s.regenerated_at[k] = p.evictions[k].restore_before;
+    s.order[k] = k;
+  }
+  for (std::size_t k = 0; k < ne; ++k) {
+    const eviction& ev = p.evictions[k];
+    for (std::size_t a = 0; a < ev.also_regenerates.size(); ++a) {
+      const buffer_id x = ev.also_regenerates[a];
+      const std::string who = entry_label(p, k);
+      if (x == ev.target || std::find(ev.also_regenerates.begin(), ev.also_regenerates.begin() + static_cast<std::ptrdiff_t>(a), x) !=
+                                ev.also_regenerates.begin() + static_cast<std::ptrdiff_t>(a)) {
+        error = who + ": buffer " + std::to_string(x) + " is listed twice among the regenerated buffers";
+        return false;
+      }
+      const std::size_t j = s.entry_before(p, x, ev.restore_before);
+      if (j == SIZE_MAX || p.evictions[j].restore_before < ev.restore_before) {
+        error = who + ": also_regenerates buffer " + std::to_string(x) +
+                " has no eviction of its own that is in progress before launch " + std::to_string(ev.restore_before);
+        return false;
+      }
+      const eviction& own = p.evictions[j];
+      if (!own.recipe.empty() || !own.also_regenerates.empty()) {
+        error = who + ": also_regenerates buffer " + std::to_string(x) + " has its own recipe in eviction " +
+                std::to_string(j);
+        return false;
+      }
+      if (s.claimed_by[j] != SIZE_MAX) {
+        error = who + ": buffer " + std::to_string(x) + " is already regenerated by eviction " +
+                std::to_string(s.claimed_by[j]);
+        return false;
+      }
+      s.claimed_by[j] = k;
+    }
+  }
+  for (std::size_t j = 0; j < ne; ++j) {
+    if (s.claimed_by[j] == SIZE_MAX) continue;
+    if (s.claimed_by[j] == j || s.claimed_by[s.claimed_by[j]] != SIZE_MAX) {
+      error = entry_label(p, j) + ": regenerated by an eviction that is itself regenerated by another";
+      return false;
+    }
+    s.regenerated_at[j] = p.evictions[s.claimed_by[j]].restore_before;
+    s.order[j] = s.claimed_by[j];
+  }
+  return true;
+}
+
+simulation simulator::run(const plan& p) const {
+  const iteration& it = *it_;
+  simulation out;
+  prepared s;
+  if (!prepare(p, s, out.error)) return out;
+  const std::size_t n = it.launches.size();
+  const std::size_t nb = it.buffers.size();
+  const std::size_t ne = p.evictions.size();
+  const std::size_t g = granularity_of(it);
+
+  // 4. Recipes: closed, replayable, ordered, before their restore point.
+  std::vector<std::uint32_t> in_regen(nb, 0), in_temp(nb, 0), need(nb, 0), need_epoch(nb, 0);
+  std::vector<std::uint32_t> in_recipe(n, 0);
+  std::vector<buffer_id> needed;
+  std::uint32_t epoch = 0;
+  for (std::size_t k = 0; k < ne; ++k) {
+    if (s.claimed_by[k] != SIZE_MAX) continue;
+    const eviction& ev = p.evictions[k];
+    const std::string who = entry_label(p, k);
+    const launch_id t = ev.restore_before;
+    ++epoch;
+    in_regen[ev.target] = epoch;
+    for (buffer_id x : ev.also_regenerates) in_regen[x] = epoch;
+    for (buffer_id x : ev.temporaries) {
+      if (in_regen[x] == epoch) {
+        out.error = who + ": buffer " + std::to_string(x) + " is both regenerated and a temporary";
+        return out;
+      }
+      in_temp[x] = epoch;
+    }
+    for (std::size_t i = 0; i < ev.recipe.size(); ++i) {
+      const launch_id l = ev.recipe[i];
+      if (i > 0 && ev.recipe[i - 1] >= l) {
+        out.error = who + ": recipe launches must be strictly ascending (launch " + std::to_string(l) + ")";
+        return out;
+      }
+      if (l >= t) {
+        out.error = who + ": recipe launch " + std::to_string(l) + " does not come before restore_before " +
+                    std::to_string(t);
+        return out;
+      }
+      if (!it.launches[l].replayable) {
+        out.error = who + ": recipe launch " + std::to_string(l) + " is not replayable";
+        return out;
+      }
+      in_recipe[l] = epoch;
+    }
+    needed.clear();
+    auto set_need = [&](buffer_id x, launch_id before) {
+      if (need_epoch[x] == epoch) return;  // sweeping downwards: the first need is the latest
+      need_epoch[x] = epoch;
+      need[x] = before;
+      needed.push_back(x);
+    };
+    set_need(ev.target, t);
+    for (buffer_id x : ev.also_regenerates) set_need(x, t);
+    for (std::size_t i = ev.recipe.size(); i-- > 0;) {
+      const launch_id l = ev.recipe[i];
+      const launch& ln = it.launches[l];
+      auto w_it = ln.written.begin();
+      for (buffer_id x : ln.touched) {
+        while (w_it != ln.written.end() && *w_it < x) ++w_it;
+        const bool writes = w_it != ln.written.end() && *w_it == x;
+        if (in_regen[x] == epoch || in_temp[x] == epoch) {
+          const bool value_flows = need_epoch[x] == epoch && need[x] > l;
+          if (!value_flows && !writes) set_need(x, l);
+          continue;
+        }
+        if (writes) {
+          out.error = who + ": recipe launch " + std::to_string(l) + " writes buffer " + std::to_string(x) +
+                      ", which is neither regenerated nor a temporary";
+          return out;
+        }
+        if (!df_.allocated_at(x, t) || s.evicted_at_recipe(p, x, t, k)) {
+          out.error = who + ": recipe launch " + std::to_string(l) + " reads buffer " + std::to_string(x) +
+                      ", which is not resident before launch " + std::to_string(t) +
+                      " and is neither regenerated nor a temporary";
+          return out;
+        }
+        if (df_.written_in(x, l, t)) {
+          out.error = who + ": recipe launch " + std::to_string(l) + " reads buffer " + std::to_string(x) +
+                      ", which is written again before launch " + std::to_string(t);
+          return out;
+        }
+      }
+    }
+    for (buffer_id x : needed) {
+      const buffer& b = it.buffers[x];
+      if (b.alloc_index == none) {
+        out.error = who + ": buffer " + std::to_string(x) + " would need its contents from before the iteration";
+        return out;
+      }
+      for (launch_id w : df_.writers_in(x, b.alloc_at, need[x])) {
+        if (in_recipe[w] != epoch) {
+          out.error = who + ": buffer " + std::to_string(x) + " is written by launch " + std::to_string(w) +
+                      " before it is needed, but the recipe does not replay that launch";
+          return out;
+        }
+      }
+    }
+  }
+
+  // 5. Memory.
+  auto footprint = [&](buffer_id b) {
+    return round_up(it.buffers[b].size, s.planned[b] ? g : unplanned_rounding);
+  };
+  std::vector<std::int64_t> delta(n + 1, 0);
+  for (buffer_id b = 0; b < nb; ++b) {
+    const buffer& buf = it.buffers[b];
+    const std::size_t lo = std::min<std::size_t>(buf.alloc_at, n);
+    const std::size_t hi = buf.free_at == none ? n : std::min<std::size_t>(buf.free_at, n);
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(footprint(b));
+    delta[lo] += sz;
+    delta[hi] -= sz;
+  }
+  for (std::size_t k = 0; k < ne; ++k) {
+    const eviction& ev = p.evictions[k];
+    const std::size_t lo = static_cast<std::size_t>(ev.evict_after) + 1;
+    const std::size_t hi = s.regenerated_at[k];
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(footprint(ev.target));
+    delta[lo] -= sz;
+    delta[hi] += sz;
+  }
+  std::vector<std::size_t> during(n, 0);
+  std::int64_t level = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    level += delta[i];
+    during[i] = static_cast<std::size_t>(level);
+    if (during[i] > out.peak) {
+      out.peak = during[i];
+      out.peak_at = static_cast<launch_id>(i);
+      out.peak_in_recipe = false;
+    }
+  }
+  // Recipe moments, in (restore point, plan order).
+  std::vector<std::size_t> carriers;
+  std::vector<std::size_t> regen_bytes_at;  // parallel to moments below
+  for (std::size_t k = 0; k < ne; ++k) {
+    if (s.claimed_by[k] == SIZE_MAX) carriers.push_back(k);
+  }
+  std::sort(carriers.begin(), carriers.end(), [&](std::size_t a, std::size_t b) {
+    const launch_id ra = p.evictions[a].restore_before;
+    const launch_id rb = p.evictions[b].restore_before;
+    return ra != rb ? ra < rb : a < b;
+  });
+  std::vector<std::size_t> restored_bytes(n, 0);
+  for (std::size_t k = 0; k < ne; ++k) restored_bytes[s.regenerated_at[k]] += footprint(p.evictions[k].target);
+  for (std::size_t c = 0; c < carriers.size();) {
+    const launch_id t = p.evictions[carriers[c]].restore_before;
+    std::size_t running = during[t] - restored_bytes[t];
+    for (; c < carriers.size() && p.evictions[carriers[c]].restore_before == t; ++c) {
+      const eviction& ev = p.evictions[carriers[c]];
+      running += footprint(ev.target);
+      for (buffer_id x : ev.also_regenerates) running += footprint(x);
+      const std::size_t scratch = scratch_bytes(it, ev.temporaries);
+      if (running + scratch > out.peak) {
+        out.peak = running + scratch;
+        out.peak_at = t;
+        out.peak_in_recipe = true;
+      }
+    }
+  }
+
+  for (const eviction& ev : p.evictions) {
+    out.recomputed_launches += ev.recipe.size();
+    for (launch_id l : ev.recipe) out.added_compute_s += it.launches[l].cost_s;
+  }
+  out.evicted_buffers = static_cast<std::size_t>(std::count(s.planned.begin(), s.planned.end(), std::uint8_t{1}));
+  out.valid = true;
+  return out;
+}
+
+std::vector<std::size_t> simulator::timeline(const plan& p) const {
+  const iteration& it = *it_;
+  prepared s;
+  std::string error;
+  if (!prepare(p, s, error)) return {};
+  const std::size_t n = it.launches.size();
+  const std::size_t g = granularity_of(it);
+  std::vector<std::int64_t> delta(n + 1, 0);
+  for (buffer_id b = 0; b < it.buffers.size(); ++b) {
+    const buffer& buf = it.buffers[b];
+    const std::size_t lo = std::min<std::size_t>(buf.alloc_at, n);
+    const std::size_t hi = buf.free_at == none ? n : std::min<std::size_t>(buf.free_at, n);
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(round_up(buf.size, s.planned[b] ? g : unplanned_rounding));
+    delta[lo] += sz;
+    delta[hi] -= sz;
+  }
+  for (std::size_t k = 0; k < p.evictions.size(); ++k) {
+    const eviction& ev = p.evictions[k];
+    const std::size_t lo = static_cast<std::size_t>(ev.evict_after) + 1;
+    const std::size_t hi = s.regenerated_at[k];
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(round_up(it.buffers[ev.target].size, g));
+    delta[lo] -= sz;
+    delta[hi] += sz;
+  }
+  std::vector<std::size_t> out(n);
+  std::int64_t level = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    level += delta[i];
+    out[i] = static_cast<std::size_t>(level);
+  }
+  return out;
+}
+
+std::size_t scratch_bytes(const iteration& it, const std::vector<buffer_id>& temporaries) {
+  std::size_t sum = 0;
+  for (buffer_id x : temporaries) sum += round_up(it.buffers[x].size, unplanned_rounding);
+  return round_up(sum, granularity_of(it));
+}
+
+simulation simulate(const iteration& it, const plan& p) { return simulator(it).run(p); }
+
+simulation simulate_into(const iteration& it, plan& p) {
+  simulation s = simulate(it, p);
+  if (s.valid) {
+    p.predicted_peak = s.peak;
+    p.added_compute_s = s.added_compute_s;
+    p.recomputed_launches = s.recomputed_launches;
+  }
+  return s;
+}
+
+std::string check_iteration(const iteration& it) {
+  const std::size_t n = it.launches.size();
+  const std::size_t nb = it.buffers.size();
+  std::vector<std::vector<launch_id>> users(nb);
+  for (launch_id l = 0; l < n; ++l) {
+    const launch& ln = it.launches[l];
+    const std::string who = "launch " + std::to_string(l);
+    if (!it.kernel_names.empty() && ln.kernel >= it.kernel_names.size()) return who + ": kernel id out of range";
+    for (std::size_t i = 0; i < ln.touched.size(); ++i) {
+      if (ln.touched[i] >= nb) return who + ": touches buffer " + std::to_string(ln.touched[i]) + ", which does not exist";
+      if (i > 0 && ln.touched[i - 1] >= ln.touched[i]) return who + ": touched buffers are not strictly ascending";
+      users[ln.touched[i]].push_back(l);
+    }
+    for (std::size_t i = 0; i < ln.written.size(); ++i) {
+      if (i > 0 && ln.written[i - 1] >= ln.written[i]) return who + ": written buffers are not strictly ascending";
+      if (!std::binary_search(ln.touched.begin(), ln.touched.end(), ln.written[i])) {
+        return who + ": writes buffer " + std::to_string(ln.written[i]) + " without touching it";
+      }
+    }
+    if (!(ln.cost_s >= 0.0)) return who + ": negative or undefined cost";
+  }
+  for (buffer_id b = 0; b < nb; ++b) {
+    const buffer& buf = it.buffers[b];
+    const std::string who = "buffer " + std::to_string(b);
+    if (buf.users != users[b]) return who + ": users do not match the launches that touch it";
+    if (buf.alloc_at > n) return who + ": allocated after the last position";
+    if (buf.free_at != none && (buf.free_at < buf.alloc_at || buf.free_at > n)) {
+      return who + ": freed before it is allocated or after the last position";
+    }
+    if (buf.alloc_index == none && buf.alloc_at != 0) return who + ": allocated before the iteration but alloc_at != 0";
+    for (launch_id u : buf.users) {
+      if (u < buf.alloc_at || (buf.free_at != none && u >= buf.free_at)) {
+        return who + ": used by launch " + std::to_string(u) + " outside its lifetime";
+      }
+    }
+  }
+  for (buffer_id c : it.candidates) {
+    if (c >= nb) return "candidate " + std::to_string(c) + " is not a buffer";
+  }
+  if (n > 0 && it.turning_point >= n) return "the turning point is not a launch of the iteration";
+  return {};
+}
+
+}  // namespace sublinear::policy

@@ -1,0 +1,126 @@
+#include "policy/budget.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace sublinear::policy {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
+constexpr std::size_t TiB = std::size_t{1} << 40;
+
+std::size_t bytes(std::string_view text) { return parse_budget_bytes(text, 0, 0); }
+
+TEST(Budget, BinaryUnitsArePowersOf1024) {
+  EXPECT_EQ(bytes("8GiB"), 8 * GiB);
+  EXPECT_EQ(bytes("512MiB"), 512 * MiB);
+  EXPECT_EQ(bytes("3KiB"), 3 * KiB);
+  EXPECT_EQ(bytes("2TiB"), 2 * TiB);
+}
+
+TEST(Budget, DecimalUnitsArePowersOf1000) {
+  EXPECT_EQ(bytes("1.5GB"), std::size_t{1'500'000'000});
+  EXPECT_EQ(bytes("2MB"), std::size_t{2'000'000});
+  EXPECT_EQ(bytes("7KB"), std::size_t{7'000});
+  EXPECT_EQ(bytes("1TB"), std::size_t{1'000'000'000'000});
+}
+
+TEST(Budget, PlainNumbersAndBAreBytes) {
+  EXPECT_EQ(bytes("1048576"), MiB);
+  EXPECT_EQ(bytes("4096B"), std::size_t{4096});
+}
+
+TEST(Budget, FractionalByteCountsRoundDown) {
+  EXPECT_EQ(bytes("1.5KiB"), std::size_t{1536});
+  EXPECT_EQ(bytes("0.5GiB"), GiB / 2);
+  EXPECT_EQ(bytes("1.0001KB"), std::size_t{1000});
+}
+
+TEST(Budget, UnitsIgnoreCaseAndSpacesAroundTheValue) {
+  EXPECT_EQ(bytes("8gib"), 8 * GiB);
+  EXPECT_EQ(bytes(" 8 GiB "), 8 * GiB);
+  EXPECT_EQ(bytes("1.5 gb"), std::size_t{1'500'000'000});
+}
+
+TEST(Budget, PercentIsAShareOfDeviceMemory) {
+  const budget_spec spec = parse_budget("60%");
+  EXPECT_EQ(spec.form, budget_spec::kind::device_fraction);
+  EXPECT_EQ(resolve_budget(spec, 10 * GiB, 0), static_cast<std::size_t>(6 * GiB));
+  EXPECT_EQ(parse_budget_bytes("100%", 80 * GiB, 0), 80 * GiB);
+  EXPECT_EQ(parse_budget_bytes("12.5%", 8 * GiB, 0), GiB);
+}
+
+TEST(Budget, XIsAMultipleOfTheTracedPeak) {
+  const budget_spec spec = parse_budget("0.5x");
+  EXPECT_EQ(spec.form, budget_spec::kind::peak_fraction);
+  EXPECT_EQ(resolve_budget(spec, 0, 10 * GiB), 5 * GiB);
+  EXPECT_EQ(parse_budget_bytes("1.5X", 0, 2 * GiB), 3 * GiB);
+}
+
+TEST(Budget, PercentWithoutADeviceCapacityIsAnErrorThatSaysSo) {
+  try {
+    (void)parse_budget_bytes("60%", 0, 1 * GiB);
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'60%'"));
+    EXPECT_THAT(e.what(), HasSubstr("capacity is not known"));
+  }
+}
+
+TEST(Budget, MultipleOfThePeakBeforeATraceIsAnErrorThatSaysSo) {
+  try {
+    (void)parse_budget_bytes("0.5x", 16 * GiB, 0);
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'0.5x'"));
+    EXPECT_THAT(e.what(), HasSubstr("no iteration has been traced"));
+  }
+}
+
+class MalformedBudget : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MalformedBudget, IsAConfigErrorNamingTheValueAndTheAcceptedForms) {
+  const std::string text = GetParam();
+  try {
+    (void)parse_budget(text);
+    FAIL() << "expected config_error for '" << text << "'";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'" + text + "'"));
+    EXPECT_THAT(e.what(), HasSubstr("8GiB"));
+    EXPECT_THAT(e.what(), HasSubstr("60%"));
+    EXPECT_THAT(e.what(), HasSubstr("0.5x"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, MalformedBudget,
+                         ::testing::Values("", "   ", "GiB", "-1GiB", "+1GiB", "8G", "8GiBs", "8 Gi B", "1e9", "0.5.5x",
+                                           "1.", ".5x", "0", "0GiB", "0.0001B", "0%", "150%", "0x", "-0.5x", "nan",
+                                           "inf", "8 iB", "99999999999999999999", "20000000TiB", "5%%", "x", "0x10"));
+
+TEST(Budget, ParsingKeepsTheTextForMessages) { EXPECT_EQ(parse_budget("8GiB").text, "8GiB"); }
+
+TEST(Budget, DescribeBytesUsesBinaryUnits) {
+  EXPECT_EQ(describe_bytes(512), "512 B");
+  EXPECT_EQ(describe_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(describe_bytes(8 * GiB), "8.00 GiB");
+}
+
+TEST(Budget, InfeasibleBudgetNamesTheSmallestFeasibleBudget) {
+  const infeasible_budget e("chain", GiB, 3 * GiB / 2, GiB + MiB);
+  EXPECT_EQ(e.budget(), GiB);
+  EXPECT_EQ(e.smallest_feasible(), 3 * GiB / 2);
+  EXPECT_EQ(e.lower_bound(), GiB + MiB);
+  EXPECT_THAT(e.what(), HasSubstr("'chain'"));
+  EXPECT_THAT(e.what(), HasSubstr("1.50 GiB (1610612736 bytes)"));
+  const config_error& base = e;  // callers catching config errors see it too
+  EXPECT_THAT(base.what(), HasSubstr("infeasible"));
+}
+
+}  // namespace
+}  // namespace sublinear::policy

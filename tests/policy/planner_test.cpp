@@ -1,0 +1,178 @@
+#include "policy/planner.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "policy/candidates.hpp"
+#include "policy/simulator.hpp"
+#include "policy/synthetic.hpp"
+#include "policy_support.hpp"
+
+namespace sublinear::policy {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct named_iteration {
+  std::string name;
+  iteration it;
+};
+
+std::vector<named_iteration> property_graphs() {
+  std::vector<named_iteration> out;
+  out.push_back({"chain24", synthetic::build(synthetic::chain(24, 3 << 20, 1 << 20))});
+  {
+    std::vector<std::size_t> bytes;
+    std::vector<double> costs;
+    for (std::size_t k = 0; k < 18; ++k) {
+      bytes.push_back(((k * 7) % 5 + 1) * (std::size_t{1} << 20) + (k % 3) * 1000);
+      costs.push_back(1e-4 * static_cast<double>((k * 5) % 7 + 1));
+    }
+    out.push_back({"hetero_chain18", synthetic::build(synthetic::chain(bytes, costs, 1 << 20))});
+  }
+  out.push_back({"resnet3", synthetic::build(synthetic::resnet(3, 2 << 20, 1 << 20))});
+  out.push_back({"lstm5", synthetic::build(synthetic::lstm(5, 1 << 20, 1 << 20))});
+  for (std::uint64_t seed = 1; seed <= 12; ++seed) {
+    synthetic::dag_spec spec;
+    spec.layers = 8 + (seed * 5) % 25;
+    spec.quantum = std::size_t{1} << 16;
+    spec.granularity = std::size_t{1} << 16;
+    if (seed % 4 == 0) spec.p_non_replayable = 0.2;
+    out.push_back({"dag" + std::to_string(seed), synthetic::build(synthetic::random_dag(spec, seed))});
+  }
+  return out;
+}
+
+class EveryPlanner : public ::testing::TestWithParam<std::string_view> {};
+
+TEST_P(EveryPlanner, ReturnsAValidPlanWithinBudgetOrSaysWhatItCanMeet) {
+  const std::unique_ptr<planner> p = make_planner(GetParam());
+  for (const named_iteration& g : property_graphs()) {
+    ASSERT_EQ(check_iteration(g.it), "") << g.name;
+    const std::size_t peak = simulate(g.it, plan{}).peak;
+    for (double fraction : {0.35, 0.55, 0.75, 0.9, 1.0}) {
+      const auto budget = static_cast<std::size_t>(fraction * static_cast<double>(peak));
+      SCOPED_TRACE(g.name + " at " + std::to_string(fraction));
+      try {
+        const plan result = p->make_plan(g.it, budget);
+        const simulation s = simulate(g.it, result);
+        ASSERT_TRUE(s.valid) << s.error;
+        EXPECT_LE(s.peak, budget);
+        EXPECT_EQ(result.predicted_peak, s.peak);
+        EXPECT_DOUBLE_EQ(result.added_compute_s, s.added_compute_s);
+        EXPECT_EQ(result.recomputed_launches, s.recomputed_launches);
+        EXPECT_EQ(result.planner, GetParam());
+        EXPECT_EQ(result.budget, budget);
+      } catch (const infeasible_budget& e) {
+        EXPECT_EQ(e.budget(), budget);
+        EXPECT_GT(e.smallest_feasible(), budget);
+        EXPECT_GE(e.smallest_feasible(), e.lower_bound());
+      }
+    }
+  }
+}
+
+TEST_P(EveryPlanner, MeetsTheSmallestFeasibleBudgetItReports) {
+  const std::unique_ptr<planner> p = make_planner(GetParam());
+  const std::vector<named_iteration> graphs = property_graphs();
+  for (std::size_t i = 0; i < graphs.size(); i += 3) {
+    const named_iteration& g = graphs[i];
+    SCOPED_TRACE(g.name);
+    try {
+      (void)p->make_plan(g.it, 1);
+      FAIL() << "a one-byte budget cannot be feasible";
+    } catch (const infeasible_budget& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::to_string(e.smallest_feasible()) + " bytes"));
+      EXPECT_THAT(e.what(), HasSubstr(std::string(GetParam())));
+      const plan result = p->make_plan(g.it, e.smallest_feasible());
+      EXPECT_LE(result.predicted_peak, e.smallest_feasible());
+    }
+  }
+}
+
+TEST_P(EveryPlanner, EvictsNothingWhenTheBudgetCoversThePeak) {
+  if (GetParam() == "sqrtn") GTEST_SKIP() << "sqrtn always cuts sqrt(n) segments";
+  const std::unique_ptr<planner> p = make_planner(GetParam());
+  for (const named_iteration& g : property_graphs()) {
+    const std::size_t peak = simulate(g.it, plan{}).peak;
+    const plan result = p->make_plan(g.it, peak);
+    EXPECT_EQ(result.added_compute_s, 0.0) << g.name;
+    EXPECT_EQ(result.predicted_peak, peak) << g.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Planners, EveryPlanner, ::testing::ValuesIn(planner_names()),
+                         [](const ::testing::TestParamInfo<std::string_view>& param_info) { return std::string(param_info.param); });
+
+TEST(Planner, UnknownNameIsAConfigErrorListingTheValidOnes) {
+  try {
+    (void)make_planner("rotor");
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'rotor'"));
+    for (std::string_view n : planner_names()) EXPECT_THAT(e.what(), HasSubstr(std::string(n)));
+  }
+}
+
+TEST(Planner, NamesAreTheDocumentedSeven) {
+  std::vector<std::string> names;
+  for (std::string_view n : planner_names()) names.emplace_back(n);
+  EXPECT_THAT(names, ::testing::ElementsAre("none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr"));
+  for (std::string_view n : planner_names()) EXPECT_EQ(make_planner(n)->name(), n);
+}
+
+TEST(Planner, MalformedIterationIsAConfigError) {
+  iteration it = synthetic::build(synthetic::chain(4, 1 << 20, 1 << 20));
+  it.launches[1].written.push_back(static_cast<buffer_id>(it.buffers.size() + 7));
+  EXPECT_THROW((void)make_planner("greedy")->make_plan(it, std::size_t{1} << 30), config_error);
+}
+
+TEST(Planner, InfeasibleBudgetStatesBothTheSmallestFeasibleBudgetAndTheFloor) {
+  const iteration it = synthetic::build(synthetic::chain(16, 4 << 20, 2 << 20));
+  const dataflow df(it);
+  const candidate_set cs(df);
+  try {
+    (void)make_planner("chain")->make_plan(it, cs.lower_bound_bytes() / 2);
+    FAIL() << "below the floor cannot be feasible";
+  } catch (const infeasible_budget& e) {
+    EXPECT_EQ(e.lower_bound(), cs.lower_bound_bytes());
+    EXPECT_THAT(e.what(), HasSubstr("smallest feasible budget for it is " + describe_bytes(e.smallest_feasible())));
+    EXPECT_THAT(e.what(), HasSubstr("no plan can go below " + describe_bytes(e.lower_bound())));
+    // Well below the unplanned peak: recomputation is what made it feasible.
+    EXPECT_LT(e.smallest_feasible(), simulate(it, plan{}).peak);
+  }
+}
+
+TEST(Planner, SqrtnCutsTheChainIntoSqrtNSegments) {
+  const iteration it = synthetic::build(synthetic::chain(16, 4 << 20, 2 << 20));
+  const plan p = make_planner("sqrtn")->make_plan(it, simulate(it, plan{}).peak);
+  const std::size_t targets = p.evictions.size();  // one entry per dropped candidate
+  const dataflow df(it);
+  const candidate_set cs(df);
+  std::size_t seg = 1;
+  while (seg * seg < cs.size()) ++seg;
+  EXPECT_EQ(targets, cs.size() - cs.size() / seg);
+}
+
+TEST(Planner, DtrEvictsUnderPressureOnARecurrentGraph) {
+  // An LSTM's states are read by the next step and again in the backward: the online
+  // policy evicts and regenerates them as pressure comes and goes.
+  const iteration it = synthetic::build(synthetic::lstm(8, 1 << 20, 1 << 20));
+  const std::size_t peak = simulate(it, plan{}).peak;
+  std::size_t planned = 0;
+  for (double fraction : {0.7, 0.8, 0.9}) {
+    try {
+      const plan p = make_planner("dtr")->make_plan(it, static_cast<std::size_t>(fraction * static_cast<double>(peak)));
+      EXPECT_TRUE(simulate(it, p).valid);
+      if (!p.evictions.empty()) ++planned;
+    } catch (const infeasible_budget&) {
+    }
+  }
+  EXPECT_GT(planned, 0u);
+}
+
+}  // namespace
+}  // namespace sublinear::policy

@@ -1,0 +1,102 @@
+// Helpers for the policy tests: hand-built iterations and a brute-force reference.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy/candidates.hpp"
+#include "policy/iteration.hpp"
+#include "policy/plan.hpp"
+#include "policy/simulator.hpp"
+
+namespace sublinear::policy::test {
+
+// Builds small iterations launch by launch. Buffers are persistent (allocated before the
+// iteration, never freed) or live over an explicit [alloc_at, free_at).
+class hand_iteration {
+ public:
+  explicit hand_iteration(std::size_t granularity = 4096) { it_.granularity = granularity; }
+
+  buffer_id persistent(std::size_t bytes) {
+    buffer b;
+    b.size = bytes;
+    b.alloc_index = none;
+    b.alloc_at = 0;
+    b.free_at = none;
+    it_.buffers.push_back(b);
+    return static_cast<buffer_id>(it_.buffers.size() - 1);
+  }
+  buffer_id transient(std::size_t bytes, launch_id alloc_at, launch_id free_at) {
+    buffer b;
+    b.size = bytes;
+    b.alloc_index = next_alloc_++;
+    b.alloc_at = alloc_at;
+    b.free_at = free_at;
+    it_.buffers.push_back(b);
+    return static_cast<buffer_id>(it_.buffers.size() - 1);
+  }
+  // Appends a launch; returns its id.
+  launch_id launch(std::vector<buffer_id> reads, std::vector<buffer_id> writes, double cost = 1.0,
+                   bool replayable = true) {
+    policy::launch l;
+    l.cost_s = cost;
+    l.replayable = replayable;
+    l.kernel = 0;
+    for (buffer_id b : reads) l.touched.push_back(b);
+    for (buffer_id b : writes) l.touched.push_back(b);
+    std::sort(l.touched.begin(), l.touched.end());
+    l.touched.erase(std::unique(l.touched.begin(), l.touched.end()), l.touched.end());
+    l.written = std::move(writes);
+    std::sort(l.written.begin(), l.written.end());
+    it_.launches.push_back(std::move(l));
+    return static_cast<launch_id>(it_.launches.size() - 1);
+  }
+  // Finishes users, names, and the turning point (the given one).
+  iteration finish(launch_id turning_point) {
+    it_.kernel_names = {"k"};
+    for (buffer& b : it_.buffers) b.users.clear();
+    for (launch_id l = 0; l < it_.launches.size(); ++l) {
+      for (buffer_id b : it_.launches[l].touched) it_.buffers[b].users.push_back(l);
+    }
+    it_.turning_point = turning_point;
+    return it_;
+  }
+
+ private:
+  iteration it_;
+  std::uint32_t next_alloc_ = 0;
+};
+
+struct reference {
+  double cost = std::numeric_limits<double>::infinity();
+  std::size_t min_peak = std::numeric_limits<std::size_t>::max();  // over every drop set
+  bool feasible() const { return cost != std::numeric_limits<double>::infinity(); }
+};
+
+// Every drop set of the iteration's candidates (2^k of them), built and simulated.
+inline reference brute_force(const iteration& it, std::size_t budget) {
+  const dataflow df(it);
+  const candidate_set cs(df);
+  drop_plan_builder builder(cs);
+  const simulator sim(it);
+  reference out;
+  const std::size_t k = cs.size();
+  std::vector<std::uint8_t> dropped(k, 0);
+  for (std::uint64_t mask = 0; mask < (std::uint64_t{1} << k); ++mask) {
+    for (std::size_t c = 0; c < k; ++c) dropped[c] = (mask >> c) & 1U;
+    const drop_plan_builder::outcome o = builder.build(dropped);
+    if (!o.ok) continue;
+    const simulation s = sim.run(o.result);
+    if (!s.valid) continue;
+    out.min_peak = std::min(out.min_peak, s.peak);
+    if (s.peak <= budget) out.cost = std::min(out.cost, s.added_compute_s);
+  }
+  return out;
+}
+
+}  // namespace sublinear::policy::test
