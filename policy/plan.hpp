@@ -39,6 +39,9 @@ struct eviction {
   std::vector<launch_id> recipe;
   // Buffers the recipe writes that do not exist at restore time (workspaces freed after
   // the original launch): the runtime gives them scratch pages at a separate address.
+  // Also side outputs of resident buffers, and inputs the recipe rebuilds in scratch
+  // because they are evicted or were overwritten since (their writers are in the recipe).
+  // All of one recipe's temporaries share one scratch mapping (docs/policy.md).
   std::vector<buffer_id> temporaries;
   // Other evicted buffers the recipe regenerates on the way (recursion).
   std::vector<buffer_id> also_regenerates;

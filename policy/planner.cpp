@@ -110,7 +110,10 @@ class none_planner final : public planner {
   }
 };
 
-// Chen et al. 2016, §3: checkpoints every ceil(sqrt(k)) candidates, in production order.
+// Chen et al. 2016, §3: split the network into sqrt(k) segments of sqrt(k) layers, keep
+// each segment's output, drop the rest. "Layers" are the chain solver's segments (on a
+// chain, single candidates; on a ResNet, residual blocks), so checkpoints fall where the
+// graph has a single way through.
 class sqrtn_planner final : public planner {
  public:
   [[nodiscard]] std::string_view name() const noexcept override { return "sqrtn"; }
@@ -118,11 +121,13 @@ class sqrtn_planner final : public planner {
  protected:
   [[nodiscard]] plan search(context& ctx, std::size_t budget) const override {
     const std::size_t k = ctx.candidates().size();
-    std::vector<std::uint8_t> dropped(k, 0);
-    if (k > 0) {
-      std::size_t seg = 1;
-      while (seg * seg < k) ++seg;
-      for (std::size_t i = 0; i < k; ++i) dropped[i] = (i + 1) % seg == 0 ? 0 : 1;
+    std::vector<std::uint8_t> dropped(k, 1);
+    const std::vector<std::vector<std::uint32_t>> outputs = segment_outputs(ctx.candidates());
+    std::size_t seg = 1;
+    while (seg * seg < outputs.size()) ++seg;
+    for (std::size_t i = 0; i < outputs.size(); ++i) {
+      if ((i + 1) % seg != 0) continue;
+      for (std::uint32_t c : outputs[i]) dropped[c] = 0;
     }
     context::evaluation e = ctx.evaluate(dropped);
     if (!e.ok) throw std::logic_error("sublinear: internal error: sqrtn: " + e.error);

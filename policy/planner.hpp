@@ -11,15 +11,16 @@
 //   the planner cannot meet throws infeasible_budget naming the smallest budget it can
 //   meet (searched for, never guessed) and the bound no plan can beat. The planners:
 //     none       no eviction;
-//     sqrtn      Chen et al. 2016, §3: keep every ceil(sqrt(k))-th of the k candidates as a
-//                checkpoint, drop the rest (budget-blind; fails if that does not fit);
+//     sqrtn      Chen et al. 2016, §3: of the k segments of the graph (those of the chain
+//                solver), keep every ceil(sqrt(k))-th output as a checkpoint and drop the
+//                rest (budget-blind; fails if that does not fit);
 //     chen       Chen et al. 2016, Alg. 3 (greedy segments under a segment budget B) with
 //                a grid search over B, keeping the cheapest plan that fits;
 //     chain      exact dynamic program over checkpoint choices on a chain (Rotor /
 //                Re-forwarding linear case); a DAG is reduced to its chain of segments
 //                first (Note [Chain solver] in planner_chain.cpp);
-//     reforward  exact branch and bound over drop sets for arbitrary graphs, with the
-//                chain solver as its starting point on graphs too large to search;
+//     reforward  exact branch and bound over drop sets for arbitrary graphs (up to 28
+//                candidates), the better of chain and greedy improved locally beyond;
 //     greedy     cost-aware (Capuchin-style): drop what frees most bytes per second of
 //                recompute at the peak, cheap producers first, then undo needless drops;
 //     dtr        DTR's online heuristic h = cost / (size * staleness), simulated over the

@@ -365,6 +365,14 @@ std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, s
   return std::nullopt;
 }
 
+std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs) {
+  std::vector<std::vector<std::uint32_t>> out;
+  for (const chain_node& nd : build_chain(cs, max_segments)) {
+    if (!nd.internal) out.push_back(nd.members);
+  }
+  return out;
+}
+
 std::unique_ptr<planner> make_chain_planner() { return std::make_unique<chain_planner>(); }
 
 }  // namespace sublinear::policy

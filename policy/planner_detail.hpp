@@ -78,6 +78,10 @@ std::unique_ptr<planner> make_dtr_planner();
 // finds for `budget` (already simulated), or nothing.
 [[nodiscard]] std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, std::size_t budget);
 
+// The chain solver's segments (Note [Chain solver]), in order: per segment, the candidates
+// later segments read (its outputs).
+[[nodiscard]] std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs);
+
 // Greedy drop-set search as a function (reforward's other starting point).
 [[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget);
 

@@ -68,10 +68,14 @@ class builder {
   // in place to values that happen to be non-negative (a residual branch whose last
   // BatchNorm starts with zero gain) changes nothing on the traced iteration but does on
   // later ones. So a write seen through a parameter slot of a kernel counts for every
-  // launch of that kernel through that slot.
+  // launch of that kernel through that slot, and slots seen written in an earlier traced
+  // iteration count too: a bias added in place while it is still zero (as initialised)
+  // writes nothing in iteration 1 but does once the optimizer has moved it. The engine
+  // traces two iterations by default for this reason; validation catches what is left.
   void generalize_writes() {
     policy::iteration& g = out_.graph;
-    std::set<std::pair<std::uint32_t, std::uint32_t>> writing_slots;  // (kernel, param offset)
+    std::set<std::pair<std::uint32_t, std::uint32_t>> writing_slots(o_.known_writing_slots.begin(),
+                                                                     o_.known_writing_slots.end());
     for (launch_id l = 0; l < g.launches.size(); ++l) {
       const policy::launch& L = g.launches[l];
       if (L.kind != policy::launch_kind::kernel) continue;
@@ -79,6 +83,7 @@ class builder {
         if (std::binary_search(L.written.begin(), L.written.end(), t.buffer))
           writing_slots.emplace(L.kernel, t.param_offset);
     }
+    out_.writing_slots.assign(writing_slots.begin(), writing_slots.end());
     for (launch_id l = 0; l < g.launches.size(); ++l) {
       policy::launch& L = g.launches[l];
       if (L.kind != policy::launch_kind::kernel) continue;

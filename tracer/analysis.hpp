@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "policy/iteration.hpp"
@@ -43,6 +44,9 @@ struct analysis_options {
   std::size_t granularity = 0;              // 0: the trace's (1 if the trace has none)
   std::size_t min_idle_gap = 1;             // launches between last forward and first backward use
   double unmeasured_cost_per_byte = 1e-10;  // seconds per touched byte (10 GB/s) when not timed
+  // (kernel index, parameter offset) pairs known to be written through, from another
+  // iteration of the same trace (Note [Write generalization] in analysis.cpp).
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> known_writing_slots;
 };
 
 // One pointer into a buffer, as found in a launch's parameters.
@@ -71,6 +75,8 @@ struct analysed_iteration {
   std::size_t held_bytes_at_turning_point = 0;   // bytes held across graph.turning_point
   std::size_t observed_launches = 0;             // launches whose writes were observed
   std::size_t timed_launches = 0;                // launches with a measured duration
+  // Every (kernel index, parameter offset) seen written through, known ones included.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> writing_slots;
 };
 
 // Analyses events [iteration.begin, iteration.end) of `t`. Throws trace_format_error

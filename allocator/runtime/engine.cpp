@@ -84,6 +84,7 @@ struct engine::impl {
   std::vector<std::uint8_t> saved_needed;                // position -> a recipe replays it
   std::vector<std::uint64_t> expected_handle;            // position -> kernel handle (or ~kind)
   std::unordered_set<std::uint32_t> never_evict_allocs;  // alloc_index values that failed validation
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> earlier_writing_slots;  // from earlier traced iterations
 
   // ---- this iteration -------------------------------------------------------------------
   std::size_t pos = 0;
@@ -95,6 +96,8 @@ struct engine::impl {
   std::vector<char*> addr;                               // buffer -> address this iteration
   std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
   std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
+  std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
+                                                         // evict a buffer more than once)
   std::unordered_map<const void*, buffer_id> buffer_at;  // live address -> buffer
   std::map<const char*, buffer_id> evicted_ranges;       // for the safety-net scan
   std::vector<saved_op> saved;                           // position -> saved launch
@@ -185,6 +188,7 @@ struct engine::impl {
     }
     tracer::analysis_options ao;
     ao.granularity = alloc.granularity();
+    ao.known_writing_slots = earlier_writing_slots;
     an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
     const std::size_t traced_peak = alloc.get_stats().mapped_peak;
     log_info("traced iteration: " + std::to_string(an.graph.launches.size()) + " launches (" +
@@ -307,6 +311,7 @@ struct engine::impl {
       addr.assign(g.buffers.size(), nullptr);
       evicted.assign(g.buffers.size(), 0);
       freed.assign(g.buffers.size(), 0);
+      active_entry.assign(g.buffers.size(), -1);
       version.assign(g.buffers.size(), 0);
       saved.assign(g.launches.size(), {});
       for (buffer_id b = 0; b < g.buffers.size(); ++b) {
@@ -364,7 +369,18 @@ struct engine::impl {
             st = engine_state::steady;  // plain caching: nothing scheduled
           }
         } else {
-          rec.take();  // discard the earlier iteration; the last one is planned from
+          // The last traced iteration is planned from; the earlier ones only contribute
+          // the parameter slots their kernels were seen writing through.
+          try {
+            tracer::trace earlier = rec.take();
+            tracer::analysis_options ao;
+            ao.granularity = alloc.granularity();
+            ao.known_writing_slots = earlier_writing_slots;
+            earlier_writing_slots =
+                tracer::analyse(earlier, tracer::event_range{0, earlier.events.size()}, ao).writing_slots;
+          } catch (const std::exception& e) {
+            log_warn(std::string("analysis of an earlier traced iteration failed: ") + e.what());
+          }
         }
         break;
       case engine_state::validate:
@@ -374,6 +390,7 @@ struct engine::impl {
           have_plan = false;
           alloc.set_budget(0);
           alloc.empty_cache();  // the traced peak must not count the old shape's cache
+          earlier_writing_slots.clear();
           rec.start();
         } else if (current.validation_mismatches > 0) {
           make_plan(reports.empty() ? 0 : max_traced_peak());
@@ -423,6 +440,7 @@ struct engine::impl {
               " after launch " + std::to_string(pos));
     alloc.evict(addr[b]);
     evicted[b] = 1;
+    active_entry[b] = static_cast<std::int32_t>(entry_index);
     evicted_ranges[addr[b]] = b;
     ++current.evictions;
     current.evicted_bytes += size;
@@ -492,8 +510,8 @@ struct engine::impl {
     for (launch_id l : e.recipe) {
       for (buffer_id u : g.launches[l].touched) {
         if (regenerated.count(u) || temps.count(u) || !evicted[u] || freed[u]) continue;
-        if (entry_of[u] < 0) throw error("sublinear: a recipe input was evicted with no way to regenerate it");
-        regenerate(static_cast<std::size_t>(entry_of[u]), stream, depth + 1);
+        if (carrier_of(u) < 0) throw error("sublinear: a recipe input was evicted with no way to regenerate it");
+        regenerate(static_cast<std::size_t>(carrier_of(u)), stream, depth + 1);
       }
     }
     const double started = dev.now_s();
@@ -589,12 +607,20 @@ struct engine::impl {
     restore_all_pending = false;
     std::vector<std::size_t> order;
     for (buffer_id b = 0; b < evicted.size(); ++b)
-      if (evicted[b] && !freed[b] && entry_of[b] >= 0) order.push_back(static_cast<std::size_t>(entry_of[b]));
+      if (evicted[b] && !freed[b] && carrier_of(b) >= 0) order.push_back(static_cast<std::size_t>(carrier_of(b)));
     std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
       return plan.evictions[x].restore_before < plan.evictions[y].restore_before;
     });
     order.erase(std::unique(order.begin(), order.end()), order.end());
     for (std::size_t i : order) regenerate(i, stream);
+  }
+
+  // The entry whose recipe brings `b` back now: the one that evicted it if it carries a
+  // recipe, else the entry that lists it in also_regenerates.
+  std::int32_t carrier_of(buffer_id b) const {
+    const std::int32_t e = active_entry[b];
+    if (e >= 0 && !plan.evictions[static_cast<std::size_t>(e)].recipe.empty()) return e;
+    return entry_of[b];
   }
 
   // The safety net: a launch whose parameters point into an evicted block.
@@ -607,8 +633,9 @@ struct engine::impl {
       --it;
       const buffer_id b = it->second;
       if (p >= it->first + graph().buffers[b].size) return;
-      if (entry_of[b] < 0) throw error("sublinear: a launch touches an evicted buffer that has no recipe");
-      regenerate(static_cast<std::size_t>(entry_of[b]), op.stream);
+      const std::int32_t entry = carrier_of(b);
+      if (entry < 0) throw error("sublinear: a launch touches an evicted buffer that has no recipe");
+      regenerate(static_cast<std::size_t>(entry), op.stream);
     };
     if (op.what == launch_view::kind::kernel) {
       for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {

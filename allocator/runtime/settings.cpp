@@ -75,7 +75,7 @@ const std::vector<entry>& entries() {
        [](settings& s, const std::string& n, const std::string& v) { s.validate = parse_validate_mode(n, v); }},
       {{"SUBLINEAR_TRACE", "", "a file path", "Write the traced iterations to this trace file (docs/trace-format.md).", false},
        [](settings& s, const std::string&, const std::string& v) { s.trace = v; }},
-      {{"SUBLINEAR_TRACE_ITERATIONS", "1", "1 or 2", "Iterations traced before planning; 2 confirms the pattern repeats.", false},
+      {{"SUBLINEAR_TRACE_ITERATIONS", "2", "1 or 2", "Iterations traced before planning; the second sees writes the first could not (zero-initialised biases).", false},
        [](settings& s, const std::string& n, const std::string& v) {
          if (v != "1" && v != "2") bad(n, v, "1 or 2");
          s.trace_iterations = v[0] - '0';

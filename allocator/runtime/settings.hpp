@@ -26,7 +26,7 @@ struct settings {
   std::string log_file;            // "" = stderr
   validate_mode validate = validate_mode::first;
   std::string trace;               // trace file path ("" = none)
-  int trace_iterations = 1;        // iterations traced before planning (1 or 2)
+  int trace_iterations = 2;        // iterations traced before planning (1 or 2)
   iteration_mode iteration = iteration_mode::marker;
   bool disable = false;            // plain caching, no tracing or eviction
 };

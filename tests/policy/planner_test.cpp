@@ -107,6 +107,31 @@ TEST_P(EveryPlanner, EvictsNothingWhenTheBudgetCoversThePeak) {
 INSTANTIATE_TEST_SUITE_P(Planners, EveryPlanner, ::testing::ValuesIn(planner_names()),
                          [](const ::testing::TestParamInfo<std::string_view>& param_info) { return std::string(param_info.param); });
 
+TEST(Planner, AnEmptyIterationNeedsNoEviction) {
+  const iteration empty;
+  for (std::string_view n : planner_names()) {
+    const plan p = make_planner(n)->make_plan(empty, 0);
+    EXPECT_TRUE(p.evictions.empty()) << n;
+    EXPECT_EQ(p.predicted_peak, 0u) << n;
+  }
+}
+
+TEST(Planner, NothingReplayableMeansOnlyTheUnplannedPeakIsFeasible) {
+  synthetic::network net = synthetic::chain(6, 2 << 20, 1 << 20);
+  for (synthetic::layer& l : net.layers) l.replayable = false;
+  const iteration it = synthetic::build(net);
+  const std::size_t peak = simulate(it, plan{}).peak;
+  for (std::string_view n : planner_names()) {
+    if (n == "sqrtn") continue;  // nothing to drop: its plan is the empty one, which fits
+    try {
+      (void)make_planner(n)->make_plan(it, peak - 1);
+      ADD_FAILURE() << n << " found a plan with nothing it may replay";
+    } catch (const infeasible_budget& e) {
+      EXPECT_EQ(e.smallest_feasible(), peak) << n;
+    }
+  }
+}
+
 TEST(Planner, UnknownNameIsAConfigErrorListingTheValidOnes) {
   try {
     (void)make_planner("rotor");

@@ -44,7 +44,9 @@ workloads::models::model_config config_for(model_kind kind) {
 
 outcome train(model_kind kind, const std::string& policy, const std::string& budget, int streams = 1,
               validate_mode validate = validate_mode::first) {
-  workloads::host_session session;
+  workloads::host_session_options so;
+  so.scaled_size_classes = true;  // 2 MiB segments would swamp these megabyte-sized models
+  workloads::host_session session(so);
   auto ctx = session.make_context();
   auto model = workloads::models::make_model(config_for(kind));
   model->init(ctx, 7);

@@ -255,8 +255,10 @@ TEST(EngineFaults, ABudgetBelowTheFeasibleMinimumGivesThePlannersErrorAndTrainsU
 TEST(EngineFaults, RunningOutOfDeviceMemoryDuringRegenerationFailsClearly) {
   chain_model m;
   host_runtime rt(m.dev, m.alloc, options_for("0.5x", "chain"));
-  m.iteration(12, kFloats, false);
-  rt.mark_iteration();  // planned
+  for (int it = 0; it < 2; ++it) {  // the traced iterations; then it is planned
+    m.iteration(12, kFloats, false);
+    rt.mark_iteration();
+  }
   // Between the forward and the backward pass the device runs out of physical memory
   // (another process took it): regenerating an evicted buffer cannot get pages back.
   auto hog = [&] {

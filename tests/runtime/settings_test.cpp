@@ -107,7 +107,7 @@ TEST(OptionsTable, NothingSetGivesTheDefaults) {
   EXPECT_EQ(s.log_file, "");
   EXPECT_EQ(s.validate, validate_mode::first);
   EXPECT_EQ(s.trace, "");
-  EXPECT_EQ(s.trace_iterations, 1);
+  EXPECT_EQ(s.trace_iterations, 2);
   EXPECT_EQ(s.iteration, iteration_mode::marker);
   EXPECT_FALSE(s.disable);
   EXPECT_EQ(describe(s), describe(d));
