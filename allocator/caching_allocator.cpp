@@ -505,6 +505,7 @@ struct caching_allocator::impl {
       pool_kind kind = rounded <= opts.small_size ? pool_kind::small : pool_kind::large;
       free_set& set = pool.of(kind);
       auto it = set.lower_bound(by_size_key::type{rounded, nullptr});
+      bool borrowed = false;
       if (it != set.end()) {
         b = &*it;
         erase_free(b);
@@ -514,9 +515,21 @@ struct caching_allocator::impl {
         if (kind == pool_kind::large && opts.exact_large_segments) seg_size = minimal;
         // Under pressure a smaller segment beats an out-of-memory error.
         if (!fits(seg_size) && minimal < seg_size) seg_size = minimal;
-        b = new_segment(seg_size, kind, stream, size);
+        if (!make_room(seg_size)) {
+          // Still no room: a free block of the stream's other size class will do, split
+          // as finely as a small block (Note [Strict budget]).
+          free_set& other = pool.of(kind == pool_kind::small ? pool_kind::large : pool_kind::small);
+          auto jt = other.lower_bound(by_size_key::type{rounded, nullptr});
+          if (jt != other.end()) {
+            b = &*jt;
+            erase_free(b);
+            borrowed = true;
+            ++st.borrowed_blocks;
+          }
+        }
+        if (b == nullptr) b = new_segment(seg_size, kind, stream, size);
       }
-      if (should_split(*b, rounded)) {
+      if (borrowed ? b->size - rounded >= opts.min_block : should_split(*b, rounded)) {
         block* rest = new_block();
         rest->ptr = b->ptr + rounded;
         rest->size = b->size - rounded;

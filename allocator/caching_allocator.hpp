@@ -34,8 +34,9 @@
 // Note [Strict budget]
 // Every path that maps pages (new segment, restore) first checks mapped + size <=
 // budget. When it would not fit: poll completed evictions and frees, release cached free
-// segments, then wait for pending evictions; if it still does not fit, throw
-// out_of_memory naming requested, mapped, reserved, budget and the largest free block.
+// segments, then wait for pending evictions; a new block may then also be cut from a free
+// block of the stream's other size class; if it still does not fit, throw out_of_memory
+// naming requested, mapped, reserved, budget and the largest free block.
 #pragma once
 
 #include <cstddef>
@@ -90,6 +91,7 @@ struct stats {
                 release_calls = 0;
   std::uint64_t budget_waits = 0;  // times the budget forced a wait on a pending event
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
+  std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
   std::uint64_t oom_errors = 0;
   // mapped / allocated at their peaks: 1.0 means no page is wasted.
   [[nodiscard]] double fragmentation() const {

@@ -216,7 +216,9 @@ struct engine::impl {
     budget_bytes = policy::resolve_budget(spec, opts.device_capacity, traced_peak);
     // The planner counts live bytes at page granularity; the allocator's mapped bytes also
     // hold what its caching costs. Plan for the budget less the overhead the trace showed.
-    const std::size_t overhead = traced_peak > g.peak_bytes ? traced_peak - g.peak_bytes : 0;
+    // Fragmentation the trace cannot show (free space split across partly used segments
+    // when evicted pages come back) gets a further sixteenth of the budget.
+    const std::size_t overhead = (traced_peak > g.peak_bytes ? traced_peak - g.peak_bytes : 0) + budget_bytes / 16;
     const std::size_t planner_budget = budget_bytes > overhead ? budget_bytes - overhead : 0;
     try {
       plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget);

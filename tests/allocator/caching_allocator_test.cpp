@@ -346,6 +346,20 @@ TEST_F(CachingAllocator, WaitsForPendingEvictionsWhenTheBudgetRequiresIt) {
   a.deallocate(e);
 }
 
+TEST_F(CachingAllocator, UnderPressureASmallRequestIsCutFromAFreeLargeBlock) {
+  auto a = make(4 * MiB);
+  void* big = a.allocate(3 * MiB, nullptr);   // an exact 3 MiB segment (the 20 MiB one does not fit)
+  void* keep = a.allocate(600 * KiB, nullptr);  // a 640 KiB small segment: 3.625 MiB mapped
+  a.deallocate(big);  // 3 MiB free in the large pool, but not a whole free segment to release
+  void* pin = a.allocate(1 * MiB + 512, stream(0));  // reuse part of it so it stays mapped
+  void* small = a.allocate(512 * KiB, nullptr);  // no small block, no room for a segment
+  EXPECT_EQ(a.get_stats().borrowed_blocks, 1u);
+  EXPECT_LE(a.get_stats().mapped, 4 * MiB);
+  EXPECT_TRUE(a.validate());
+  for (void* p : {keep, pin, small}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, RestoreBeyondTheBudgetIsOutOfMemoryAndLeavesTheBlockEvicted) {
   auto a = make(2 * MiB);
   void* e = a.allocate(2 * MiB, nullptr, true);

@@ -37,8 +37,17 @@ constexpr int kIterations = 4;
 workloads::models::model_config config_for(model_kind kind) {
   workloads::models::model_config c;
   c.kind = kind;
-  if (kind == model_kind::resnet) c.depth = 20;
-  if (kind == model_kind::lstm) c.seq_len = 64;
+  if (kind == model_kind::mlp) {
+    c.depth = 12;
+    c.batch = 1024;
+  }
+  if (kind == model_kind::resnet) c.depth = 56;
+  if (kind == model_kind::densenet) {
+    c.depth = 31;
+    c.batch = 32;
+  }
+  if (kind == model_kind::lstm) c.seq_len = 192;
+  if (kind == model_kind::transformer) c.batch = 16;
   return workloads::models::with_defaults(c);
 }
 
@@ -135,7 +144,7 @@ INSTANTIATE_TEST_SUITE_P(Matrix, EndToEnd, ::testing::ValuesIn(matrix()), cell_n
 
 TEST(EndToEndStreams, TwoStreamsWithEventsTrainBitIdentically) {
   auto baseline = train(model_kind::resnet, "none", "", 2);
-  auto run = train(model_kind::resnet, "chen", "0.5x", 2);
+  auto run = train(model_kind::resnet, "reforward", "0.85x", 2);
   ASSERT_TRUE(run.plan_error.empty()) << run.plan_error;
   EXPECT_GT(run.evictions, 0u);
   EXPECT_TRUE(run.params == baseline.params);
