@@ -24,6 +24,19 @@
 
 namespace sublinear::runtime {
 
+std::size_t planning_overhead(std::size_t budget, std::size_t traced_mapped_peak, std::size_t traced_live_peak) {
+  const std::size_t caching = traced_mapped_peak > traced_live_peak ? traced_mapped_peak - traced_live_peak : 0;
+  return caching + budget / 16;
+}
+
+std::size_t budget_for_planner_bytes(std::size_t planner_bytes, std::size_t traced_mapped_peak,
+                                     std::size_t traced_live_peak) {
+  const std::size_t caching = traced_mapped_peak > traced_live_peak ? traced_mapped_peak - traced_live_peak : 0;
+  std::size_t b = (planner_bytes + caching) / 15 * 16;  // b - b/16 >= planner_bytes + caching, up to rounding
+  while (b - planning_overhead(b, traced_mapped_peak, traced_live_peak) < planner_bytes) ++b;
+  return b;
+}
+
 const char* to_string(engine_state s) noexcept {
   switch (s) {
     case engine_state::trace: return "trace";
@@ -215,16 +228,20 @@ struct engine::impl {
     auto spec = policy::parse_budget(opts.config.budget);
     budget_bytes = policy::resolve_budget(spec, opts.device_capacity, traced_peak);
     // The planner counts live bytes at page granularity; the allocator's mapped bytes also
-    // hold what its caching costs. Plan for the budget less the overhead the trace showed.
-    // Fragmentation the trace cannot show (free space split across partly used segments
-    // when evicted pages come back) gets a further sixteenth of the budget.
-    const std::size_t overhead = (traced_peak > g.peak_bytes ? traced_peak - g.peak_bytes : 0) + budget_bytes / 16;
+    // hold what its caching costs.
+    const std::size_t overhead = planning_overhead(budget_bytes, traced_peak, g.peak_bytes);
     const std::size_t planner_budget = budget_bytes > overhead ? budget_bytes - overhead : 0;
     try {
       plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget);
     } catch (const policy::infeasible_budget& e) {
-      plan_error = e.what();
-      log_warn(std::string(e.what()) + " Continuing without eviction (plain caching).");
+      // The planner speaks of the bytes it was given; the user set the whole budget.
+      plan_error = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget +
+                   ") is infeasible for planner '" + opts.config.policy + "': the smallest feasible budget for it is " +
+                   format_bytes(budget_for_planner_bytes(e.smallest_feasible(), traced_peak, g.peak_bytes)) +
+                   "; no plan can go below " +
+                   format_bytes(budget_for_planner_bytes(e.lower_bound(), traced_peak, g.peak_bytes)) +
+                   " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here).";
+      log_warn(plan_error + " Continuing without eviction (plain caching).");
       budget_bytes = 0;
       alloc.set_budget(0);
       return;

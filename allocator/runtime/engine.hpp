@@ -130,6 +130,18 @@ struct engine_options {
   std::size_t timeline_limit = 1'000'000;  // events kept at most
 };
 
+// The bytes a plan must leave free under `budget` for what the planner does not model:
+// the allocator's caching overhead the traced iteration showed (mapped minus live bytes at
+// the peak) plus a sixteenth of the budget for fragmentation the trace cannot show (free
+// space split across partly used segments when evicted pages come back). The engine and
+// `sublinear plan` both plan for `budget - planning_overhead(...)`.
+[[nodiscard]] std::size_t planning_overhead(std::size_t budget, std::size_t traced_mapped_peak,
+                                            std::size_t traced_live_peak);
+// The smallest budget whose share for the planner (budget - planning_overhead) is at least
+// `planner_bytes`: what to tell a user whose budget was infeasible.
+[[nodiscard]] std::size_t budget_for_planner_bytes(std::size_t planner_bytes, std::size_t traced_mapped_peak,
+                                                   std::size_t traced_live_peak);
+
 class engine final : public allocator::allocation_observer {
  public:
   // The engine installs itself as the allocator's observer (forwarding to the recorder)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "allocator/runtime/engine.hpp"
 #include "allocator/runtime/report_json.hpp"
 #include "allocator/runtime/report_text.hpp"
 #include "policy/budget.hpp"
@@ -35,12 +36,11 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.live_peak = g.peak_bytes;
   out.unplanned_peak = policy::simulate(g, policy::plan{}).peak;
   out.traced_mapped_peak = options.traced_mapped_peak;
-  // As the engine does (engine.cpp, make_plan): the allocator's overhead over live bytes,
-  // seen in the traced iteration, is kept out of what the planner may use.
-  out.overhead = options.traced_mapped_peak > g.peak_bytes ? options.traced_mapped_peak - g.peak_bytes : 0;
   const std::size_t reference_peak = options.traced_mapped_peak > 0 ? options.traced_mapped_peak : g.peak_bytes;
   out.budget_text = options.budget;
   out.budget = policy::resolve_budget(spec, options.device_capacity, reference_peak);
+  // As the engine does (planning_overhead in engine.hpp).
+  out.overhead = planning_overhead(out.budget, options.traced_mapped_peak, g.peak_bytes);
   out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
 
   for (const auto& name : options.policies) {
@@ -52,7 +52,8 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       const policy::simulation sim = policy::simulate(g, p);
       row.feasible = true;
       row.predicted_peak = p.predicted_peak;
-      row.predicted_mapped = p.predicted_peak + out.overhead;
+      // The prediction adds what the allocator was seen to cost, not the safety allowance.
+      row.predicted_mapped = p.predicted_peak + planning_overhead(0, options.traced_mapped_peak, g.peak_bytes);
       row.added_compute_s = p.added_compute_s;
       row.recomputed_launches = p.recomputed_launches;
       row.evicted_buffers = sim.evicted_buffers;
@@ -63,7 +64,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       for (auto b : targets) row.evicted_bytes += g.buffers[b].size;
     } catch (const policy::infeasible_budget& e) {
       row.error = e.what();
-      row.smallest_feasible = e.smallest_feasible() + out.overhead;
+      row.smallest_feasible = budget_for_planner_bytes(e.smallest_feasible(), options.traced_mapped_peak, g.peak_bytes);
     }
     row.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     out.rows.push_back(std::move(row));

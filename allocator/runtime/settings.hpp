@@ -20,7 +20,7 @@ enum class iteration_mode { marker, automatic };
 
 struct settings {
   std::string budget;              // unparsed budget ("" = none); see policy/budget.hpp
-  std::string policy = "chen";
+  std::string policy = "reforward";
   std::string report;              // JSON report path ("" = none)
   log_level log = log_level::warn;
   std::string log_file;            // "" = stderr

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <map>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,6 +97,10 @@ struct cell {
   std::string policy;
   double fraction;
 };
+
+void PrintTo(const cell& c, std::ostream* os) {
+  *os << workloads::models::to_string(c.kind) << " with " << c.policy << " at " << c.fraction << "x";
+}
 
 std::string cell_name(const ::testing::TestParamInfo<cell>& info) {
   std::string f = std::to_string(static_cast<int>(info.param.fraction * 100 + 0.5));

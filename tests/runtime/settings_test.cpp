@@ -101,7 +101,7 @@ TEST(OptionsTable, NothingSetGivesTheDefaults) {
   const settings s = read({});
   const settings d;
   EXPECT_EQ(s.budget, "");
-  EXPECT_EQ(s.policy, "chen");
+  EXPECT_EQ(s.policy, "reforward");
   EXPECT_EQ(s.report, "");
   EXPECT_EQ(s.log, log_level::warn);
   EXPECT_EQ(s.log_file, "");
@@ -252,7 +252,7 @@ TEST(UnknownSetting, OtherPrefixesAndTheHarnessVariablesAreNotSettings) {
 TEST(UnknownSetting, IsOnlyCheckedWhenTheEnvironmentsNamesAreGiven) {
   // A lookup alone cannot enumerate; read_settings_from_environment passes the names.
   const settings s = read_settings([](const char*) -> const char* { return nullptr; }, {});
-  EXPECT_EQ(s.policy, "chen");
+  EXPECT_EQ(s.policy, "reforward");
   EXPECT_THROW((void)read_settings([](const char*) -> const char* { return nullptr; }, {"SUBLINEAR_TYPO"}),
                config_error);
 }
