@@ -71,7 +71,7 @@ int sublinear_get_stats(sublinear_stats* out) {
   *out = sublinear_stats{s.allocated, s.allocated_peak, s.mapped,     s.mapped_peak, s.reserved,
                          s.reserved_peak, s.evicted,    s.evicted_total, s.budget,   s.allocs,
                          s.frees,     s.evictions,      s.restores,   s.map_calls,   s.unmap_calls,
-                         s.set_access_calls};
+                         s.set_access_calls, s.resident_peak};
   return 0;
 }
 

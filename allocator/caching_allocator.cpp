@@ -549,6 +549,7 @@ struct caching_allocator::impl {
     live.insert(*b);
     st.allocated += b->size;
     st.allocated_peak = std::max(st.allocated_peak, st.allocated);
+    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
     st.requested += size;
     ++st.allocs;
     return b->ptr;
@@ -659,6 +660,7 @@ struct caching_allocator::impl {
     map_under_budget(*b->seg, b->requested);
     b->state = residency::resident;
     st.evicted -= b->size;
+    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
     ++st.restores;
   }
 
@@ -851,6 +853,7 @@ stats caching_allocator::get_stats() const {
 void caching_allocator::reset_peaks() {
   std::lock_guard lock(impl_->mutex);
   impl_->st.allocated_peak = impl_->st.allocated;
+  impl_->st.resident_peak = impl_->st.allocated - impl_->st.evicted;
   impl_->st.mapped_peak = impl_->st.mapped;
   impl_->st.reserved_peak = impl_->st.reserved;
 }

@@ -76,6 +76,7 @@ struct options {
 struct stats {
   std::size_t allocated = 0;       // bytes in live blocks (rounded sizes)
   std::size_t allocated_peak = 0;
+  std::size_t resident_peak = 0;   // peak of allocated minus evicted: live bytes with pages
   std::size_t requested = 0;       // bytes callers asked for in live blocks
   std::size_t mapped = 0;          // physical bytes mapped (the budgeted quantity)
   std::size_t mapped_peak = 0;

@@ -3,7 +3,7 @@
 # iterations on the host device (the CPU backend; no GPU needed), printing per-iteration
 # time, peak mapped memory and feature-map memory. The run takes seconds.
 #
-#   scripts/demo.sh                                  ResNet-56, 5 iterations
+#   scripts/demo.sh                                  ResNet-218, 5 iterations, budget 0.5x
 #   scripts/demo.sh --model lstm --seq-len 1024      arguments go to `sublinear demo`
 #   scripts/demo.sh --model resnet --depth 1202 --json resnet.json
 #   scripts/demo.sh --help                           the demo's arguments

@@ -17,14 +17,14 @@ namespace sublinear::workloads {
 namespace {
 
 struct memory_stats {
-  std::size_t allocated = 0, allocated_peak = 0, mapped_peak = 0;
+  std::size_t allocated = 0, allocated_peak = 0, mapped_peak = 0, resident_peak = 0;
 };
 
 memory_stats read_stats() {
   sublinear_stats s{};
   if (sublinear_get_stats(&s) != 0) return {};
   return memory_stats{static_cast<std::size_t>(s.allocated), static_cast<std::size_t>(s.allocated_peak),
-                      static_cast<std::size_t>(s.mapped_peak)};
+                      static_cast<std::size_t>(s.mapped_peak), static_cast<std::size_t>(s.resident_peak)};
 }
 
 // The streams and events of a two-stream run, created and destroyed with the run.
@@ -116,7 +116,8 @@ iteration_figures run_iteration(context& ctx, side_stream* side, models::model& 
   f.seconds = std::chrono::duration<double>(stop - start).count();
   f.peak_mapped_bytes = st.mapped_peak;
   f.peak_allocated_bytes = st.allocated_peak;
-  f.feature_map_bytes = st.allocated_peak > persistent ? st.allocated_peak - persistent : 0;
+  // Resident bytes: under sublinear an evicted activation is allocated but has no pages.
+  f.feature_map_bytes = st.resident_peak > persistent ? st.resident_peak - persistent : 0;
   f.end_allocated_bytes = st.allocated;
   f.loss = loss_value;
   return f;

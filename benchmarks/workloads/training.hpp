@@ -25,11 +25,11 @@
 //
 // Note [Feature-map memory]
 // The figure the paper's claims are about. For one iteration:
-//   feature-map bytes = peak allocated bytes during the iteration - persistent bytes,
+//   feature-map bytes = peak resident bytes during the iteration - persistent bytes,
 // where persistent bytes are the bytes allocated when the loop starts (after the model's
 // init: parameters, gradients, optimizer state, buffers such as BatchNorm's running
-// statistics), and allocated bytes are the allocator's `allocated` statistic (live
-// blocks at their rounded sizes). So it counts activations saved for backward, the
+// statistics), and resident bytes are the allocator's `allocated` minus `evicted` (live
+// blocks at their rounded sizes that have pages; without eviction, simply allocated). So it counts activations saved for backward, the
 // batch, activation gradients and temporaries such as convolution workspaces: every
 // byte that exists because an iteration is running. It is independent of caching;
 // "peak mapped" (the budgeted quantity) adds the allocator's cached free blocks and

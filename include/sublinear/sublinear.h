@@ -37,6 +37,7 @@ typedef struct sublinear_stats {
   uint64_t budget;
   uint64_t allocs, frees, evictions, restores;
   uint64_t map_calls, unmap_calls, set_access_calls;
+  uint64_t resident_peak; /* peak of allocated minus evicted bytes */
 } sublinear_stats;
 
 /* Fills *out with the default allocator's statistics. Returns 0, or -1 with no
