@@ -201,10 +201,11 @@ int run_main(std::span<const std::string_view> args) {
 
   std::vector<std::string> inherited;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) inherited.emplace_back(*e);
-  const std::string library = find_library(o.library);
   runtime::run_environment env;
   try {
-    env = runtime::compose_run_environment(inherited, o.settings, library);
+    // Settings first: a malformed value is the error to show even when the library is missing.
+    (void)runtime::compose_run_environment(inherited, o.settings, kLibraryName);
+    env = runtime::compose_run_environment(inherited, o.settings, find_library(o.library));
   } catch (const config_error& e) {
     std::string why = e.what();
     if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);  // main() names the command already
