@@ -27,6 +27,7 @@ int demo_main(std::span<const std::string_view> args);
 int run_main(std::span<const std::string_view> args);
 int plan_main(std::span<const std::string_view> args);
 int report_main(std::span<const std::string_view> args);
+int bench_main(std::span<const std::string_view> args);
 
 // In the order `sublinear --help` lists them.
 inline constexpr command kCommands[] = {
@@ -34,6 +35,7 @@ inline constexpr command kCommands[] = {
     {"run", "run a training command with sublinear loaded and its settings checked (sublinear run --budget 8GiB -- CMD)", &run_main},
     {"plan", "preview what a budget costs on a recorded trace: predicted peak, evictions, added compute", &plan_main},
     {"report", "render a JSON report as text, a Chrome/Perfetto timeline and a memory plot (SVG)", &report_main},
+    {"bench", "measure what recomputation buys: memory against depth and length, overhead against budget", &bench_main},
 };
 
 // Whether the arguments ask for help (-h or --help anywhere).

@@ -1,0 +1,16 @@
+// remat_sweeps: the recomputation sweeps of issue 6 (memory against depth, LSTM length,
+// overhead against budget, a Re-forwarding-style table) as a figures program. The same
+// code runs as `sublinear bench`; Note [Remat sweeps] in remat_sweeps_lib.hpp says how
+// it measures.
+//
+//   remat_sweeps [--sweep depth|lstm|budget|reforward|all] [--quick] [--json PATH]
+//                [--csv PATH] [--plots DIR] ...   (--help lists every option)
+#include <string_view>
+#include <vector>
+
+#include "benchmarks/figures/remat_sweeps_lib.hpp"
+
+int main(int argc, char** argv) {
+  const std::vector<std::string_view> args(argv + 1, argv + argc);
+  return sublinear::figures::bench_main("remat_sweeps", args);
+}
