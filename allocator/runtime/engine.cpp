@@ -392,6 +392,7 @@ struct engine::impl {
           // the parameter slots their kernels were seen writing through.
           try {
             tracer::trace earlier = rec.take();
+            rec.mark_iteration();  // the next trace opens with its marker too
             tracer::analysis_options ao;
             ao.granularity = alloc.granularity();
             ao.known_writing_slots = earlier_writing_slots;
@@ -411,6 +412,7 @@ struct engine::impl {
           alloc.empty_cache();  // the traced peak must not count the old shape's cache
           earlier_writing_slots.clear();
           rec.start();
+          rec.mark_iteration();
         } else if (current.validation_mismatches > 0) {
           make_plan(reports.empty() ? 0 : max_traced_peak());
           st = engine_state::validate;
@@ -730,6 +732,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
   for (const auto& b : alloc.live_blocks()) recorder.on_allocate(b.base, b.requested, b.stream, b.evictable);
   alloc.empty_cache();  // the traced peak counts what the iteration needs, not an old cache
   recorder.start();
+  recorder.mark_iteration();  // each trace opens with a marker, so a trace file is self-contained
   impl_->begin_iteration();
 }
 

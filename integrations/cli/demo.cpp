@@ -27,6 +27,7 @@
 #include "policy/planner.hpp"
 #include "benchmarks/workloads/models/registry.hpp"
 #include "benchmarks/workloads/training.hpp"
+#include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"
 
@@ -94,20 +95,9 @@ std::int64_t parse_count(std::string_view flag, std::string_view value, std::int
 
 demo_options parse(std::span<const std::string_view> args) {
   demo_options o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view flag = args[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    const auto next = [&]() -> std::string_view {
-      if (has_value) return value;
-      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
-      return args[++i];
-    };
+  for (arg_reader r(args, &bad); r.next();) {
+    const std::string_view flag = r.flag();
+    const auto next = [&] { return r.value(); };
     if (flag == "--model") {
       const auto v = next();
       const auto kind = models::parse_model_kind(v);
@@ -148,7 +138,7 @@ demo_options parse(std::span<const std::string_view> args) {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
-      bad("unknown argument '" + std::string(args[i]) + "'");
+      bad("unknown argument '" + std::string(r.raw()) + "'");
     }
   }
   return o;

@@ -9,6 +9,7 @@
 
 #include "allocator/runtime/report.hpp"
 #include "allocator/runtime/report_plan.hpp"
+#include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
@@ -80,20 +81,9 @@ plan_options parse(std::span<const std::string_view> args) {
   plan_options o;
   std::string policies = "all";
   bool have_budget = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view flag = args[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    const auto next = [&]() -> std::string_view {
-      if (has_value) return value;
-      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
-      return args[++i];
-    };
+  for (arg_reader r(args, &bad); r.next();) {
+    const std::string_view flag = r.flag();
+    const auto next = [&] { return r.value(); };
     if (flag == "--trace") {
       o.trace = std::string(next());
     } else if (flag == "--budget") {
@@ -109,7 +99,7 @@ plan_options parse(std::span<const std::string_view> args) {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
-      bad("unknown argument '" + std::string(args[i]) +
+      bad("unknown argument '" + std::string(r.raw()) +
           "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --json");
     }
   }

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "allocator/runtime/report.hpp"
+#include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"
 
@@ -48,20 +49,9 @@ struct report_options {
 
 report_options parse(std::span<const std::string_view> args) {
   report_options o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view flag = args[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    const auto next = [&]() -> std::string {
-      if (has_value) return std::string(value);
-      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
-      return std::string(args[++i]);
-    };
+  for (arg_reader r(args, &bad); r.next();) {
+    const std::string_view flag = r.flag();
+    const auto next = [&] { return std::string(r.value()); };
     if (flag == "--text") {
       o.text = true;
     } else if (flag == "--top") {
@@ -81,7 +71,7 @@ report_options parse(std::span<const std::string_view> args) {
     } else if (flag == "--title") {
       o.title = next();
     } else if (flag.starts_with("-")) {
-      bad("unknown option '" + std::string(args[i]) + "'; the options are --text, --top, --chrome-trace, --plot, --title");
+      bad("unknown option '" + std::string(r.raw()) + "'; the options are --text, --top, --chrome-trace, --plot, --title");
     } else if (o.input.empty()) {
       o.input = std::string(flag);
     } else {
