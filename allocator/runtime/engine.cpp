@@ -135,6 +135,14 @@ struct engine::impl {
     e.label = std::move(label);
     timeline.push_back(std::move(e));
   }
+  // A block's event (allocate, release, evict, regenerate) with its address: the PyTorch
+  // memory snapshot is drawn from these (report_snapshot.cpp).
+  void note_block(timeline_event::kind what, double begin, const void* address, std::size_t bytes,
+                  std::string label) {
+    const std::size_t before = timeline.size();
+    note(what, begin, bytes, std::move(label));
+    if (timeline.size() > before) timeline.back().address = reinterpret_cast<std::uintptr_t>(address);
+  }
   std::map<std::uint32_t, eviction_record> records;      // alloc_index -> record
 
   impl(allocator::caching_allocator& a, replay_device& d, tracer::recorder& r, engine_options o)
@@ -467,7 +475,7 @@ struct engine::impl {
     current.evicted_bytes += size;
     auto& r = record_for(b);
     ++r.times_evicted;
-    note(timeline_event::kind::evict, dev.now_s(), size, r.producer);
+    note_block(timeline_event::kind::evict, dev.now_s(), addr[b], size, r.producer);
   }
 
   eviction_record& record_for(buffer_id b) {
@@ -538,8 +546,10 @@ struct engine::impl {
     const double started = dev.now_s();
     log_debug("iteration " + std::to_string(iteration_index) + ": regenerate buffer " + std::to_string(e.target) +
               " before launch " + std::to_string(pos));
+    std::vector<buffer_id> restored;
     for (buffer_id b : targets) {
       if (!evicted[b] || freed[b]) continue;
+      restored.push_back(b);
       alloc.restore(addr[b]);
       evicted[b] = 0;
       evicted_ranges.erase(addr[b]);
@@ -587,9 +597,9 @@ struct engine::impl {
       validate_regenerated(b, stream);
     }
     current.stall_s += dev.now_s() - started;
-    std::size_t bytes = 0;
-    for (buffer_id b : targets) bytes += g.buffers[b].size;
-    note(timeline_event::kind::regenerate, started, bytes, record_for(e.target).producer);
+    // One event per buffer mapped back, all with the recipe's time span.
+    for (buffer_id b : restored)
+      note_block(timeline_event::kind::regenerate, started, addr[b], g.buffers[b].size, record_for(b).producer);
   }
 
   // Note [Replay recipes]: inputs must hold the values they had at the original launch.
@@ -794,6 +804,7 @@ void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle, 
   std::lock_guard lock(impl_->mutex);
   auto& m = *impl_;
   m.flush_memory_op();
+  if (m.opts.record_timeline) m.note_block(timeline_event::kind::allocate, m.dev.now_s(), ptr, size, {});
   if (!m.active() || m.alloc_count >= m.transient_buffers.size()) return;
   const buffer_id b = m.transient_buffers[m.alloc_count++];
   if (m.graph().buffers[b].size != size) return;  // place_evictable already diverged
@@ -801,11 +812,12 @@ void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle, 
   m.buffer_at[ptr] = b;
 }
 
-void engine::on_free(void* ptr, std::size_t, allocator::stream_handle) {
+void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
   auto& m = *impl_;
   m.flush_memory_op();
+  if (m.opts.record_timeline) m.note_block(timeline_event::kind::release, m.dev.now_s(), ptr, size, {});
   if (!m.have_plan) return;
   auto it = m.buffer_at.find(ptr);
   if (it == m.buffer_at.end()) return;

@@ -113,6 +113,8 @@ struct timeline_event {
     evict,       // a buffer's eviction was requested (bytes: its size)
     regenerate,  // a recipe ran (begin..end: host time spent queuing it)
     iteration,   // an iteration ended (label: its state)
+    allocate,    // the program allocated a block (address, bytes)
+    release,     // the program freed a block (address, bytes)
   };
   kind what = kind::memory;
   double begin_s = 0.0;  // seconds since the engine started
@@ -120,6 +122,7 @@ struct timeline_event {
   std::size_t bytes = 0;
   std::size_t mapped = 0;
   std::size_t allocated = 0;
+  std::uintptr_t address = 0;  // allocate, release, evict, regenerate: the block's address
   std::string label;     // producer kernel, state name
 };
 

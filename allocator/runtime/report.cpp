@@ -23,6 +23,8 @@ const char* kind_name(timeline_event::kind k) {
     case timeline_event::kind::evict: return "evict";
     case timeline_event::kind::regenerate: return "regenerate";
     case timeline_event::kind::iteration: return "iteration";
+    case timeline_event::kind::allocate: return "allocate";
+    case timeline_event::kind::release: return "release";
   }
   return "?";
 }
@@ -32,6 +34,8 @@ timeline_event::kind parse_kind(const std::string& s) {
   if (s == "evict") return timeline_event::kind::evict;
   if (s == "regenerate") return timeline_event::kind::regenerate;
   if (s == "iteration") return timeline_event::kind::iteration;
+  if (s == "allocate") return timeline_event::kind::allocate;
+  if (s == "release") return timeline_event::kind::release;
   throw config_error("report: unknown timeline event kind '" + s + "'");
 }
 
@@ -268,6 +272,12 @@ std::string to_json(const run_report& r) {
         w.member("mapped_bytes", e.mapped);
         w.member("allocated_bytes", e.allocated);
         w.member("label", e.label);
+        if (e.address != 0) w.member("address", static_cast<std::size_t>(e.address));
+        break;
+      case timeline_event::kind::allocate:
+      case timeline_event::kind::release:
+        w.member("bytes", e.bytes);
+        w.member("address", static_cast<std::size_t>(e.address));
         break;
     }
     w.end_object();
@@ -357,6 +367,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     re.event.mapped = size_or(e, "mapped_bytes");
     re.event.allocated = size_or(e, "allocated_bytes");
     if (const json::value* l = e.find("label")) re.event.label = l->as_string();
+    re.event.address = static_cast<std::uintptr_t>(size_or(e, "address"));
     r.timeline.push_back(std::move(re));
   }
   return r;

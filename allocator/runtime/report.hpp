@@ -136,6 +136,13 @@ struct plot_options {
 };
 [[nodiscard]] std::string render_memory_plot(const run_report& r, const plot_options& options = {});
 
+// PyTorch's memory-snapshot format (the pickle torch.cuda.memory._dump_snapshot writes),
+// so pytorch.org/memory_viz and torch.cuda._memory_viz open our runs: every allocation,
+// free, eviction (a free) and regeneration (an allocation) with its address and size, the
+// frames naming what sublinear did. Needs a report whose timeline has the per-block
+// events; throws config_error saying so otherwise. Note [Memory snapshot].
+[[nodiscard]] std::string render_torch_snapshot(const run_report& r);
+
 // Reads a whole file; throws sublinear::error naming the path on failure.
 [[nodiscard]] std::string read_text_file(const std::string& path);
 // Writes a whole file (through a temporary renamed over `path`); throws sublinear::error.

@@ -124,7 +124,7 @@ std::string_view report_schema() {
             "required": ["kind", "iteration", "begin_s", "end_s"],
             "additionalProperties": false,
             "properties": {
-              "kind": {"enum": ["memory", "evict", "regenerate", "iteration"]},
+              "kind": {"enum": ["memory", "evict", "regenerate", "iteration", "allocate", "release"]},
               "iteration": {"$ref": "#/$defs/count", "description": "The iteration the event belongs to."},
               "begin_s": {"$ref": "#/$defs/seconds", "description": "Seconds since the engine started."},
               "end_s": {"$ref": "#/$defs/seconds"},
@@ -132,7 +132,8 @@ std::string_view report_schema() {
               "bytes": {"$ref": "#/$defs/bytes", "description": "evict and regenerate: the buffers' size; iteration: its peak of mapped bytes."},
               "mapped_bytes": {"$ref": "#/$defs/bytes"},
               "allocated_bytes": {"$ref": "#/$defs/bytes"},
-              "label": {"type": "string", "description": "evict and regenerate: the producer kernel; iteration: its state."}
+              "label": {"type": "string", "description": "evict and regenerate: the producer kernel; iteration: its state."},
+              "address": {"$ref": "#/$defs/bytes", "description": "allocate, release, evict and regenerate: the block's device address."}
             }
           }
         }

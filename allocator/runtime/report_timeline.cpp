@@ -106,7 +106,9 @@ std::string render_chrome_trace(const run_report& r) {
 
   std::size_t budget = 0;
   bool budget_written = false;
-  for (const report_event& re : r.timeline) {
+  double last_regenerate_begin = -1.0;
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) {
+    const report_event& re = r.timeline[i];
     const timeline_event& e = re.event;
     switch (e.what) {
       case timeline_event::kind::memory:
@@ -117,12 +119,22 @@ std::string render_chrome_trace(const run_report& r) {
         slice(evictions_track, "evict " + (e.label.empty() ? std::string("buffer") : e.label), "eviction", e.begin_s,
               e.end_s, {{"producer", e.label}}, {{"bytes", e.bytes}, {"iteration", re.iteration}});
         break;
-      case timeline_event::kind::regenerate:
+      case timeline_event::kind::regenerate: {
+        // A recipe that maps several buffers back writes one event per buffer, all with
+        // the recipe's span: one replay slice and one stall for the lot.
+        if (e.begin_s == last_regenerate_begin) break;
+        last_regenerate_begin = e.begin_s;
+        std::size_t bytes = 0;
+        for (std::size_t j = i; j < r.timeline.size() && r.timeline[j].event.what == timeline_event::kind::regenerate &&
+                                r.timeline[j].event.begin_s == e.begin_s;
+             ++j)
+          bytes += r.timeline[j].event.bytes;
         slice(replay_track, "regenerate " + (e.label.empty() ? std::string("buffer") : e.label), "replay", e.begin_s,
-              e.end_s, {{"producer", e.label}}, {{"bytes", e.bytes}, {"iteration", re.iteration}});
+              e.end_s, {{"producer", e.label}}, {{"bytes", bytes}, {"iteration", re.iteration}});
         slice(stalls_track, "stall", "stall", e.begin_s, e.end_s, {{"waiting_for", e.label}},
-              {{"bytes", e.bytes}, {"iteration", re.iteration}});
+              {{"bytes", bytes}, {"iteration", re.iteration}});
         break;
+      }
       case timeline_event::kind::iteration: {
         std::size_t it_budget = 0;
         for (const auto& it : r.iterations)
@@ -141,6 +153,9 @@ std::string render_chrome_trace(const run_report& r) {
         }
         break;
       }
+      case timeline_event::kind::allocate:
+      case timeline_event::kind::release:
+        break;  // per-block events are for the PyTorch snapshot; the counters show their sum
     }
   }
   w.end_array();

@@ -1,5 +1,6 @@
-// `sublinear report REPORT.json [--text] [--chrome-trace OUT] [--plot OUT.svg]`: renders a
-// JSON report (SUBLINEAR_REPORT writes one) as text, a Chrome-trace timeline and a plot.
+// `sublinear report REPORT.json [--text] [--chrome-trace OUT] [--plot OUT.svg] [--snapshot
+// OUT.pickle]`: renders a JSON report (SUBLINEAR_REPORT writes one) as text, a Chrome-trace
+// timeline, a plot and a PyTorch memory snapshot.
 #include <charconv>
 #include <cstdio>
 #include <span>
@@ -16,7 +17,7 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: sublinear report REPORT.json [--text] [--top N] [--chrome-trace OUT.json]\n"
-    "                        [--plot OUT.svg] [--title TEXT]\n"
+    "                        [--plot OUT.svg] [--snapshot OUT.pickle] [--title TEXT]\n"
     "\n"
     "Renders a JSON report written by a run (SUBLINEAR_REPORT=PATH or --report PATH of\n"
     "'sublinear run'). The report is checked against its schema (docs/report-schema.json)\n"
@@ -30,11 +31,14 @@ constexpr const char* kHelp =
     "                         counters and eviction, replay, stall and iteration slices\n"
     "  --plot OUT.svg         write the memory-timeline plot (SVG): one iteration without and\n"
     "                         one with the budget, and the budget line\n"
+    "  --snapshot OUT.pickle  write PyTorch's memory-snapshot format: every allocation, free,\n"
+    "                         eviction and regeneration; open it in pytorch.org/memory_viz\n"
     "  --title TEXT           the plot's title (default: names the model)\n"
     "\n"
     "examples:\n"
     "  sublinear report run.json\n"
-    "  sublinear report run.json --chrome-trace run.trace.json --plot run.svg\n";
+    "  sublinear report run.json --chrome-trace run.trace.json --plot run.svg\n"
+    "  sublinear report run.json --snapshot run.pickle\n";
 
 [[noreturn]] void bad(const std::string& what) { throw config_error(what + " (try 'sublinear report --help')"); }
 
@@ -44,6 +48,7 @@ struct report_options {
   std::size_t top = 10;
   std::string chrome_trace;
   std::string plot;
+  std::string snapshot;
   std::string title;
 };
 
@@ -68,10 +73,13 @@ report_options parse(std::span<const std::string_view> args) {
     } else if (flag == "--plot") {
       o.plot = next();
       if (o.plot.empty()) bad("--plot needs a file path");
+    } else if (flag == "--snapshot") {
+      o.snapshot = next();
+      if (o.snapshot.empty()) bad("--snapshot needs a file path");
     } else if (flag == "--title") {
       o.title = next();
     } else if (flag.starts_with("-")) {
-      bad("unknown option '" + std::string(r.raw()) + "'; the options are --text, --top, --chrome-trace, --plot, --title");
+      bad("unknown option '" + std::string(r.raw()) + "'; the options are --text, --top, --chrome-trace, --plot, --snapshot, --title");
     } else if (o.input.empty()) {
       o.input = std::string(flag);
     } else {
@@ -79,7 +87,7 @@ report_options parse(std::span<const std::string_view> args) {
     }
   }
   if (o.input.empty()) bad("which report? write: sublinear report REPORT.json");
-  if (o.chrome_trace.empty() && o.plot.empty()) o.text = true;
+  if (o.chrome_trace.empty() && o.plot.empty() && o.snapshot.empty()) o.text = true;
   return o;
 }
 
@@ -103,6 +111,10 @@ int report_main(std::span<const std::string_view> args) {
     po.title = o.title;
     runtime::write_text_file(o.plot, runtime::render_memory_plot(r, po));
     std::fprintf(stderr, "wrote %s\n", o.plot.c_str());
+  }
+  if (!o.snapshot.empty()) {
+    runtime::write_text_file(o.snapshot, runtime::render_torch_snapshot(r));
+    std::fprintf(stderr, "wrote %s (drop it on pytorch.org/memory_viz)\n", o.snapshot.c_str());
   }
   return kExitOk;
 }
