@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Runs the GPU suite (docs/gpu-suite.md) on a machine with an NVIDIA GPU and writes ONE
+# results JSON: each part passed, failed or skipped with its reason, and its figures.
+#
+#   scripts/gpu-suite.sh [--quick] [--skip-build] [--build-dir DIR] [RESULTS.json]
+#
+#   RESULTS.json  default: $OUT/gpu-suite.json when $OUT is set, else <build dir>/gpu-suite.json
+#   --quick       smaller models and fewer repetitions (about half the time)
+#   --skip-build  use the build directory as it is
+#   --build-dir   default: build-gpu/ in the repository
+#   PYTHON=...    the Python whose torch part 4 uses (default: python3 on PATH)
+#
+# Parts: 1 CUDA VMM conformance + VMM call costs, 2 CUPTI tracer on hand-written kernels,
+# 3 cuDNN/cuBLAS ResNet with and without a budget, 4 PyTorch end to end (when torch is
+# installed: the GPU machine has no network). Meant to finish within 9 minutes on an H100.
+# Without a GPU it says so, writes the JSON with every part skipped and exits 1.
+# Exit status: 0 when no part failed, 1 otherwise, 2 on a usage error.
+set -uo pipefail
+SUBLINEAR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export SUBLINEAR_ROOT
+source "$SUBLINEAR_ROOT/scripts/lib/deps.sh"
+
+quick=0
+skip_build=0
+build="$SUBLINEAR_ROOT/build-gpu"
+results=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --skip-build) skip_build=1 ;;
+    --build-dir) shift; build="$(realpath -m "${1:?--build-dir needs a directory}")" ;;
+    --build-dir=*) build="$(realpath -m "${1#--build-dir=}")" ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -*) echo "scripts/gpu-suite.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+    *) results="$(realpath -m "$1")" ;;
+  esac
+  shift
+done
+if [ -z "$results" ]; then
+  if [ -n "${OUT:-}" ]; then results="$OUT/gpu-suite.json"; else results="$build/gpu-suite.json"; fi
+fi
+
+started=$(date +%s)
+deadline=$((started + 540))  # the device tool stops a command at 10 minutes
+python="${PYTHON:-python3}"
+work="$build/gpu-suite"
+rm -rf "$work"
+mkdir -p "$work" "$(dirname "$results")"
+quick_flag=()
+[ "$quick" = 1 ] && quick_flag=(--quick)
+say() { echo "== gpu-suite: $*"; }
+
+collect() {
+  "$python" "$SUBLINEAR_ROOT/tests/gpu/collect_results.py" --workdir "$work" --out "$results" \
+    --device "${device:-}" "${quick_flag[@]}" "$@"
+}
+
+if ! command -v "$python" >/dev/null 2>&1; then
+  echo "scripts/gpu-suite.sh: $python is needed to write the results (set PYTHON=...)" >&2
+  printf '{"suite": "sublinear GPU suite", "status": "failed", "reason": "no python3 to run the suite"}\n' >"$results"
+  exit 1
+fi
+
+# ---- is there a GPU? (the driver itself, not nvidia-smi, which may be absent) ----------------
+device="$("$python" - <<'PY'
+import ctypes, sys
+try:
+    cu = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print(f"no CUDA driver: libcuda.so.1 cannot be loaded ({e})"); sys.exit(1)
+r = cu.cuInit(0)
+if r != 0:
+    print(f"no CUDA driver: cuInit(0) failed with CUresult {r}"); sys.exit(1)
+n = ctypes.c_int(0)
+if cu.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value == 0:
+    print("no CUDA device: the driver reports none"); sys.exit(1)
+name = ctypes.create_string_buffer(256)
+cu.cuDeviceGetName(name, 256, 0)
+v = ctypes.c_int(0)
+cu.cuDriverGetVersion(ctypes.byref(v))
+print(f"{name.value.decode()} ({n.value} device(s), driver API {v.value // 1000}.{v.value % 1000 // 10})")
+PY
+)"
+if [ $? -ne 0 ]; then
+  say "NO GPU on this machine: $device"
+  say "every part is skipped; run this script on a machine with an NVIDIA GPU (see docs/gpu-suite.md)"
+  collect --skip-all "$device"
+  say "results: $results"
+  exit 1
+fi
+say "device: $device"
+
+# ---- build -----------------------------------------------------------------------------------
+targets="test_allocator test_tracer gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
+if [ "$skip_build" = 0 ]; then
+  say "building $build (CUDA on; log: $work/build.log)"
+  generator=()
+  command -v ninja >/dev/null 2>&1 && [ ! -f "$build/CMakeCache.txt" ] && generator=(-G Ninja)
+  t0=$(date +%s)
+  if ! SUBLINEAR_BUILD_TARGETS="$targets" sublinear_build "$build" "${generator[@]}" -DSUBLINEAR_CUDA=ON \
+      -DSUBLINEAR_BUILD_TESTS=ON -DSUBLINEAR_BUILD_BENCHMARKS=OFF >"$work/build.log" 2>&1; then
+    tail -40 "$work/build.log"
+    collect --fail-all "the build failed: $(grep -m1 -E 'error|Error' "$work/build.log" | cut -c1-300) (log: $work/build.log)"
+    say "BUILD FAILED; results: $results"
+    exit 1
+  fi
+  say "built in $(( $(date +%s) - t0 )) s"
+fi
+bin="$build/bin"
+
+# Runs one step with a time limit that keeps the whole suite inside the deadline.
+#   step NAME CAP_SECONDS COMMAND...   (stdout+stderr -> NAME.log, status -> NAME.rc)
+step() {
+  local name=$1 cap=$2
+  shift 2
+  local left=$((deadline - $(date +%s) - 15))
+  [ "$left" -lt "$cap" ] && cap=$left
+  if [ "$cap" -le 5 ]; then
+    echo 124 >"$work/$name.rc"
+    echo "not run: the suite's time ran out" >"$work/$name.log"
+    say "$name: skipped, out of time"
+    return
+  fi
+  local t0=$(date +%s)
+  timeout --kill-after=10 "$cap" "$@" >"$work/$name.log" 2>&1
+  local rc=$?
+  echo "$rc" >"$work/$name.rc"
+  echo "$(( $(date +%s) - t0 ))" >"$work/$name.seconds"
+  say "$name: exit status $rc in $(( $(date +%s) - t0 )) s"
+}
+
+# ---- part 1: the CUDA VMM backend ----------------------------------------------------------------
+step conformance 150 "$bin/test_allocator" --gtest_filter='*Cuda*' --gtest_output="json:$work/conformance.json"
+step vmm_bench 120 sh -c "\"$bin/gpu_vmm_bench\" ${quick_flag[*]} >\"$work/vmm_bench.json\""
+
+# ---- part 2: the CUPTI tracer ------------------------------------------------------------------
+step tracer 120 "$bin/test_gpu_tracer" --gtest_output="json:$work/tracer.json"
+step cupti 60 "$bin/test_tracer" --gtest_filter='CuptiCollector*' --gtest_output="json:$work/cupti.json"
+
+# ---- part 3: cuDNN + cuBLAS ResNet with and without a budget ---------------------------------------
+mkdir -p "$work/resnet"
+step resnet 240 env GPU_SUITE_ARTIFACTS="$work/resnet" GPU_SUITE_QUICK="$quick" \
+  "$bin/test_gpu_resnet" --gtest_output="json:$work/resnet.json"
+
+# ---- part 4: PyTorch end to end ------------------------------------------------------------------
+# The package as `pip install .` would lay it out, from this build (no network needed).
+stage="$build/python-stage"
+rm -rf "$stage"
+mkdir -p "$stage/sublinear/lib" "$stage/sublinear/bin"
+cp -r "$SUBLINEAR_ROOT/python/sublinear/." "$stage/sublinear/"
+cp "$build/lib/libsublinear.so" "$stage/sublinear/lib/" 2>/dev/null
+cp "$build/lib/libsublinear_preload.so" "$stage/sublinear/lib/" 2>/dev/null
+cp "$bin/sublinear" "$stage/sublinear/bin/" 2>/dev/null
+# torch_suite.py stops starting runs in time to print its JSON before the step's limit.
+torch_limit=$((deadline - $(date +%s) - 30))
+[ "$torch_limit" -lt 1 ] && torch_limit=1
+step torch 600 sh -c "PYTHONPATH=\"$stage\${PYTHONPATH:+:\$PYTHONPATH}\" \"$python\" \
+  \"$SUBLINEAR_ROOT/tests/gpu/python/torch_suite.py\" ${quick_flag[*]} --cli \"$bin/sublinear\" \
+  --time-limit $torch_limit --workdir \"$work/torch\" >\"$work/torch.json\""
+
+collect
+rc=$?
+say "finished in $(( $(date +%s) - started )) s; results: $results"
+"$python" - "$results" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+for k, v in r["parts"].items():
+    print(f"   {k:16s} {v['status']:8s} {v.get('reason', '')[:200]}")
+PY
+exit $rc

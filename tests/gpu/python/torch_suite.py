@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""PyTorch end to end for the GPU suite: runs torch_e2e.py once per configuration, each in
+its own process, compares the results and prints one JSON object.
+
+    torch_suite.py [--quick] [--models resnet50,gpt2] [--cli PATH] [--workdir DIR]
+                   [--timeout SECONDS]
+
+Per model, in this order:
+  baseline     PyTorch's caching allocator, no checkpointing (the reference parameters)
+  checkpoint   torch.utils.checkpoint on every stage/block; its peak reserved memory is the
+               budget of the two sublinear runs ("at equal memory")
+  enable       sublinear.torch.enable(budget=<checkpoint's peak>)
+  preload      `sublinear run --budget <checkpoint's peak> --iteration auto -- python ...`
+               with PYTORCH_NO_CUDA_MEMORY_CACHING=1: the zero-code-change route
+  baseline2    (without --quick) the baseline again: the model's own reproducibility
+
+Checks (each passed or failed): the parameters of enable and preload are bit-identical to
+baseline's; their peak mapped memory never exceeds the budget in an iteration with a budget
+in force; a budget was in force at all. Figures: median iteration time of each configuration
+(sublinear's over its budgeted iterations), peaks, and the ratios to baseline and to
+checkpoint. Checkpoint's own bit-identity is a figure, not a check: recomputing BatchNorm in
+train mode updates its running statistics twice, which is the point sublinear makes.
+
+Status: passed when every check passed, skipped when torch, a GPU or the sublinear package
+is missing (with the reason), failed otherwise. Exit status 0, 77 or 1 accordingly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "torch_e2e.py"
+SKIP = 77
+
+
+DEADLINE = float("inf")  # time.monotonic() by which every run must have finished (--time-limit)
+
+
+def run_worker(args: List[str], env: Dict[str, str], timeout: float, prefix: Optional[List[str]] = None
+               ) -> Dict[str, Any]:
+    cmd = (prefix or []) + [sys.executable, str(WORKER)] + args
+    timeout = min(timeout, DEADLINE - time.monotonic() - 3)
+    if timeout < 10:
+        return {"status": "skipped", "reason": "not run: the suite's time limit was reached", "command": cmd}
+    start = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "reason": f"timed out after {timeout:.0f} s", "command": cmd}
+    wall = time.perf_counter() - start
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = {"status": "failed", "reason": f"exit status {p.returncode} and no JSON result"}
+    if p.returncode not in (0, SKIP) and result.get("status") == "passed":
+        result["status"] = "failed"
+        result["reason"] = f"exit status {p.returncode} after training"
+    result["exit_status"] = p.returncode
+    result["process_s"] = round(wall, 3)
+    if result.get("status") == "failed":
+        result["stderr_tail"] = p.stderr[-3000:]
+    return result
+
+
+def clean_env() -> Dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUBLINEAR_")}
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
+    return env
+
+
+def median_of(values: List[float]) -> Optional[float]:
+    return statistics.median(values) if values else None
+
+
+def steady_times(r: Dict[str, Any]) -> List[float]:
+    """Iteration times to compare: after the first (warm-up) iteration; under sublinear.enable
+    only the iterations with a budget in force."""
+    times = r.get("iteration_s") or []
+    budgets = r.get("budget_bytes")
+    if budgets:
+        return [t for t, b in zip(times, budgets) if b > 0]
+    return times[1:]
+
+
+def report_figures(path: Path) -> Dict[str, Any]:
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return {"error": f"no report at {path}: {e}"}
+    its = report.get("iterations", [])
+    return {
+        "summary": report.get("summary", {}),
+        "plan": report.get("plan"),
+        "peak_bytes": [i.get("peak_mapped_bytes", 0) for i in its],
+        "budget_bytes": [i.get("budget_bytes", 0) for i in its],
+        "wall_s": [i.get("wall_s", 0.0) for i in its],
+        "states": [i.get("state", "") for i in its],
+    }
+
+
+def budget_checks(name: str, peaks: List[int], budgets: List[int]) -> Dict[str, Dict[str, Any]]:
+    budgeted = [(i, p, b) for i, (p, b) in enumerate(zip(peaks, budgets)) if b > 0]
+    over = [{"iteration": i, "peak": p, "budget": b} for i, p, b in budgeted if p > b]
+    return {
+        f"{name}_budget_in_force": {"passed": bool(budgeted),
+                                    "detail": f"{len(budgeted)} of {len(peaks)} iterations had a budget"},
+        f"{name}_peak_within_budget": {"passed": bool(budgeted) and not over, "detail": over or "every budgeted "
+                                       "iteration at or under its budget"},
+    }
+
+
+def identical(name: str, ref: Dict[str, Any], other: Dict[str, Any], ref_dump: Path, dump: Path
+              ) -> Dict[str, Any]:
+    same = ref.get("state_sha256") is not None and ref.get("state_sha256") == other.get("state_sha256")
+    detail: Any = "every tensor of the state dict has the same bytes"
+    if not same:
+        try:
+            a, b = json.loads(ref_dump.read_text()), json.loads(dump.read_text())
+            differing = sorted(k for k in a if a.get(k) != b.get(k))
+            detail = {"differing_tensors": len(differing), "of": len(a), "first": differing[:5]}
+        except (OSError, json.JSONDecodeError):
+            detail = "no per-tensor hashes to compare"
+    return {name: {"passed": same, "detail": detail}}
+
+
+def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"runs": {}, "checks": {}, "figures": {}}
+    runs = out["runs"]
+    common = ["--model", model] + (["--quick"] if a.quick else [])
+    dumps = {k: work / f"{model}-{k}.hashes.json" for k in ("baseline", "checkpoint", "enable", "preload", "baseline2")}
+
+    runs["baseline"] = run_worker(common + ["--mode", "baseline", "--dump", str(dumps["baseline"])], clean_env(),
+                                  a.timeout)
+    if runs["baseline"]["status"] != "passed":
+        out["status"] = runs["baseline"]["status"]
+        out["reason"] = "baseline: " + str(runs["baseline"].get("reason"))
+        return out
+    runs["checkpoint"] = run_worker(common + ["--mode", "checkpoint", "--dump", str(dumps["checkpoint"])],
+                                    clean_env(), a.timeout)
+    ck = runs["checkpoint"]
+    budget = max(ck.get("peak_bytes") or [0]) if ck.get("status") == "passed" else 0
+    if budget <= 0:
+        # Without checkpoint's figure, half of the baseline's peak.
+        budget = max(runs["baseline"].get("peak_bytes") or [0]) // 2
+    out["budget_bytes"] = budget
+
+    enable_report = work / f"{model}-enable-report.json"
+    runs["enable"] = run_worker(common + ["--mode", "enable", "--budget", str(budget), "--report", str(enable_report),
+                                          "--dump", str(dumps["enable"])], clean_env(), a.timeout)
+    preload_report = work / f"{model}-preload-report.json"
+    env = clean_env()
+    env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+    cli = a.cli.split() if a.cli else [sys.executable, "-m", "sublinear"]
+    prefix = cli + ["run", "--budget", str(budget), "--report", str(preload_report), "--iteration", "auto", "--"]
+    runs["preload"] = run_worker(common + ["--mode", "preload", "--dump", str(dumps["preload"])], env, a.timeout,
+                                 prefix=prefix)
+    if runs["preload"].get("status") == "passed":
+        runs["preload"]["report"] = report_figures(preload_report)
+    if not a.quick:
+        runs["baseline2"] = run_worker(common + ["--mode", "baseline", "--dump", str(dumps["baseline2"])],
+                                       clean_env(), a.timeout)
+
+    checks = out["checks"]
+    base = runs["baseline"]
+    if "baseline2" in runs:
+        if runs["baseline2"].get("status") == "passed":
+            checks.update(identical("baseline_reproducible", base, runs["baseline2"], dumps["baseline"],
+                                    dumps["baseline2"]))
+        else:
+            checks["baseline_reproducible"] = {"passed": False, "detail": runs["baseline2"].get("reason")}
+    for route in ("enable", "preload"):
+        r = runs[route]
+        if r.get("status") == "skipped":
+            checks[f"{route}_ran"] = {"passed": None, "detail": r.get("reason")}
+            continue
+        if r.get("status") != "passed":
+            checks[f"{route}_ran"] = {"passed": False, "detail": r.get("reason")}
+            continue
+        checks.update(identical(f"{route}_bit_identical", base, r, dumps["baseline"], dumps[route]))
+        if route == "enable":
+            checks.update(budget_checks(route, r.get("peak_bytes", []), r.get("budget_bytes", [])))
+        else:
+            rep = r.get("report", {})
+            checks.update(budget_checks(route, rep.get("peak_bytes", []), rep.get("budget_bytes", [])))
+
+    fig = out["figures"]
+    base_t = median_of(steady_times(base))
+    ck_t = median_of(steady_times(ck)) if ck.get("status") == "passed" else None
+    fig["baseline_iteration_s"] = base_t
+    fig["baseline_peak_reserved_bytes"] = max(base.get("peak_bytes") or [0])
+    fig["checkpoint_iteration_s"] = ck_t
+    fig["checkpoint_peak_reserved_bytes"] = budget if ck.get("status") == "passed" else None
+    if ck.get("status") == "passed":
+        fig["checkpoint_bit_identical_to_baseline"] = ck.get("state_sha256") == base.get("state_sha256")
+    for route in ("enable", "preload"):
+        r = runs[route]
+        if r.get("status") != "passed":
+            continue
+        if route == "enable":
+            t = median_of(steady_times(r))
+            peaks = [p for p, b in zip(r.get("peak_bytes", []), r.get("budget_bytes", [])) if b > 0]
+        else:
+            rep = r.get("report", {})
+            t = median_of([w for w, b in zip(rep.get("wall_s", []), rep.get("budget_bytes", [])) if b > 0])
+            peaks = [p for p, b in zip(rep.get("peak_bytes", []), rep.get("budget_bytes", [])) if b > 0]
+        fig[f"{route}_iteration_s"] = t
+        fig[f"{route}_budgeted_peak_mapped_bytes"] = max(peaks) if peaks else None
+        if t and base_t:
+            fig[f"{route}_time_vs_baseline"] = round(t / base_t, 4)
+        if t and ck_t:
+            fig[f"{route}_time_vs_checkpoint"] = round(t / ck_t, 4)
+    if ck_t and base_t:
+        fig["checkpoint_time_vs_baseline"] = round(ck_t / base_t, 4)
+
+    verdicts = [c["passed"] for c in checks.values()]
+    if any(v is False for v in verdicts):
+        out["status"] = "failed"
+        out["reason"] = "failed checks: " + ", ".join(k for k, c in checks.items() if c["passed"] is False)
+    elif any(v is None for v in verdicts):
+        # Incomplete: say what did not run, whatever else passed.
+        out["status"] = "skipped"
+        out["reason"] = "; ".join(f"{k}: {c['detail']}" for k, c in checks.items() if c["passed"] is None)
+    else:
+        out["status"] = "passed"
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--models", default="resnet50,gpt2")
+    p.add_argument("--cli", default=None, help="the `sublinear` program (default: python -m sublinear)")
+    p.add_argument("--workdir", default=None, help="keep hashes and reports here (default: a temporary dir)")
+    p.add_argument("--timeout", type=float, default=0, help="seconds per process (default 240, 120 with --quick)")
+    p.add_argument("--time-limit", type=float, default=0, help="seconds for everything (default: none)")
+    a = p.parse_args()
+    global DEADLINE
+    if a.time_limit > 0:
+        DEADLINE = time.monotonic() + a.time_limit
+    a.timeout = a.timeout or (120.0 if a.quick else 240.0)
+    work = Path(a.workdir) if a.workdir else Path(tempfile.mkdtemp(prefix="sublinear-torch-"))
+    work.mkdir(parents=True, exist_ok=True)
+
+    result: Dict[str, Any] = {"quick": a.quick, "workdir": str(work), "models": {}}
+    start = time.perf_counter()
+    for model in [m for m in a.models.split(",") if m]:
+        result["models"][model] = run_model(model, a, work)
+    result["wall_s"] = round(time.perf_counter() - start, 3)
+
+    statuses = [m.get("status") for m in result["models"].values()]
+    if statuses and all(s == "skipped" for s in statuses):
+        result["status"] = "skipped"
+        result["reason"] = "; ".join(f"{k}: {m.get('reason')}" for k, m in result["models"].items())
+    elif any(s != "passed" and s != "skipped" for s in statuses) or not statuses:
+        result["status"] = "failed"
+        result["reason"] = "; ".join(f"{k}: {m.get('reason')}" for k, m in result["models"].items()
+                                     if m.get("status") != "passed")
+    else:
+        result["status"] = "passed"
+    print(json.dumps(result, indent=1))
+    if not a.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"passed": 0, "skipped": SKIP}.get(result["status"], 1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
