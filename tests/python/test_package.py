@@ -1,0 +1,143 @@
+"""The installed package: its files, its native library, and the C API through ctypes."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sublinear
+from sublinear import _native
+
+C_API = (
+    "sublinear_alloc", "sublinear_free", "sublinear_record_stream", "sublinear_empty_cache",
+    "sublinear_get_stats", "sublinear_reset_peaks", "sublinear_mark_iteration",
+    "sublinear_last_error", "sublinear_status", "sublinear_write_report",
+)
+
+
+def test_library_path_names_the_shared_library_inside_the_package():
+    path = Path(sublinear.library_path())
+    assert path.is_absolute()
+    assert path.name == "libsublinear.so"
+    assert path.is_file()
+    assert Path(sublinear.__file__).resolve().parent in path.parents
+
+
+def test_library_exports_every_function_the_package_calls():
+    lib = ctypes.CDLL(sublinear.library_path())
+    missing = [name for name in C_API if not hasattr(lib, name)]
+    assert missing == []
+
+
+def test_package_opens_the_same_library_instance_as_a_second_dlopen():
+    # PyTorch's CUDAPluggableAllocator opens the library by path with ctypes; stats() must
+    # read that same instance, so both handles must be one.
+    ours = _native.load()
+    theirs = ctypes.CDLL(sublinear.library_path())
+    assert ctypes.cast(ours.sublinear_get_stats, ctypes.c_void_p).value == \
+        ctypes.cast(theirs.sublinear_get_stats, ctypes.c_void_p).value
+
+
+def test_missing_library_error_says_how_to_install(monkeypatch, tmp_path):
+    monkeypatch.setattr(_native, "package_dir", lambda: tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"libsublinear\.so.*pip install \."):
+        sublinear.library_path()
+
+
+def test_missing_c_function_is_named_in_the_error(monkeypatch):
+    monkeypatch.setitem(_native._SIGNATURES, "sublinear_no_such_function", (None, []))
+    with pytest.raises(RuntimeError, match="has no function sublinear_no_such_function"):
+        _native.function("sublinear_no_such_function")
+
+
+def test_stats_without_an_allocator_raises_with_the_library_reason():
+    # No CUDA driver here and nothing installed an allocator: the C API says so.
+    with pytest.raises(RuntimeError, match="no allocator"):
+        sublinear.stats()
+
+
+def test_stats_struct_matches_the_c_header():
+    header = (Path(sublinear.__file__).resolve().parent / "include" / "sublinear" / "sublinear.h").read_text()
+    body = header[header.index("typedef struct sublinear_stats {"):header.index("} sublinear_stats;")]
+    names = []
+    for line in body.splitlines()[1:]:
+        declaration = line.split("/*")[0].strip()
+        if declaration.startswith("uint64_t"):
+            names += [n.strip() for n in declaration[len("uint64_t"):].rstrip(";").split(",")]
+    assert [name for name, _ in _native.sublinear_stats._fields_] == names
+
+
+def has_cuda_driver():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture
+def no_driver():
+    if has_cuda_driver():
+        pytest.skip("this machine has a CUDA driver; the test is about the message without one")
+
+
+def test_status_says_sublinear_is_inactive_for_want_of_a_driver(no_driver):
+    line = sublinear.status()
+    assert line.startswith("inactive: ")
+    assert "driver" in line
+
+
+def test_write_report_without_a_driver_raises_with_the_reason(no_driver, tmp_path):
+    target = tmp_path / "report.json"
+    with pytest.raises(RuntimeError, match="driver"):
+        sublinear.write_report(target)
+    assert not target.exists()
+
+
+def test_preload_library_ships_with_its_entry_points():
+    try:
+        path = sublinear.preload_library_path()
+    except FileNotFoundError:
+        pytest.skip("this source tree has no preload library (integrations/preload)")
+    lib = ctypes.CDLL(path)
+    for name in ("cudaMalloc", "cudaFree", "InitializeInjection"):
+        assert hasattr(lib, name), name
+
+
+def test_package_ships_the_headers_for_libtorch_programs():
+    include = Path(sublinear.__file__).resolve().parent / "include" / "sublinear"
+    assert (include / "sublinear.h").is_file()
+    assert (include / "torch.hpp").is_file()
+
+
+def test_python_m_sublinear_runs_the_command_line():
+    from sublinear.__main__ import cli_path
+
+    if cli_path() is None:
+        pytest.skip("the package was built with SUBLINEAR_PYTHON_CLI=OFF and no sublinear is on PATH")
+    done = subprocess.run([sys.executable, "-m", "sublinear", "--help"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr
+    assert "usage: sublinear" in done.stdout + done.stderr
+
+
+def test_sublinear_run_from_the_package_preloads_the_package_library(clean_settings):
+    bundled = Path(sublinear.__file__).resolve().parent / "bin" / "sublinear"
+    if not bundled.is_file():
+        pytest.skip("the package was built with SUBLINEAR_PYTHON_CLI=OFF")
+    try:
+        preload = sublinear.preload_library_path()
+    except FileNotFoundError:
+        pytest.skip("this source tree has no preload library (integrations/preload)")
+    done = subprocess.run([sys.executable, "-m", "sublinear", "run", "--budget", "8GiB", "--print-env", "--", "true"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "SUBLINEAR_BUDGET=8GiB" in lines
+    assert f"LD_PRELOAD={preload}" in lines
+    assert f"CUDA_INJECTION64_PATH={preload}" in lines
