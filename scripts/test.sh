@@ -5,19 +5,27 @@
 #   scripts/test.sh --sanitize=address  build-asan/ with ASan+UBSan, all tests
 #   scripts/test.sh --sanitize=thread   build-tsan/ with TSan, all tests
 #   scripts/test.sh --sanitize=all      both sanitizer builds, one after the other
+#   scripts/test.sh --no-python         without the Python package's tests (they need torch
+#                                       from PyPI, about 3 GB; CTest lists them as not run)
 #   extra arguments after -- go to ctest (e.g. -- -R caching)
+#
+# Without a sanitizer, the Python tests run too: build/venv-python gets torch (PyPI's
+# wheel; the tests need only its CPU side), pytest and `pip install .`, and CTest runs
+# pytest as the test `python_package`.
 set -euo pipefail
 SUBLINEAR_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export SUBLINEAR_ROOT
 source "$SUBLINEAR_ROOT/scripts/lib/deps.sh"
 
 sanitize=""
+python=1
 ctest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize=*) sanitize="${1#--sanitize=}" ;;
+    --no-python) python=0 ;;
     --) shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "scripts/test.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
   shift
@@ -27,8 +35,17 @@ sublinear_ensure_deps
 
 run_suite() {
   local dir=$1 san=$2
+  local extra=(-DSUBLINEAR_PYTHON=)
+  if [ -z "$san" ] && [ "$python" = 1 ]; then
+    echo "== sublinear: Python environment build/venv-python"
+    mkdir -p "$SUBLINEAR_ROOT/build"
+    local py
+    py=$(sublinear_python_env "$SUBLINEAR_ROOT/build/venv-python")
+    # The same python builds the LibTorch example against its torch wheel.
+    extra=(-DSUBLINEAR_PYTHON="$py" -DSUBLINEAR_TORCH_PYTHON="$py")
+  fi
   echo "== sublinear: building $dir (sanitizer: ${san:-none})"
-  sublinear_build "$SUBLINEAR_ROOT/$dir" -DSUBLINEAR_WERROR=ON -DSUBLINEAR_SANITIZE="$san"
+  sublinear_build "$SUBLINEAR_ROOT/$dir" -DSUBLINEAR_WERROR=ON -DSUBLINEAR_SANITIZE="$san" "${extra[@]}"
   echo "== sublinear: testing $dir"
   local env=()
   case "$san" in

@@ -31,3 +31,37 @@ sublinear_build() {
   for t in ${SUBLINEAR_BUILD_TARGETS:-}; do targets+=(--target "$t"); done
   cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
 }
+
+# Makes $1 a virtual environment with CPU-usable torch (PyPI's wheel), pytest and this
+# package (`pip install .`), for the Python tests; prints the environment's python. Installs
+# Debian's python3-venv first if this python cannot make a venv. torch is the slow part
+# (about 3 GB to download); it is skipped when the venv already has it.
+sublinear_python_env() {
+  local venv=$1
+  if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    echo "sublinear: installing python3-venv for the Python tests" >&2
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3 python3-venv python3-pip >/dev/null
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv" >&2
+  fi
+  local py="$venv/bin/python"
+  if ! "$py" -c 'import torch, pytest' >/dev/null 2>&1; then
+    echo "sublinear: installing torch and pytest from PyPI into $venv (about 3 GB, a few minutes)" >&2
+    "$py" -m pip install -q --disable-pip-version-check torch pytest >&2 || {
+      echo "sublinear: could not install torch and pytest from PyPI into $venv; the Python tests need them" \
+        "(or run scripts/test.sh --no-python)" >&2
+      return 1
+    }
+  fi
+  echo "sublinear: pip install . into $venv (builds the package's native libraries)" >&2
+  "$py" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall \
+    -C build-dir="$SUBLINEAR_ROOT/build/python-pip" "$SUBLINEAR_ROOT" >&2 || {
+    echo "sublinear: pip install . failed (output above)" >&2
+    return 1
+  }
+  echo "$py"
+}
