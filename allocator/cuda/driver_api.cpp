@@ -77,6 +77,13 @@ load_result load_once() {
   SUBLINEAR_RESOLVE(event_synchronize, cuEventSynchronize);
   SUBLINEAR_RESOLVE(event_destroy, cuEventDestroy_v2);
   SUBLINEAR_RESOLVE(stream_synchronize, cuStreamSynchronize);
+  SUBLINEAR_RESOLVE(ctx_get_device, cuCtxGetDevice);
+  SUBLINEAR_RESOLVE(ctx_synchronize, cuCtxSynchronize);
+  SUBLINEAR_RESOLVE(device_get_name, cuDeviceGetName);
+  SUBLINEAR_RESOLVE(mem_get_info, cuMemGetInfo_v2);
+  SUBLINEAR_RESOLVE(launch_kernel, cuLaunchKernel);
+  SUBLINEAR_RESOLVE(memcpy_async, cuMemcpyAsync);
+  SUBLINEAR_RESOLVE(memset_d8_async, cuMemsetD8Async);
 #undef SUBLINEAR_RESOLVE
 
   if (missing != nullptr) {

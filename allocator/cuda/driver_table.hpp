@@ -41,6 +41,14 @@ struct driver_api {
   decltype(&::cuEventSynchronize) event_synchronize = nullptr;
   decltype(&::cuEventDestroy_v2) event_destroy = nullptr;
   decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
+  // The process runtime (allocator/runtime/cuda): replay, status and device queries.
+  decltype(&::cuCtxGetDevice) ctx_get_device = nullptr;
+  decltype(&::cuCtxSynchronize) ctx_synchronize = nullptr;
+  decltype(&::cuDeviceGetName) device_get_name = nullptr;
+  decltype(&::cuMemGetInfo_v2) mem_get_info = nullptr;
+  decltype(&::cuLaunchKernel) launch_kernel = nullptr;
+  decltype(&::cuMemcpyAsync) memcpy_async = nullptr;
+  decltype(&::cuMemsetD8Async) memset_d8_async = nullptr;
 };
 
 // "CUDA_ERROR_OUT_OF_MEMORY (out of memory)"; works before the driver is loaded too.

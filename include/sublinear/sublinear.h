@@ -41,13 +41,25 @@ typedef struct sublinear_stats {
 } sublinear_stats;
 
 /* Fills *out with the default allocator's statistics. Returns 0, or -1 with no
- * allocator installed. */
+ * allocator installed or created yet. */
 SUBLINEAR_API int sublinear_get_stats(sublinear_stats* out);
 SUBLINEAR_API void sublinear_reset_peaks(void);
 /* Marks a training-iteration boundary (the runtime and the tracer start a new iteration
  * here). Frameworks call it from their optimizer step; without it, SUBLINEAR_ITERATION=auto
  * detects the period of the launch sequence. */
 SUBLINEAR_API void sublinear_mark_iteration(void);
+
+/* Writes the process runtime's JSON report (docs/reports.md) to path; NULL or "" means
+ * the SUBLINEAR_REPORT path. Returns 0, or -1 with sublinear_last_error() saying why (no
+ * runtime, no driver, no path, an I/O error). The report is also written at exit when
+ * SUBLINEAR_REPORT is set. */
+SUBLINEAR_API int sublinear_write_report(const char* path);
+
+/* One line describing sublinear in this process: "active on <device>, budget <X>, state
+ * <Y>", or "inactive: <why>" (no CUDA driver, SUBLINEAR_DISABLE, a malformed setting).
+ * Creates the process runtime if none exists yet. The text stays valid until the next
+ * call on the same thread. */
+SUBLINEAR_API const char* sublinear_status(void);
 
 /* The last error on this thread, or "" if none. */
 SUBLINEAR_API const char* sublinear_last_error(void);

@@ -93,7 +93,11 @@ std::string help_text() {
       "examples:\n"
       "  sublinear run --budget 8GiB -- python train.py\n"
       "  sublinear run --budget 0.5x --policy chain --report run.json -- ./trainer --epochs 1\n"
-      "  SUBLINEAR_LOG=info sublinear run --budget 60% -- python train.py\n";
+      "  SUBLINEAR_LOG=info sublinear run --budget 60% -- python train.py\n"
+      "\n"
+      "PyTorch's own caching allocator hides tensor frees from sublinear: run PyTorch with\n"
+      "PYTORCH_NO_CUDA_MEMORY_CACHING=1, or use sublinear.torch.enable() instead. Programs must\n"
+      "use the shared CUDA runtime (nvcc -cudart shared). Per framework: docs/integrations.md.\n";
   return h;
 }
 

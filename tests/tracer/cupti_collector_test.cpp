@@ -163,6 +163,78 @@ TEST(CuptiCollectorOnGpu, RecordsBothLaunchFormsAsOnePackedBlockWithDurations) {
   d.primary_release(dev);
 }
 
+// Keeps what the collector's listener saw: "enter kernel", "exit memset", ...
+class listener_log final : public launch_listener {
+ public:
+  struct seen {
+    std::string what;
+    launch_description::kind kind;
+    std::uint64_t handle;
+    std::vector<std::byte> params;
+    std::size_t bytes;
+  };
+  void on_enter(const launch_description& op) override { add("enter", op); }
+  void on_exit(const launch_description& op) override { add("exit", op); }
+  std::vector<seen> log;
+
+ private:
+  void add(const char* what, const launch_description& op) {
+    log.push_back({what, op.what, op.kernel_handle, {op.params.begin(), op.params.end()}, op.bytes});
+  }
+};
+
+TEST(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThePackedBlock) {
+  const std::string why = cupti_collector::unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
+  driver d;
+  if (const std::string e = d.open(); !e.empty()) GTEST_SKIP() << e;
+  cu_device dev = 0;
+  cu_context ctx = nullptr;
+  if (d.init(0) != 0 || d.device_get(&dev, 0) != 0 || d.primary_retain(&ctx, dev) != 0) {
+    GTEST_SKIP() << "no usable CUDA device";
+  }
+  ASSERT_EQ(d.ctx_set_current(ctx), 0);
+  recorder_options o;
+  o.device = "cuda";
+  recorder rec(o);
+  listener_log seen;
+  {
+    cupti_options co;
+    co.listener = &seen;
+    cupti_collector collector(rec, co);
+    cu_module mod = nullptr;
+    ASSERT_EQ(d.module_load_data(&mod, ptx), 0);
+    cu_function fn = nullptr;
+    ASSERT_EQ(d.module_get_function(&fn, mod, "tracer_gpu_scale"), 0);
+    cu_ptr buf = 0;
+    ASSERT_EQ(d.mem_alloc(&buf, 4096), 0);
+    std::uint32_t n = 7;
+    void* args[] = {&buf, &buf, &n};
+    ASSERT_EQ(d.launch_kernel(fn, 1, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), 0);
+    ASSERT_EQ(d.memset_d8_async(buf, 0, 4096, nullptr), 0);
+    ASSERT_EQ(d.ctx_synchronize(), 0);
+    collector.set_listener(nullptr);
+    ASSERT_EQ(d.memset_d8_async(buf, 0, 4096, nullptr), 0);  // not seen any more
+    ASSERT_EQ(d.ctx_synchronize(), 0);
+    d.mem_free(buf);
+    d.module_unload(mod);
+  }
+  d.primary_release(dev);
+  ASSERT_EQ(seen.log.size(), 4u);
+  EXPECT_EQ(seen.log[0].what, "enter");
+  EXPECT_EQ(seen.log[1].what, "exit");
+  EXPECT_EQ(seen.log[2].what, "enter");
+  EXPECT_EQ(seen.log[3].what, "exit");
+  EXPECT_EQ(seen.log[0].kind, launch_description::kind::kernel);
+  EXPECT_EQ(seen.log[2].kind, launch_description::kind::memset);
+  EXPECT_EQ(seen.log[3].bytes, 4096u);
+  ASSERT_EQ(seen.log[0].params.size(), 20u) << "the packed block: two pointers and a 32-bit count";
+  EXPECT_EQ(seen.log[0].params, seen.log[1].params) << "ENTER and EXIT describe the same block";
+  std::uint32_t packed_n = 0;
+  std::memcpy(&packed_n, seen.log[0].params.data() + 16, 4);
+  EXPECT_EQ(packed_n, 7u);
+}
+
 TEST(CuptiCollector, SaysWhyItIsUnavailableInsteadOfFailingToLoad) {
   const std::string why = cupti_collector::unavailable_reason();
   if (why.empty()) GTEST_SKIP() << "CUPTI and a driver are present";

@@ -61,8 +61,15 @@ const loaded_cupti& cupti_library() {
     loaded_cupti l;
     void* h = nullptr;
     std::string errors;
-    for (const char* name : {"libcupti.so", "libcupti.so.13"}) {
-      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    // The loader's search path first; then the toolkit's own CUPTI directory, which is
+    // rarely on it (extras/CUPTI/lib64 under CUDA_HOME, CUDA_PATH or /usr/local/cuda).
+    std::vector<std::string> candidates{"libcupti.so", "libcupti.so.13"};
+    const char* roots[] = {std::getenv("CUDA_HOME"), std::getenv("CUDA_PATH"), "/usr/local/cuda"};
+    for (const char* root : roots) {
+      if (root != nullptr && *root != '\0') candidates.push_back(std::string(root) + "/extras/CUPTI/lib64/libcupti.so");
+    }
+    for (const std::string& name : candidates) {
+      h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (h != nullptr) break;
       const char* e = dlerror();
       errors += std::string(errors.empty() ? "" : "; ") + (e != nullptr ? e : name);
@@ -93,9 +100,30 @@ struct loaded_driver {
   std::string why;
 };
 
-const loaded_driver& driver_library() {
-  static const loaded_driver lib = [] {
+// Resolves the entry points the allocator's table lacks from an open libcuda handle.
+void resolve_extras(void* h, loaded_driver& l) {
+  std::string missing;
+  resolve(h, "cuFuncGetParamInfo", l.api.func_param_info, missing);
+  resolve(h, "cuKernelGetParamInfo", l.api.kernel_param_info, missing);
+  resolve(h, "cuFuncGetName", l.api.func_name, missing);
+  resolve(h, "cuKernelGetName", l.api.kernel_name, missing);
+  if (!missing.empty()) {
+    l.why = std::string(allocator::driver_library) + " lacks " + missing +
+            " (a driver for CUDA 12.4 or later is required to read kernel parameter layouts)";
+  }
+}
+
+// `inside_injection`: called from InitializeInjection, inside cuInit (Note [Launch listener]):
+// the library is loaded and must not be initialized from here. Decided by the first call.
+const loaded_driver& driver_library(bool inside_injection = false) {
+  static const loaded_driver lib = [inside_injection] {
     loaded_driver l;
+    if (inside_injection) {
+      if (void* h = dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
+        resolve_extras(h, l);
+        return l;
+      }
+    }
     if (allocator::load_driver(&l.why) == nullptr) return l;
     // load_driver keeps libcuda.so.1 open; take another reference to the same handle.
     void* h = dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD);
@@ -103,15 +131,7 @@ const loaded_driver& driver_library() {
       l.why = std::string(allocator::driver_library) + " is not loaded although the driver initialized";
       return l;
     }
-    std::string missing;
-    resolve(h, "cuFuncGetParamInfo", l.api.func_param_info, missing);
-    resolve(h, "cuKernelGetParamInfo", l.api.kernel_param_info, missing);
-    resolve(h, "cuFuncGetName", l.api.func_name, missing);
-    resolve(h, "cuKernelGetName", l.api.kernel_name, missing);
-    if (!missing.empty()) {
-      l.why = std::string(allocator::driver_library) + " lacks " + missing +
-              " (a driver for CUDA 12.4 or later is required to read kernel parameter layouts)";
-    }
+    resolve_extras(h, l);
     return l;
   }();
   return lib;
@@ -128,6 +148,9 @@ std::string result_text(const cupti_api& api, CUptiResult r) {
 // Set while our callback runs: driver calls it makes (layout queries) must not recurse.
 thread_local bool t_inside = false;
 thread_local std::vector<std::byte> t_packed;
+// The correlation id whose parameters t_packed holds (packed at ENTER, reused at EXIT).
+thread_local std::uint32_t t_packed_correlation = 0;
+thread_local bool t_packed_valid = false;
 
 struct layout_entry {
   std::string name;
@@ -142,9 +165,160 @@ void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_Cal
 void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records);
 void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size, size_t valid);
 
-allocator::stream_handle stream_of(CUstream s) { return static_cast<allocator::stream_handle>(s); }
-
 std::uint64_t as_u64(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+// In a _ptsz call a null stream is the calling thread's default stream.
+allocator::stream_handle stream_of(CUstream s, bool per_thread) {
+  return s == nullptr && per_thread ? static_cast<allocator::stream_handle>(CU_STREAM_PER_THREAD)
+                                    : static_cast<allocator::stream_handle>(s);
+}
+
+// A driver call decoded from its callback parameters.
+struct decoded_call {
+  enum class what : std::uint8_t { other, kernel, graph, memcpy, memset, event_record, event_wait };
+  what call = what::other;
+  launch_description op;  // kernel, graph, memcpy, memset (params filled in by the collector)
+  CUfunction function = nullptr;
+  void** kernel_params = nullptr;
+  void** extra = nullptr;
+  const CUlaunchAttribute* attrs = nullptr;
+  unsigned num_attrs = 0;
+  copy_kind copy = copy_kind::unknown;
+  std::uint64_t event = 0;
+};
+
+decoded_call decode(CUpti_CallbackId cbid, const void* p) {
+  decoded_call d;
+  using k = launch_description::kind;
+  auto kernel = [&](CUfunction f, dims grid, dims block, unsigned shared, CUstream s, bool pt, void** params,
+                    void** extra) {
+    d.call = decoded_call::what::kernel;
+    d.function = f;
+    d.kernel_params = params;
+    d.extra = extra;
+    d.op.what = k::kernel;
+    d.op.kernel_handle = as_u64(f);
+    d.op.grid = grid;
+    d.op.block = block;
+    d.op.shared_mem = shared;
+    d.op.stream = stream_of(s, pt);
+  };
+  auto copy = [&](CUdeviceptr dst, const void* host_dst, CUdeviceptr src, const void* host_src, std::size_t n,
+                  CUstream s, bool pt, copy_kind ck) {
+    d.call = decoded_call::what::memcpy;
+    d.op.what = k::memcpy;
+    d.op.dst = host_dst != nullptr ? const_cast<void*>(host_dst) : reinterpret_cast<void*>(dst);
+    d.op.src = host_src != nullptr ? host_src : reinterpret_cast<const void*>(src);
+    d.op.bytes = n;
+    d.op.stream = stream_of(s, pt);
+    d.copy = ck;
+  };
+  auto set = [&](CUdeviceptr dst, int value, std::size_t n, CUstream s, bool pt) {
+    d.call = decoded_call::what::memset;
+    d.op.what = k::memset;
+    d.op.dst = reinterpret_cast<void*>(dst);
+    d.op.value = value;
+    d.op.bytes = n;
+    d.op.stream = stream_of(s, pt);
+  };
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
+      const auto* a = static_cast<const cuLaunchKernel_params*>(p);
+      kernel(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
+             a->sharedMemBytes, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz, a->kernelParams,
+             a->extra);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      const auto* a = static_cast<const cuLaunchKernelEx_params*>(p);
+      const CUlaunchConfig* c = a->config;
+      kernel(a->f, {c->gridDimX, c->gridDimY, c->gridDimZ}, {c->blockDimX, c->blockDimY, c->blockDimZ},
+             c->sharedMemBytes, c->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, a->kernelParams,
+             a->extra);
+      d.attrs = c->attrs;
+      d.num_attrs = c->numAttrs;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      const auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(p);
+      kernel(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
+             a->sharedMemBytes, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+             a->kernelParams, nullptr);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      d.call = decoded_call::what::graph;
+      d.op.what = k::kernel;
+      d.op.kernel_handle = 0;  // never a valid CUfunction value
+      d.op.stream = stream_of(static_cast<const cuGraphLaunch_params*>(p)->hStream,
+                              cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
+      const auto* a = static_cast<const cuMemcpyAsync_params*>(p);
+      copy(a->dst, nullptr, a->src, nullptr, a->ByteCount, a->hStream,
+           cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz, copy_kind::unknown);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
+      const auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(p);
+      copy(a->dstDevice, nullptr, 0, a->srcHost, a->ByteCount, a->hStream,
+           cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz, copy_kind::host_to_device);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
+      const auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(p);
+      copy(0, a->dstHost, a->srcDevice, nullptr, a->ByteCount, a->hStream,
+           cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz, copy_kind::device_to_host);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
+      const auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(p);
+      copy(a->dstDevice, nullptr, a->srcDevice, nullptr, a->ByteCount, a->hStream,
+           cbid == CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz, copy_kind::device_to_device);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
+      const auto* a = static_cast<const cuMemsetD8Async_params*>(p);
+      set(a->dstDevice, a->uc, a->N, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
+      // Described as the bytes it covers with the value's low byte (Note [Launch listener]).
+      const auto* a = static_cast<const cuMemsetD32Async_params*>(p);
+      set(a->dstDevice, static_cast<int>(a->ui & 0xFFU), a->N * 4, a->hStream,
+          cbid == CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuEventRecord:
+    case CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz: {
+      const auto* a = static_cast<const cuEventRecord_params*>(p);
+      d.call = decoded_call::what::event_record;
+      d.event = as_u64(a->hEvent);
+      d.op.stream = stream_of(a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent:
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz: {
+      const auto* a = static_cast<const cuStreamWaitEvent_params*>(p);
+      d.call = decoded_call::what::event_wait;
+      d.event = as_u64(a->hEvent);
+      d.op.stream = stream_of(a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz);
+      break;
+    }
+    default: break;
+  }
+  return d;
+}
 
 }  // namespace
 
@@ -165,7 +339,7 @@ struct cupti_collector::impl {
   std::mutex correlation_mutex;
   std::unordered_map<std::uint32_t, std::uint64_t> seq_by_correlation;
 
-  bool warned = false;
+  std::atomic<bool> warned{false};
 
   // The layout and name of a kernel handle, queried once.
   const layout_entry& layout_for(CUfunction f, const char* symbol) {
@@ -222,135 +396,94 @@ struct cupti_collector::impl {
     bool flag_tensor_maps;
   };
 
-  void launch(CUfunction f, dims grid, dims block, unsigned shared, CUstream stream, void** kernel_params,
-              void** extra, const CUlaunchAttribute* attrs, unsigned num_attrs, const CUpti_CallbackData& cb) {
-    const layout_entry& layout = layout_for(f, cb.symbolName);
-    if (extra != nullptr) {
-      pack_extra(extra, t_packed);
+  std::atomic<launch_listener*> listener{nullptr};
+
+  // Packs a kernel's parameters into t_packed (once per call: ENTER packs, EXIT reuses).
+  void pack(const decoded_call& d, const CUpti_CallbackData& cb, const layout_entry& layout) {
+    if (t_packed_valid && t_packed_correlation == cb.correlationId) return;
+    if (d.extra != nullptr) {
+      pack_extra(d.extra, t_packed);
     } else {
-      pack_kernel_params(layout.params, kernel_params, t_packed);
+      pack_kernel_params(layout.params, d.kernel_params, t_packed);
     }
-    launch_args a;
-    a.kernel_handle = as_u64(f);
-    a.grid = grid;
-    a.block = block;
-    a.shared_mem = shared;
-    a.stream = stream_of(stream);
-    a.params = t_packed;
-    a.correlation = cb.correlationId;
-    for (unsigned i = 0; i < num_attrs; ++i) {
-      if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
-          attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
-        a.flags |= event_flags::names_event;
-      }
-    }
-    const kernel_description desc{&layout, opts.flag_tensor_maps};
-    remember(cb.correlationId, rec.record_launch(a, &describe_cuda_kernel, &desc));
+    t_packed_correlation = cb.correlationId;
+    t_packed_valid = true;
   }
 
-  void graph_launch(CUstream stream, const CUpti_CallbackData& cb) {
-    static const layout_entry graph{"[cuGraphLaunch]", {}};
-    launch_args a;
-    a.kernel_handle = 0;  // never a valid CUfunction value
-    a.stream = stream_of(stream);
-    a.correlation = cb.correlationId;
-    const kernel_description desc{&graph, false};
-    remember(cb.correlationId, rec.record_launch(a, [](const void* c) {
-      kernel_info k = describe_cuda_kernel(c);
-      k.never_replay = true;  // its nodes' pointers are not scanned
-      return k;
-    }, &desc));
+  void on_enter(CUpti_CallbackId cbid, const CUpti_CallbackData& cb, launch_listener& l) {
+    decoded_call d = decode(cbid, cb.functionParams);
+    switch (d.call) {
+      case decoded_call::what::kernel:
+        pack(d, cb, layout_for(d.function, cb.symbolName));
+        d.op.params = t_packed;
+        [[fallthrough]];
+      case decoded_call::what::graph:
+      case decoded_call::what::memcpy:
+      case decoded_call::what::memset: l.on_enter(d.op); break;
+      default: break;
+    }
   }
 
   void on_exit(CUpti_CallbackId cbid, const CUpti_CallbackData& cb) {
-    const void* p = cb.functionParams;
-    switch (cbid) {
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz: {
-        const auto* a = static_cast<const cuLaunchKernel_params*>(p);
-        launch(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
-               a->sharedMemBytes, a->hStream, a->kernelParams, a->extra, nullptr, 0, cb);
+    decoded_call d = decode(cbid, cb.functionParams);
+    switch (d.call) {
+      case decoded_call::what::kernel: {
+        const layout_entry& layout = layout_for(d.function, cb.symbolName);
+        pack(d, cb, layout);
+        t_packed_valid = false;
+        d.op.params = t_packed;
+        launch_args a;
+        a.kernel_handle = d.op.kernel_handle;
+        a.grid = d.op.grid;
+        a.block = d.op.block;
+        a.shared_mem = d.op.shared_mem;
+        a.stream = d.op.stream;
+        a.params = t_packed;
+        a.correlation = cb.correlationId;
+        for (unsigned i = 0; i < d.num_attrs; ++i) {
+          if (d.attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
+              d.attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
+            a.flags |= event_flags::names_event;
+          }
+        }
+        const kernel_description desc{&layout, opts.flag_tensor_maps};
+        remember(cb.correlationId, rec.record_launch(a, &describe_cuda_kernel, &desc));
         break;
       }
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
-        const auto* a = static_cast<const cuLaunchKernelEx_params*>(p);
-        const CUlaunchConfig* c = a->config;
-        launch(a->f, {c->gridDimX, c->gridDimY, c->gridDimZ}, {c->blockDimX, c->blockDimY, c->blockDimZ},
-               c->sharedMemBytes, c->hStream, a->kernelParams, a->extra, c->attrs, c->numAttrs, cb);
+      case decoded_call::what::graph: {
+        static const layout_entry graph{"[cuGraphLaunch]", {}};
+        launch_args a;
+        a.kernel_handle = 0;
+        a.stream = d.op.stream;
+        a.correlation = cb.correlationId;
+        const kernel_description desc{&graph, false};
+        remember(cb.correlationId, rec.record_launch(a, [](const void* c) {
+          kernel_info k = describe_cuda_kernel(c);
+          k.never_replay = true;  // its nodes' pointers are not scanned
+          return k;
+        }, &desc));
         break;
       }
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
-      case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
-        const auto* a = static_cast<const cuLaunchCooperativeKernel_params*>(p);
-        launch(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
-               a->sharedMemBytes, a->hStream, a->kernelParams, nullptr, nullptr, 0, cb);
+      case decoded_call::what::memcpy:
+        remember(cb.correlationId, rec.record_memcpy(d.op.dst, d.op.src, d.op.bytes, d.op.stream, d.copy));
         break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-      case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-        graph_launch(static_cast<const cuGraphLaunch_params*>(p)->hStream, cb);
+      case decoded_call::what::memset:
+        remember(cb.correlationId, rec.record_memset(d.op.dst, d.op.value, d.op.bytes, d.op.stream));
         break;
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz: {
-        const auto* a = static_cast<const cuMemcpyAsync_params*>(p);
-        remember(cb.correlationId, rec.record_memcpy(reinterpret_cast<const void*>(a->dst),
-                                                     reinterpret_cast<const void*>(a->src), a->ByteCount,
-                                                     stream_of(a->hStream)));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
-        const auto* a = static_cast<const cuMemcpyHtoDAsync_v2_params*>(p);
-        remember(cb.correlationId, rec.record_memcpy(reinterpret_cast<const void*>(a->dstDevice), a->srcHost,
-                                                     a->ByteCount, stream_of(a->hStream), copy_kind::host_to_device));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
-        const auto* a = static_cast<const cuMemcpyDtoHAsync_v2_params*>(p);
-        remember(cb.correlationId, rec.record_memcpy(a->dstHost, reinterpret_cast<const void*>(a->srcDevice),
-                                                     a->ByteCount, stream_of(a->hStream), copy_kind::device_to_host));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz: {
-        const auto* a = static_cast<const cuMemcpyDtoDAsync_v2_params*>(p);
-        remember(cb.correlationId,
-                 rec.record_memcpy(reinterpret_cast<const void*>(a->dstDevice), reinterpret_cast<const void*>(a->srcDevice),
-                                   a->ByteCount, stream_of(a->hStream), copy_kind::device_to_device));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz: {
-        const auto* a = static_cast<const cuMemsetD8Async_params*>(p);
-        remember(cb.correlationId, rec.record_memset(reinterpret_cast<const void*>(a->dstDevice), a->uc, a->N,
-                                                     stream_of(a->hStream)));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async:
-      case CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz: {
-        // Recorded as the bytes it covers; the value's low byte is kept (exact for zeroing,
-        // the common case; a replay of a patterned D32 set goes through the original call).
-        const auto* a = static_cast<const cuMemsetD32Async_params*>(p);
-        remember(cb.correlationId, rec.record_memset(reinterpret_cast<const void*>(a->dstDevice),
-                                                     static_cast<int>(a->ui & 0xFFU), a->N * 4, stream_of(a->hStream)));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuEventRecord:
-      case CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz: {
-        const auto* a = static_cast<const cuEventRecord_params*>(p);
-        rec.record_event_record(as_u64(a->hEvent), stream_of(a->hStream));
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent:
-      case CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz: {
-        const auto* a = static_cast<const cuStreamWaitEvent_params*>(p);
-        rec.record_event_wait(as_u64(a->hEvent), stream_of(a->hStream));
-        break;
-      }
-      default: break;
+      case decoded_call::what::event_record: rec.record_event_record(d.event, d.op.stream); break;
+      case decoded_call::what::event_wait: rec.record_event_wait(d.event, d.op.stream); break;
+      case decoded_call::what::other: break;
     }
+    if (d.call == decoded_call::what::kernel || d.call == decoded_call::what::graph ||
+        d.call == decoded_call::what::memcpy || d.call == decoded_call::what::memset) {
+      if (launch_listener* l = listener.load(std::memory_order_acquire)) l->on_exit(d.op);
+    }
+  }
+
+  void warn_once(const CUpti_CallbackData& cb, const char* what) {
+    if (warned.exchange(true)) return;
+    std::fprintf(stderr, "sublinear: CUPTI collector failed at %s: %s\n",
+                 cb.functionName != nullptr ? cb.functionName : "a call", what);
   }
 };
 
@@ -369,23 +502,32 @@ kernel_info describe_cuda_kernel(const void* context) {
 void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
   if (t_inside || domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
   const auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
+  auto* self = static_cast<cupti_collector::impl*>(userdata);
+  if (cb->callbackSite == CUPTI_API_ENTER) {
+    launch_listener* l = self->listener.load(std::memory_order_acquire);
+    if (l == nullptr) return;
+    t_inside = true;
+    try {
+      self->on_enter(cbid, *cb, *l);
+    } catch (const std::exception& e) {
+      self->warn_once(*cb, e.what());
+    }
+    t_inside = false;
+    return;
+  }
   if (cb->callbackSite != CUPTI_API_EXIT) return;
   // Record only what the driver accepted.
   if (cb->functionReturnValue == nullptr || *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
+    t_packed_valid = false;
     return;
   }
-  auto* self = static_cast<cupti_collector::impl*>(userdata);
   t_inside = true;
   try {
     self->on_exit(cbid, *cb);
   } catch (const std::exception& e) {
     // An exception must not cross the driver; the trace is incomplete from here on, which
     // the runtime sees as divergence (safe).
-    if (!self->warned) {
-      self->warned = true;
-      std::fprintf(stderr, "sublinear: CUPTI collector failed to record %s: %s\n",
-                   cb->functionName != nullptr ? cb->functionName : "a call", e.what());
-    }
+    self->warn_once(*cb, e.what());
   }
   t_inside = false;
 }
@@ -458,8 +600,9 @@ cupti_collector::cupti_collector(recorder& rec, cupti_options options)
     : impl_(std::make_unique<impl>(rec, options)) {
   const loaded_cupti& c = cupti_library();
   if (!c.why.empty()) throw cupti_unavailable("CUPTI collector: " + c.why);
-  const loaded_driver& d = driver_library();
+  const loaded_driver& d = driver_library(options.inside_injection);
   if (!d.why.empty()) throw cupti_unavailable("CUPTI collector: " + d.why);
+  impl_->listener.store(options.listener, std::memory_order_release);
   impl_->api = &c.api;
   impl_->drv = &d.api;
   impl* expected = nullptr;
@@ -514,5 +657,13 @@ cupti_collector::~cupti_collector() {
 void cupti_collector::flush() {
   if (impl_->opts.durations) impl_->api->activity_flush_all(1);
 }
+
+void cupti_collector::set_listener(launch_listener* listener) noexcept {
+  impl_->listener.store(listener, std::memory_order_release);
+}
+
+untraced_scope::untraced_scope() noexcept : previous_(t_inside) { t_inside = true; }
+
+untraced_scope::~untraced_scope() { t_inside = previous_; }
 
 }  // namespace sublinear::tracer

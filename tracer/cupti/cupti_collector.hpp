@@ -5,7 +5,8 @@
 // Rationale: every launch path on a GPU (cudart, cuBLAS's static cudart, Triton, NCCL)
 //   ends in the driver, and CUPTI's driver-domain callbacks see them all; an LD_PRELOAD
 //   of cuLaunchKernel does not (research/cuda_mechanisms.md §1-3).
-// Approach: libcupti is opened with dlopen (libcupti.so, then libcupti.so.13), like the
+// Approach: libcupti is opened with dlopen (libcupti.so, libcupti.so.13, then the toolkit's
+//   extras/CUPTI/lib64 under CUDA_HOME, CUDA_PATH or /usr/local/cuda), like the
 //   driver (allocator/cuda/driver_api.hpp), so the library loads on machines without
 //   either and says what is missing. One subscriber enables single driver cbids:
 //   cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel (each with its _ptsz
@@ -24,9 +25,30 @@
 //   pseudo kernel "[cuGraphLaunch]" (its nodes are not enumerated yet), so the blocks it
 //   touches are unknown and the runtime must treat the iteration as unsafe to plan. Kernel
 //   handles are not invalidated at module unload.
+//
+// Note [Launch listener]
+// Rationale: the replay engine must act at a launch's ENTER (regenerate what it reads,
+//   before the driver queues it) and EXIT (evict what it no longer needs), and the tracer
+//   must not depend on the runtime that does so.
+// Approach: an optional launch_listener sees every kernel launch, cuGraphLaunch (as a
+//   kernel with handle 0), async copy and set at ENTER and, when the driver accepted the
+//   call, at EXIT, described by a launch_description (the shape of runtime::launch_view;
+//   the runtime adapts one to the other in allocator/runtime/cuda/). A kernel's packed
+//   parameter block is built once at ENTER and reused for the EXIT record. Work the
+//   listener queues from its callbacks is not intercepted (the callback's thread_local
+//   guard); untraced_scope applies the same guard anywhere else (the runtime's event
+//   records and replays outside a callback). In the _ptsz callbacks a null stream is the
+//   per-thread default stream and is reported as CU_STREAM_PER_THREAD, so that a replay
+//   queues on the stream the program used.
+// Limitations: a cuMemsetD32Async is described as a byte set of its value's low byte (exact
+//   for the zero fills frameworks issue). Exceptions thrown by the listener are reported
+//   once on stderr and dropped: they must not cross the driver.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "sublinear/error.hpp"
@@ -40,9 +62,51 @@ class cupti_unavailable : public device_error {
   using device_error::device_error;
 };
 
+// One intercepted operation, valid only during the listener's call (Note [Launch listener]).
+struct launch_description {
+  enum class kind : std::uint8_t { kernel, memcpy, memset };
+  kind what = kind::kernel;
+  std::uint64_t kernel_handle = 0;            // the CUfunction (or CUkernel) value; 0: cuGraphLaunch
+  dims grid, block;
+  std::uint32_t shared_mem = 0;
+  allocator::stream_handle stream = nullptr;  // CUstream; nullptr: the legacy default stream
+  std::span<const std::byte> params;          // kernels: the packed parameter block
+  void* dst = nullptr;                        // copies and sets
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  int value = 0;
+};
+
+class launch_listener {
+ public:
+  virtual ~launch_listener() = default;
+  // Before the driver queues `op`: work queued here on op.stream runs before it.
+  virtual void on_enter(const launch_description& op) = 0;
+  // After the driver accepted `op` (not called when the call failed).
+  virtual void on_exit(const launch_description& op) = 0;
+};
+
+// While alive, CUDA calls made on this thread are not seen by the collector: the runtime's
+// own replays, copies and event records. Nests.
+class untraced_scope {
+ public:
+  untraced_scope() noexcept;
+  ~untraced_scope();
+  untraced_scope(const untraced_scope&) = delete;
+  untraced_scope& operator=(const untraced_scope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 struct cupti_options {
   bool durations = true;         // enable the activity API for kernel/copy/set durations
   bool flag_tensor_maps = true;  // a 128-byte, 64-aligned parameter makes a kernel never-replay
+  launch_listener* listener = nullptr;  // see Note [Launch listener]; also set_listener()
+  // Created from InitializeInjection, which the driver calls from inside cuInit: libcuda is
+  // loaded but must not be initialized again from here, so its entry points are looked up
+  // in the loaded library without calling cuInit.
+  bool inside_injection = false;
 };
 
 class cupti_collector {
@@ -59,6 +123,10 @@ class cupti_collector {
   // work of an iteration has completed (a synchronize), before recorder::take().
   void flush();
 
+  // Installs the listener (nullptr removes it). It must outlive the collector or be removed
+  // first; a callback already running on another thread may still use the previous one.
+  void set_listener(launch_listener* listener) noexcept;
+
   // "" when a collector can be created here, otherwise the reason (for tests and `sublinear
   // doctor`). Does not subscribe.
   [[nodiscard]] static std::string unavailable_reason();
@@ -68,5 +136,14 @@ class cupti_collector {
  private:
   std::unique_ptr<impl> impl_;
 };
+
+// ---- CUDA_INJECTION64_PATH (injection.cpp) --------------------------------------------------------
+
+// What InitializeInjection runs. The process runtime registers one (allocator/runtime/cuda/)
+// that starts its tracing side; without one, InitializeInjection records a trace only
+// (SUBLINEAR_TRACE). Called from inside cuInit (see cupti_options::inside_injection); must
+// not throw. Returns the previous handler.
+using injection_handler = void (*)();
+injection_handler set_injection_handler(injection_handler handler) noexcept;
 
 }  // namespace sublinear::tracer
