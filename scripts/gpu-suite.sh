@@ -91,7 +91,7 @@ fi
 say "device: $device"
 
 # ---- build -----------------------------------------------------------------------------------
-targets="test_allocator test_tracer gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
+targets="test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
 if [ "$skip_build" = 0 ]; then
   say "building $build (CUDA on; log: $work/build.log)"
   generator=()
@@ -136,6 +136,9 @@ step vmm_bench 120 sh -c "\"$bin/gpu_vmm_bench\" ${quick_flag[*]} >\"$work/vmm_b
 # ---- part 2: the CUPTI tracer ------------------------------------------------------------------
 step tracer 120 "$bin/test_gpu_tracer" --gtest_output="json:$work/tracer.json"
 step cupti 60 "$bin/test_tracer" --gtest_filter='CuptiCollector*' --gtest_output="json:$work/cupti.json"
+# The process runtime (engine fed by CUPTI, replay through cuLaunchKernel) and the preload.
+step runtime 90 "$bin/test_integrations" --gtest_filter='ProcessRuntimeOnGpu.*:Preload*:CApi*' \
+  --gtest_output="json:$work/runtime.json"
 
 # ---- part 3: cuDNN + cuBLAS ResNet with and without a budget ---------------------------------------
 mkdir -p "$work/resnet"

@@ -25,7 +25,8 @@ EXPECTED_ON_GPU = re.compile(r"\b(is|are) present\b")
 
 PARTS = {
     "1_cuda_vmm": "the CUDA VMM backend under the allocator conformance suites, and VMM call costs by chunk size",
-    "2_cupti_tracer": "the CUPTI collector on hand-written kernels (by-value structs, Philox RNG, in place, workspace)",
+    "2_cupti_tracer": "the CUPTI collector on hand-written kernels (by-value structs, Philox RNG, in place, workspace), "
+                      "and the process runtime and preload library it feeds",
     "3_cudnn_resnet": "a cuDNN + cuBLAS ResNet trained with and without a budget through sublinear's C API",
     "4_pytorch": "PyTorch ResNet-50 and GPT-2 blocks through sublinear.torch.enable() and `sublinear run`",
 }
@@ -173,7 +174,8 @@ def main() -> int:
         bench = program(work, "vmm_bench")
         parts["1_cuda_vmm"] = combine({"conformance": gtest(work, "conformance"), "vmm_bench": bench})
         parts["2_cupti_tracer"] = combine({"hand_written_kernels": gtest(work, "tracer"),
-                                           "cupti_collector": gtest(work, "cupti")})
+                                           "cupti_collector": gtest(work, "cupti"),
+                                           "process_runtime": gtest(work, "runtime")})
         resnet = combine({"training": gtest(work, "resnet")})
         resnet["figures"] = resnet_figures(work)
         parts["3_cudnn_resnet"] = resnet
