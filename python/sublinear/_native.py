@@ -81,11 +81,25 @@ def preload_library_path() -> str:
     return str(path)
 
 
+def preloaded() -> bool:
+    """True when this process runs under `sublinear run` (libsublinear_preload.so in LD_PRELOAD)."""
+    entries = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    return any(Path(e).name == PRELOAD_NAME for e in entries)
+
+
 def load() -> ctypes.CDLL:
-    """Opens libsublinear.so once; every caller gets the same handle."""
+    """Opens libsublinear.so once; every caller gets the same handle.
+
+    Under `sublinear run` the preloaded library already holds the process's runtime (the one
+    the program's cudaMalloc reaches), and it exports the same C API: the functions are taken
+    from it, through the global scope, so that stats(), status() and mark_iteration() talk to
+    that runtime and not to a second, idle copy in libsublinear.so."""
     global _library
     with _lock:
         if _library is None:
+            if preloaded():
+                _library = ctypes.CDLL(None)
+                return _library
             path = library_path()
             try:
                 _library = ctypes.CDLL(path)

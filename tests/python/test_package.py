@@ -141,3 +141,24 @@ def test_sublinear_run_from_the_package_preloads_the_package_library(clean_setti
     assert "SUBLINEAR_BUDGET=8GiB" in lines
     assert f"LD_PRELOAD={preload}" in lines
     assert f"CUDA_INJECTION64_PATH={preload}" in lines
+
+
+def test_under_sublinear_run_the_package_talks_to_the_preloaded_runtime(clean_settings):
+    # A child started with the preload library: the package must use the preloaded copy of
+    # the C API (the runtime the program's cudaMalloc reaches), never load libsublinear.so.
+    code = (
+        "import sublinear\n"
+        "from sublinear import _native\n"
+        "print(_native.preloaded())\n"
+        "print(sublinear.status())\n"
+        "sublinear.mark_iteration()\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print('libsublinear.so' in maps, 'libsublinear_preload.so' in maps)\n"
+    )
+    env = dict(os.environ, LD_PRELOAD=sublinear.preload_library_path())
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "True"
+    assert "inactive" in lines[1]
+    assert lines[2] == "False True"
