@@ -73,6 +73,13 @@ struct driver {
     if (!missing.empty()) return "libcuda.so.1 lacks" + missing;
     return "";
   }
+
+  // open(), then device 0 and its primary context; "" or why a GPU test must skip.
+  std::string open_device(cu_device* dev, cu_context* ctx) {
+    if (std::string e = open(); !e.empty()) return e;
+    if (init(0) != 0 || device_get(dev, 0) != 0 || primary_retain(ctx, *dev) != 0) return "no usable CUDA device";
+    return "";
+  }
 };
 
 // scale(in, out, n): reads its parameters and returns (what it does is irrelevant here).
@@ -95,12 +102,9 @@ TEST(CuptiCollectorOnGpu, RecordsBothLaunchFormsAsOnePackedBlockWithDurations) {
   const std::string why = cupti_collector::unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
   driver d;
-  if (const std::string e = d.open(); !e.empty()) GTEST_SKIP() << e;
   cu_device dev = 0;
   cu_context ctx = nullptr;
-  if (d.init(0) != 0 || d.device_get(&dev, 0) != 0 || d.primary_retain(&ctx, dev) != 0) {
-    GTEST_SKIP() << "no usable CUDA device";
-  }
+  if (const std::string e = d.open_device(&dev, &ctx); !e.empty()) GTEST_SKIP() << e;
   ASSERT_EQ(d.ctx_set_current(ctx), 0);
 
   recorder_options o;
@@ -187,12 +191,9 @@ TEST(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThePa
   const std::string why = cupti_collector::unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
   driver d;
-  if (const std::string e = d.open(); !e.empty()) GTEST_SKIP() << e;
   cu_device dev = 0;
   cu_context ctx = nullptr;
-  if (d.init(0) != 0 || d.device_get(&dev, 0) != 0 || d.primary_retain(&ctx, dev) != 0) {
-    GTEST_SKIP() << "no usable CUDA device";
-  }
+  if (const std::string e = d.open_device(&dev, &ctx); !e.empty()) GTEST_SKIP() << e;
   ASSERT_EQ(d.ctx_set_current(ctx), 0);
   recorder_options o;
   o.device = "cuda";
