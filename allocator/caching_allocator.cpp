@@ -6,6 +6,7 @@
 //   stream_pool   : per stream, three free sets (small, large, dedicated) ordered by size
 //   live_         : allocated blocks ordered by address (find() and deallocate())
 //   address_space : free pieces of the reservation, lowest address first
+//   chunk_pool    : unmapped chunks kept for the next mapping of their size (Note [Chunk pool])
 #include "allocator/caching_allocator.hpp"
 
 #include <algorithm>
@@ -40,6 +41,10 @@ struct segment {
   pool_kind kind = pool_kind::small;
   stream_handle stream = nullptr;
   block* first = nullptr;
+  // Recorded on `stream` when the segment last became wholly free under a budget: once it
+  // has completed the pages can be given back without waiting for the whole stream.
+  event_handle free_event = nullptr;
+  bool has_free_event = false;
 };
 
 using set_hook = bi::set_member_hook<bi::link_mode<bi::safe_link>>;
@@ -109,6 +114,9 @@ struct caching_allocator::impl {
   std::vector<block*> spare_blocks;
   std::deque<pending> pending_frees;
   std::deque<pending> pending_evictions;
+  std::multimap<std::size_t, chunk_handle> chunk_pool;    // size -> unmapped chunk (Note [Chunk pool])
+  caching_allocator::pressure_handler pressure;
+  std::size_t last_shortfall = 0;                          // bytes missing at the last budget failure
   stats st;
 
   impl(vmm& d, stream_events& e, options o) : device(d), events(e), opts(o) {
@@ -148,6 +156,7 @@ struct caching_allocator::impl {
       pool->dedicated.clear();
     }
     for (auto& [base, seg] : segments) {
+      if (seg->has_free_event) events.release(seg->free_event);
       if (seg->mapped) {
         device.unmap(seg->base, seg->size);
         device.release_chunk(seg->handle);
@@ -159,6 +168,7 @@ struct caching_allocator::impl {
       }
     }
     for (block* b : spare_blocks) delete b;
+    for (auto& [size, handle] : chunk_pool) device.release_chunk(handle);
     device.release(reservation, reservation_size);
   }
 
@@ -265,56 +275,119 @@ struct caching_allocator::impl {
   }
 
   // ---- physical pages -----------------------------------------------------------------
-  // Maps one fresh chunk of seg->size bytes at seg->base. Returns the status of the
-  // failing call, rolling back what succeeded.
+  // Maps a chunk of seg->size bytes at seg->base: a pooled one if there is one (Note
+  // [Chunk pool]), else a fresh one. Returns the status of the failing call, rolling back
+  // what succeeded.
   vmm_status map_segment(segment& seg) {
     chunk_handle handle = 0;
-    vmm_status s = device.create_chunk(seg.size, &handle);
-    ++st.create_calls;
-    if (s != vmm_status::ok) return s;
+    bool pooled = false;
+    vmm_status s = vmm_status::ok;
+    if (auto it = chunk_pool.find(seg.size); it != chunk_pool.end()) {
+      handle = it->second;
+      chunk_pool.erase(it);
+      st.pooled -= seg.size;
+      pooled = true;
+    } else {
+      s = device.create_chunk(seg.size, &handle);
+      ++st.create_calls;
+      if (s != vmm_status::ok) return s;
+    }
+    // A chunk that cannot be mapped is given back; a pooled one stays counted until then.
+    auto give_back = [&] {
+      device.release_chunk(handle);
+      ++st.release_calls;
+      if (pooled) note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
+    };
     s = device.map(seg.base, seg.size, handle);
     ++st.map_calls;
     if (s != vmm_status::ok) {
-      device.release_chunk(handle);
-      ++st.release_calls;
+      give_back();
       return s;
     }
     s = device.set_access(seg.base, seg.size);
     ++st.set_access_calls;
     if (s != vmm_status::ok) {
       device.unmap(seg.base, seg.size);
-      device.release_chunk(handle);
       ++st.unmap_calls;
-      ++st.release_calls;
+      give_back();
       return s;
     }
     seg.handle = handle;
     seg.mapped = true;
-    note_mapped(static_cast<std::ptrdiff_t>(seg.size));
+    if (pooled) {
+      ++st.pool_reuses;  // already counted in mapped
+    } else {
+      note_mapped(static_cast<std::ptrdiff_t>(seg.size));
+    }
     return vmm_status::ok;
   }
 
-  // Precondition: no pending work touches the segment (Note [Deferred unmap]).
-  void unmap_segment(segment& seg) {
+  bool pool_has(std::size_t size) const { return size != 0 && chunk_pool.find(size) != chunk_pool.end(); }
+
+  void release_pooled(std::multimap<std::size_t, chunk_handle>::iterator it) {
+    const std::size_t size = it->first;
+    vmm_status r = device.release_chunk(it->second);
+    ++st.release_calls;
+    chunk_pool.erase(it);
+    st.pooled -= size;
+    note_mapped(-static_cast<std::ptrdiff_t>(size));
+    if (r != vmm_status::ok) {
+      throw device_error("sublinear: releasing a pooled chunk of " + format_bytes(size) + " on the " + device.name() +
+                         " device failed (" + to_string(r) + ": " + device.last_error() + ")");
+    }
+  }
+
+  // Releases pooled chunks until `bytes` more fit under the budget: other sizes first,
+  // largest first, then chunks of `keep_size`. `bytes` 0 with `all` empties the pool.
+  void trim_pool(std::size_t bytes, std::size_t keep_size, bool all = false) {
+    for (auto it = chunk_pool.end(); it != chunk_pool.begin() && (all || !fits(bytes));) {
+      --it;
+      if (it->first == keep_size && !all) continue;
+      auto victim = it++;
+      release_pooled(victim);
+      ++st.pool_trims;
+    }
+    while (!chunk_pool.empty() && (all || !fits(bytes))) {
+      auto it = chunk_pool.find(keep_size);
+      if (it == chunk_pool.end()) break;
+      release_pooled(it);
+      ++st.pool_trims;
+    }
+  }
+
+  // Precondition: no pending work touches the segment (Note [Deferred unmap]). With
+  // `keep`, the chunk goes to the pool and stays counted in mapped (Note [Chunk pool]).
+  void unmap_segment(segment& seg, bool keep = false) {
     vmm_status s = device.unmap(seg.base, seg.size);
     ++st.unmap_calls;
-    vmm_status r = device.release_chunk(seg.handle);
-    ++st.release_calls;
+    vmm_status r = vmm_status::ok;
+    if (s == vmm_status::ok && keep) {
+      chunk_pool.emplace(seg.size, seg.handle);
+      st.pooled += seg.size;
+      st.pooled_peak = std::max(st.pooled_peak, st.pooled);
+    } else {
+      r = device.release_chunk(seg.handle);
+      ++st.release_calls;
+    }
     if (s != vmm_status::ok || r != vmm_status::ok) {
       throw device_error("sublinear: unmapping " + format_bytes(seg.size) + " on the " + device.name() +
                          " device failed (" + to_string(s != vmm_status::ok ? s : r) + ": " +
                          device.last_error() + ")");
     }
     seg.mapped = false;
-    note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
+    if (!keep) note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
   }
 
   // Releases a fully free segment whose single block `b` is in a free set (or, for an
   // evicted dedicated block, already unmapped).
-  void release_segment(block* b) {
+  void release_segment(block* b, bool keep_chunk = false) {
     segment* seg = b->seg;
+    if (seg->has_free_event) {
+      events.release(seg->free_event);
+      seg->has_free_event = false;
+    }
     if (b->in_free_set) erase_free(b);
-    if (seg->mapped) unmap_segment(*seg);
+    if (seg->mapped) unmap_segment(*seg, keep_chunk);
     st.reserved -= seg->size;
     ++st.segments_released;
     give_address_range(seg->base, seg->size);
@@ -359,7 +432,7 @@ struct caching_allocator::impl {
       }
       drain(*it, false);
       if (!cancelled) {
-        unmap_segment(*b->seg);
+        unmap_segment(*b->seg, opts.pool_chunks);
         b->state = residency::evicted;
         st.evicted += b->size;
         st.evicted_total += b->size;
@@ -376,9 +449,11 @@ struct caching_allocator::impl {
     if (!pending_evictions.empty()) process_pending_evictions(false);
   }
 
-  // Releases cached fully-free segments, largest first, until `bytes` more fit under
-  // the budget (or everything cached is gone when `bytes` is 0 and `all`).
-  std::size_t release_cached(std::size_t bytes, bool all) {
+  // Releases cached fully-free segments until `bytes` more fit under the budget (or
+  // everything cached is gone when `bytes` is 0 and `all`). A segment of exactly
+  // `keep_size` bytes is taken first and its chunk pooled, so the caller maps it again
+  // with no create (Note [Chunk pool]); the others go largest first.
+  std::size_t release_cached(std::size_t bytes, bool all, std::size_t keep_size = 0) {
     std::vector<block*> whole;
     for (auto& p : pools) {
       for (free_set* s : {&p->small, &p->large, &p->dedicated}) {
@@ -387,14 +462,30 @@ struct caching_allocator::impl {
         }
       }
     }
-    std::sort(whole.begin(), whole.end(), [](block* x, block* y) { return x->size > y->size; });
+    const bool keep = opts.pool_chunks && !all && keep_size != 0;
+    // Segments whose free has completed on their stream go first: no wait at all.
+    std::vector<std::pair<block*, bool>> order;
+    order.reserve(whole.size());
+    for (block* b : whole) order.emplace_back(b, b->seg->has_free_event && events.query(b->seg->free_event));
+    std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
+      const bool kx = keep && x.first->size == keep_size, ky = keep && y.first->size == keep_size;
+      if (kx != ky) return kx;
+      if (x.second != y.second) return x.second;
+      return x.first->size > y.first->size;
+    });
     std::size_t released = 0;
     std::vector<stream_handle> drained;
-    for (block* b : whole) {
-      if (!all && st.mapped + bytes <= st.budget) break;
+    for (auto [b, idle] : order) {
+      if (!all && (fits(bytes) || (keep && pool_has(keep_size)))) break;
       // A free block may still be read by work queued on its stream before the free
-      // (stream-ordered reuse is safe, unmapping is not): wait for that stream once.
-      if (std::find(drained.begin(), drained.end(), b->seg->stream) == drained.end()) {
+      // (stream-ordered reuse is safe, unmapping is not): wait for the event recorded when
+      // the segment became free, or else for that stream once.
+      if (idle || std::find(drained.begin(), drained.end(), b->seg->stream) != drained.end()) {
+        // nothing to wait for
+      } else if (b->seg->has_free_event) {
+        events.synchronize(b->seg->free_event);
+        ++st.release_waits;
+      } else {
         event_handle e = events.record(b->seg->stream);
         events.synchronize(e);
         events.release(e);
@@ -402,27 +493,41 @@ struct caching_allocator::impl {
         ++st.release_waits;
       }
       released += b->size;
-      release_segment(b);
+      release_segment(b, keep && b->size == keep_size);
     }
     return released;
   }
 
   bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }
+  // A mapping of `bytes` can be made now: a pooled chunk of that size (already counted)
+  // or room under the budget.
+  bool ready(std::size_t bytes) const { return pool_has(bytes) || fits(bytes); }
 
   // The ladder of Note [Strict budget]. Returns false if `bytes` cannot be made to fit.
   bool make_room(std::size_t bytes) {
-    if (fits(bytes)) return true;
+    if (ready(bytes)) return true;
     poll();
+    if (ready(bytes)) return true;
+    trim_pool(bytes, bytes);
     if (fits(bytes)) return true;
-    release_cached(bytes, false);
+    release_cached(bytes, false, bytes);
+    if (ready(bytes)) return true;
+    trim_pool(bytes, bytes);
     if (fits(bytes)) return true;
     if (!pending_evictions.empty() || !pending_frees.empty()) {
       ++st.budget_waits;
       process_pending_evictions(true);
       process_pending_frees(true);
-      release_cached(bytes, false);
+      if (ready(bytes)) return true;
+      trim_pool(bytes, bytes);
+      if (fits(bytes)) return true;
+      release_cached(bytes, false, bytes);
+      if (ready(bytes)) return true;
+      trim_pool(bytes, bytes);
     }
-    return fits(bytes);
+    if (fits(bytes)) return true;
+    last_shortfall = st.mapped + bytes - st.budget;
+    return false;
   }
 
   [[noreturn]] void throw_oom(std::size_t requested, const std::string& why) {
@@ -445,6 +550,7 @@ struct caching_allocator::impl {
     if (s == vmm_status::out_of_memory) {
       release_cached(0, true);
       process_pending_evictions(true);
+      trim_pool(0, 0, true);
       s = map_segment(seg);
     }
     if (s == vmm_status::out_of_memory)
@@ -514,7 +620,7 @@ struct caching_allocator::impl {
         std::size_t minimal = round_up(rounded, granularity);
         if (kind == pool_kind::large && opts.exact_large_segments) seg_size = minimal;
         // Under pressure a smaller segment beats an out-of-memory error.
-        if (!fits(seg_size) && minimal < seg_size) seg_size = minimal;
+        if (!ready(seg_size) && minimal < seg_size) seg_size = minimal;
         if (!make_room(seg_size)) {
           // Still no room: a free block of the stream's other size class will do, split
           // as finely as a small block (Note [Strict budget]).
@@ -568,6 +674,7 @@ struct caching_allocator::impl {
         return;
       }
       insert_free(b);
+      note_whole_free(b);
       return;
     }
     if (block* n = b->next; n != nullptr && n->in_free_set) {
@@ -586,6 +693,22 @@ struct caching_allocator::impl {
       b = p;
     }
     insert_free(b);
+    note_whole_free(b);
+  }
+
+  // Under a budget, a segment that became wholly free records where on its stream that
+  // happened, so that releasing it under pressure waits for no more than that.
+  void note_whole_free(block* b) {
+    segment* seg = b->seg;
+    if (b->size != seg->size) return;
+    if (seg->has_free_event) {
+      // An older event says nothing about this free: never leave a stale one behind.
+      events.release(seg->free_event);
+      seg->has_free_event = false;
+    }
+    if (st.budget >= physical_capacity) return;  // no budget: releasing waits for the stream
+    seg->free_event = events.record(seg->stream);
+    seg->has_free_event = true;
   }
 
   block* live_block(const void* ptr) {
@@ -668,6 +791,7 @@ struct caching_allocator::impl {
     std::size_t budget = bytes == 0 ? physical_capacity : bytes;
     std::size_t old = st.budget;
     st.budget = budget;
+    trim_pool(0, 0, true);  // a new plan, new sizes: the pool starts empty (Note [Chunk pool])
     if (!make_room(0)) {
       st.budget = old;
       throw_oom(0, "the new budget of " + format_bytes(budget) + " is below what is mapped and cannot be freed");
@@ -711,6 +835,10 @@ struct caching_allocator::impl {
       }
       if (covered != seg->size) return fail("blocks do not cover their segment");
     }
+    std::size_t pooled = 0;
+    for (const auto& [size, handle] : chunk_pool) pooled += size;
+    if (pooled != st.pooled) return fail("pooled statistic disagrees with a recount");
+    mapped += pooled;
     std::size_t in_sets = 0;
     for (const auto& p : pools) in_sets += p->small.size() + p->large.size() + p->dedicated.size();
     if (in_sets != free_blocks) return fail("free sets disagree with block states");
@@ -731,14 +859,66 @@ caching_allocator::caching_allocator(vmm& device, stream_events& events, options
 
 caching_allocator::~caching_allocator() = default;
 
+// Runs `attempt` (which takes the allocator's lock itself); when it fails for want of room
+// under the budget, asks the pressure handler to evict more, outside the lock, and tries
+// again while the handler frees something (Note [Strict budget]).
+void caching_allocator::with_pressure_valve(const std::function<void()>& attempt) {
+  impl& m = *impl_;
+  std::size_t asked = 0;
+  for (int round = 0;; ++round) {
+    std::size_t shortfall = 0;
+    pressure_handler handler;
+    {
+      std::lock_guard lock(m.mutex);
+      m.last_shortfall = 0;  // set again only by this attempt's budget failure
+    }
+    try {
+      attempt();
+      return;
+    } catch (const out_of_memory& e) {
+      {
+        std::lock_guard lock(m.mutex);
+        handler = m.pressure;
+        shortfall = m.last_shortfall;
+        m.last_shortfall = 0;
+      }
+      // Only a budget shortfall can be met by evicting (the device's own exhaustion is
+      // handled inside), and a handler that keeps freeing without effect must not loop.
+      if (!handler || shortfall == 0) throw;
+      std::size_t freed = 0;
+      if (round < 64) {
+        {
+          std::lock_guard lock(m.mutex);
+          ++m.st.pressure_calls;
+        }
+        freed = handler(shortfall);
+      }
+      if (freed == 0) {
+        throw out_of_memory(std::string(e.what()) + " The replay engine was asked to evict more: it " +
+                                (asked == 0 ? std::string("found no evictable buffer it could regenerate later")
+                                            : "evicted " + format_bytes(asked) +
+                                                  " more and found nothing else it could regenerate later") +
+                                " (" + format_bytes(shortfall) + " short).",
+                            e.details());
+      }
+      asked += freed;
+    }
+  }
+}
+
+void caching_allocator::set_pressure_handler(pressure_handler handler) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pressure = std::move(handler);
+}
+
 void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool evictable) {
   allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
   if (obs != nullptr && !evictable && size != 0) evictable = obs->place_evictable(size, stream);
   void* ptr = nullptr;
-  {
+  with_pressure_valve([&] {
     std::lock_guard lock(impl_->mutex);
     ptr = impl_->allocate(size, stream, evictable);
-  }
+  });
   if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, evictable);
   return ptr;
 }
@@ -792,8 +972,10 @@ void caching_allocator::evict(void* ptr) {
 }
 
 void caching_allocator::restore(void* ptr) {
-  std::lock_guard lock(impl_->mutex);
-  impl_->restore(ptr);
+  with_pressure_valve([&] {
+    std::lock_guard lock(impl_->mutex);
+    impl_->restore(ptr);
+  });
 }
 
 std::optional<block_info> caching_allocator::find(const void* address) const {
@@ -816,9 +998,10 @@ std::vector<block_info> caching_allocator::live_blocks() const {
 
 std::size_t caching_allocator::reclaim() {
   std::lock_guard lock(impl_->mutex);
-  std::size_t before = impl_->st.mapped;
+  // Bytes taken out of segments: a chunk that goes to the pool is unmapped too.
+  std::size_t before = impl_->st.mapped - impl_->st.pooled;
   impl_->poll();
-  return before - impl_->st.mapped;
+  return before - (impl_->st.mapped - impl_->st.pooled);
 }
 
 std::size_t caching_allocator::empty_cache() {
@@ -827,6 +1010,7 @@ std::size_t caching_allocator::empty_cache() {
   impl_->process_pending_frees(true);
   impl_->process_pending_evictions(true);
   impl_->release_cached(0, true);
+  impl_->trim_pool(0, 0, true);
   return before - impl_->st.mapped;
 }
 

@@ -31,16 +31,42 @@
 //   the budget cannot be met otherwise. Until then the pages count as mapped. restore()
 //   of a block whose eviction is still pending simply cancels it.
 //
+// Note [Chunk pool]
+// Rationale: eviction gives pages back and regeneration wants the same amount again a
+//   few launches later. Releasing the chunk and creating a fresh one costs a create, a
+//   release and, worst of all, a page fault per page on first touch (zero-filled pages on
+//   the host, the driver's own zeroing on CUDA). Profiles of replayed training spent more
+//   time there than in most kernels.
+// Approach: when an eviction completes, the segment's chunk is unmapped but kept, in a
+//   pool keyed by its exact size (a mapping covers a whole chunk, so only an equal size
+//   can reuse it). Every mapping (a new segment of any kind, a restore) first takes a
+//   pooled chunk of its size: one map and one set_access, no create, and on the host
+//   device no fresh pages. A cached free segment released under pressure whose size is
+//   the one wanted goes through the pool too. The pool is honest about memory: pooled
+//   chunks are physical memory, so `stats::mapped` (the budgeted quantity) counts them
+//   (`stats::pooled` says how much of it is pooled) and a budget bounds mapped + pooled.
+//   Under pressure the pool is trimmed first (other sizes before the wanted one), before
+//   cached segments are released or pending evictions waited for. empty_cache() and
+//   set_budget() empty it. `options::pool_chunks = false` restores release + create.
+// Limitations: exact sizes only; a workload whose evicted sizes never recur gains
+//   nothing and holds up to the budget in pooled chunks until pressure trims them.
+//
 // Note [Strict budget]
 // Every path that maps pages (new segment, restore) first checks mapped + size <=
-// budget. When it would not fit: poll completed evictions and frees, release cached free
-// segments, then wait for pending evictions; a new block may then also be cut from a free
-// block of the stream's other size class; if it still does not fit, throw out_of_memory
-// naming requested, mapped, reserved, budget and the largest free block.
+// budget (a pooled chunk of the wanted size needs no check: it is already counted).
+// When it would not fit: poll completed evictions and frees, trim the pool, release
+// cached free segments, then wait for pending evictions; a new block may then also be cut
+// from a free block of the stream's other size class. If it still does not fit and a
+// pressure handler is installed (the replay engine's, Note [Pressure valve] in
+// runtime/engine.hpp), the handler is asked, outside the lock, to evict more, and the
+// request is retried for as long as the handler frees something. Otherwise throw
+// out_of_memory naming requested, mapped, reserved, budget and the largest free block,
+// and what the handler could not do.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -71,6 +97,9 @@ struct options {
   // granularity) instead of packing it into a 20 MiB one: the replay engine turns this on,
   // so that mapped bytes follow live bytes closely and plans made from live bytes hold.
   bool exact_large_segments = false;
+  // Keep the chunks of evicted blocks for the next mapping of the same size instead of
+  // releasing them (Note [Chunk pool]); pooled bytes count against the budget.
+  bool pool_chunks = true;
 };
 
 struct stats {
@@ -78,13 +107,19 @@ struct stats {
   std::size_t allocated_peak = 0;
   std::size_t resident_peak = 0;   // peak of allocated minus evicted: live bytes with pages
   std::size_t requested = 0;       // bytes callers asked for in live blocks
-  std::size_t mapped = 0;          // physical bytes mapped (the budgeted quantity)
+  std::size_t mapped = 0;          // physical bytes held: mapped, or pooled for reuse (the budgeted
+                                   // quantity, Note [Chunk pool])
   std::size_t mapped_peak = 0;
   std::size_t reserved = 0;        // virtual bytes handed to segments (mapped or evicted)
   std::size_t reserved_peak = 0;
   std::size_t evicted = 0;         // bytes of live blocks whose pages are given back now
   std::size_t evicted_total = 0;   // bytes ever unmapped by eviction
   std::size_t budget = 0;
+  std::size_t pooled = 0;          // of `mapped`: bytes in unmapped chunks kept for reuse
+  std::size_t pooled_peak = 0;
+  std::uint64_t pool_reuses = 0;   // mappings served by a pooled chunk (no create)
+  std::uint64_t pool_trims = 0;    // pooled chunks released to make room
+  std::uint64_t pressure_calls = 0;  // times the pressure handler was asked to evict more
   std::uint64_t allocs = 0, frees = 0;
   std::uint64_t evictions = 0, restores = 0, cancelled_evictions = 0;
   std::uint64_t segments_created = 0, segments_released = 0;
@@ -176,6 +211,14 @@ class caching_allocator {
   // Installs an observer (nullptr removes it); returns the previous one. Not owned.
   allocation_observer* set_observer(allocation_observer* observer) noexcept;
 
+  // Called, outside the allocator's lock and on the allocating thread, when a mapping
+  // cannot be made to fit under the budget by the allocator alone (Note [Strict
+  // budget]): `shortfall` is how many bytes are missing. The handler may call evict() on
+  // blocks it can regenerate and returns the bytes it asked to evict (0: nothing more can
+  // go); the allocator then retries. An empty function removes the handler.
+  using pressure_handler = std::function<std::size_t(std::size_t shortfall)>;
+  void set_pressure_handler(pressure_handler handler);
+
   // Whole-structure validator (expensive): blocks tile their segments, free sets match
   // block states, statistics match a recount. Returns false and prints the first broken
   // invariant on stderr.
@@ -183,6 +226,7 @@ class caching_allocator {
 
  private:
   struct impl;
+  void with_pressure_valve(const std::function<void()>& attempt);
   std::unique_ptr<impl> impl_;
 };
 

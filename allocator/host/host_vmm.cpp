@@ -53,6 +53,10 @@ vmm_status guarded(const char* what, Fn&& fn) noexcept {
   }
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and are left to fault
+#endif
+
 constexpr int reservation_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
 
 std::size_t page_size() {
@@ -253,6 +257,7 @@ vmm_status host_vmm::release_chunk(chunk_handle handle) noexcept {
     // Should merging run out of memory, the range is lost to this host_vmm, never
     // handed out twice: the ledger forgets the chunk first.
     ledger_.remove_chunk(handle);
+    touched_.erase(handle);
     give_back_range(chunk.backing, chunk.size);
     return vmm_status::ok;
   });
@@ -295,6 +300,15 @@ vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
     if (::mprotect(address, size, PROT_READ | PROT_WRITE) != 0) {
       set_errno_error("set_access: mprotect", errno);
       return vmm_status::device_error;
+    }
+    // Chunks mapped before keep their pages in the file: fill the page tables in one call
+    // (Note [Host VMM]). Deliberately unchecked: a failure only means page faults later.
+    const auto begin = reinterpret_cast<std::uintptr_t>(address);
+    const auto& maps = ledger_.mappings();
+    for (auto it = maps.lower_bound(begin); it != maps.end() && it->first < begin + size; ++it) {
+      if (!touched_.insert(it->second.handle).second) {
+        (void)::madvise(reinterpret_cast<void*>(it->first), it->second.size, MADV_POPULATE_WRITE);
+      }
     }
     return vmm_status::ok;
   });

@@ -14,6 +14,10 @@
 //   mprotect; unmap() puts a fresh PROT_NONE anonymous mapping back, so the range is a
 //   plain reservation again and a stray access raises SIGSEGV. The preconditions of
 //   vmm.hpp are checked against a ledger before any system call (Note [VMM ledger]).
+//   A chunk mapped again after an unmap (the caching allocator's pool, Note [Chunk pool])
+//   still has its pages in the file: set_access pre-faults such a mapping with one
+//   madvise(MADV_POPULATE_WRITE) instead of taking a page fault per 4 KiB page when the
+//   next kernel writes it (a GPU's page tables are filled by the map call itself).
 // Limitations: every mapping is a kernel VMA, so a process holds at most
 //   vm.max_map_count (65,530 by default) mappings in total. The file's capacity is
 //   address space, not a promise: creating a chunk succeeds even when the machine
@@ -23,6 +27,7 @@
 #include <cstddef>
 #include <map>
 #include <mutex>
+#include <unordered_set>
 #include <string>
 
 #include "allocator/vmm.hpp"
@@ -78,6 +83,7 @@ class host_vmm final : public vmm {
   mutable std::mutex mutex_;
   std::map<std::size_t, std::size_t> free_;  // memfd offset -> size, coalesced
   detail::vmm_ledger ledger_;
+  std::unordered_set<chunk_handle> touched_;  // chunks given access before: their pages exist
   chunk_handle next_handle_ = 1;
 };
 

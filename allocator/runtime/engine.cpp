@@ -5,6 +5,8 @@
 //   live          : per buffer, this iteration's address and whether the engine evicted it
 //   saved_op      : a launch of this iteration that some recipe replays, with its bytes
 //   backup        : validation's host copy of an evicted buffer
+//   uses, writers : per buffer, the traced launches touching / writing it (the valve's
+//                   look-ahead, Note [Pressure valve])
 #include "allocator/runtime/engine.hpp"
 
 #include <algorithm>
@@ -24,15 +26,21 @@
 
 namespace sublinear::runtime {
 
+namespace {
+// The share of the budget kept for fragmentation and prefetches (planning_overhead).
+constexpr std::size_t margin_divisor = 16;
+}  // namespace
+
 std::size_t planning_overhead(std::size_t budget, std::size_t traced_mapped_peak, std::size_t traced_live_peak) {
   const std::size_t caching = traced_mapped_peak > traced_live_peak ? traced_mapped_peak - traced_live_peak : 0;
-  return caching + budget / 16;
+  return caching + budget / margin_divisor;
 }
 
 std::size_t budget_for_planner_bytes(std::size_t planner_bytes, std::size_t traced_mapped_peak,
                                      std::size_t traced_live_peak) {
   const std::size_t caching = traced_mapped_peak > traced_live_peak ? traced_mapped_peak - traced_live_peak : 0;
-  std::size_t b = (planner_bytes + caching) / 15 * 16;  // b - b/16 >= planner_bytes + caching, up to rounding
+  // b - b/margin_divisor >= planner_bytes + caching, up to rounding
+  std::size_t b = (planner_bytes + caching) / (margin_divisor - 1) * margin_divisor;
   while (b - planning_overhead(b, traced_mapped_peak, traced_live_peak) < planner_bytes) ++b;
   return b;
 }
@@ -98,6 +106,8 @@ struct engine::impl {
   std::vector<std::uint64_t> expected_handle;            // position -> kernel handle (or ~kind)
   std::unordered_set<std::uint32_t> never_evict_allocs;  // alloc_index values that failed validation
   std::vector<std::pair<std::uint32_t, std::uint32_t>> earlier_writing_slots;  // from earlier traced iterations
+  std::vector<std::vector<launch_id>> uses;              // buffer -> launches touching it, ascending
+  std::vector<std::vector<launch_id>> writers;           // buffer -> launches writing it, ascending
 
   // ---- this iteration -------------------------------------------------------------------
   std::size_t pos = 0;
@@ -115,6 +125,10 @@ struct engine::impl {
   std::map<const char*, buffer_id> evicted_ranges;       // for the safety-net scan
   std::vector<saved_op> saved;                           // position -> saved launch
   std::vector<std::uint64_t> version;                    // buffer -> writes so far
+  std::vector<launch_id> last_write;                     // buffer -> last launch this iteration that wrote it
+  std::vector<std::uint32_t> pins;                       // buffer -> regenerations in progress that need it
+  bool prefetching = false;                              // inside prefetch(): the valve stays shut
+  std::size_t prefetch_scan = 0;                         // next position whose restores prefetch looks at
   std::unordered_map<buffer_id, std::vector<std::byte>> backups;
   iteration_report current;
 
@@ -303,6 +317,12 @@ struct engine::impl {
       for (buffer_id b : plan.evictions[i].also_regenerates)
         if (entry_of[b] < 0 || plan.evictions[static_cast<std::size_t>(entry_of[b])].recipe.empty())
           entry_of[b] = static_cast<std::int32_t>(i);
+    uses.assign(g.buffers.size(), {});
+    writers.assign(g.buffers.size(), {});
+    for (launch_id l = 0; l < n; ++l) {
+      for (buffer_id b : g.launches[l].touched) uses[b].push_back(l);
+      for (buffer_id b : g.launches[l].written) writers[b].push_back(l);
+    }
     expected_handle.assign(n, 0);
     for (launch_id l = 0; l < n; ++l) {
       const auto& ev = recorded_event(l);
@@ -340,6 +360,9 @@ struct engine::impl {
       freed.assign(g.buffers.size(), 0);
       active_entry.assign(g.buffers.size(), -1);
       version.assign(g.buffers.size(), 0);
+      last_write.assign(g.buffers.size(), none);
+      pins.assign(g.buffers.size(), 0);
+      prefetch_scan = 0;
       saved.assign(g.launches.size(), {});
       for (buffer_id b = 0; b < g.buffers.size(); ++b) {
         if (g.buffers[b].alloc_index == none) {
@@ -455,16 +478,20 @@ struct engine::impl {
 
   // ---- eviction and regeneration ------------------------------------------------------------------
   void evict(std::size_t entry_index, allocator::stream_handle stream) {
-    const auto& e = plan.evictions[entry_index];
-    const buffer_id b = e.target;
+    evict_buffer(plan.evictions[entry_index].target, entry_index, stream, true);
+  }
+
+  // `planned`: at the plan's evict point (validation keeps a copy); otherwise the valve's.
+  void evict_buffer(buffer_id b, std::size_t entry_index, allocator::stream_handle stream, bool planned) {
     if (addr[b] == nullptr || freed[b] || evicted[b]) return;
     const std::size_t size = graph().buffers[b].size;
-    if (st == engine_state::validate) {
+    if (planned && st == engine_state::validate) {
       auto& copy = backups[b];
       copy.resize(size);
       dev.download(copy.data(), addr[b], size, stream);
     }
-    log_debug("iteration " + std::to_string(iteration_index) + ": evict buffer " + std::to_string(b) + " at " +
+    if (opts.config.log >= log_level::debug)
+      log_debug("iteration " + std::to_string(iteration_index) + ": evict buffer " + std::to_string(b) + " at " +
               std::to_string(static_cast<const void*>(addr[b]) != nullptr ? reinterpret_cast<std::uintptr_t>(addr[b]) : 0) +
               " after launch " + std::to_string(pos));
     alloc.evict(addr[b]);
@@ -523,7 +550,24 @@ struct engine::impl {
   }
 
   // Maps the entry's buffers back and replays its recipe on `stream`.
-  void regenerate(std::size_t entry_index, allocator::stream_handle stream, int depth = 0) {
+  // Keeps the buffers a regeneration needs out of the pressure valve's reach.
+  struct pin_scope {
+    std::vector<std::uint32_t>& pins;
+    std::vector<buffer_id> held;
+    pin_scope(std::vector<std::uint32_t>& p, const policy::iteration& g, const policy::eviction& e) : pins(p) {
+      held.push_back(e.target);
+      held.insert(held.end(), e.also_regenerates.begin(), e.also_regenerates.end());
+      for (launch_id l : e.recipe) held.insert(held.end(), g.launches[l].touched.begin(), g.launches[l].touched.end());
+      for (buffer_id b : held) ++pins[b];
+    }
+    ~pin_scope() {
+      for (buffer_id b : held) --pins[b];
+    }
+    pin_scope(const pin_scope&) = delete;
+    pin_scope& operator=(const pin_scope&) = delete;
+  };
+
+  void regenerate(std::size_t entry_index, allocator::stream_handle stream, int depth = 0, bool prefetch = false) {
     const auto& e = plan.evictions[entry_index];
     std::vector<buffer_id> targets{e.target};
     targets.insert(targets.end(), e.also_regenerates.begin(), e.also_regenerates.end());
@@ -533,6 +577,7 @@ struct engine::impl {
     if (depth > 64) throw error("sublinear: replay recursion deeper than 64 recipes; the plan is cyclic");
     if (e.recipe.empty()) throw error("sublinear: an evicted buffer has no recipe to regenerate it");
     const auto& g = graph();
+    pin_scope pinned(pins, g, e);
     std::unordered_set<buffer_id> regenerated(targets.begin(), targets.end());
     std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
     // Inputs evicted at this moment that the plan expected resident: regenerate them first.
@@ -544,25 +589,45 @@ struct engine::impl {
       }
     }
     const double started = dev.now_s();
-    log_debug("iteration " + std::to_string(iteration_index) + ": regenerate buffer " + std::to_string(e.target) +
-              " before launch " + std::to_string(pos));
+    if (opts.config.log >= log_level::debug)
+      log_debug("iteration " + std::to_string(iteration_index) + ": regenerate buffer " + std::to_string(e.target) +
+                " before launch " + std::to_string(pos));
     std::vector<buffer_id> restored;
-    for (buffer_id b : targets) {
-      if (!evicted[b] || freed[b]) continue;
-      restored.push_back(b);
-      alloc.restore(addr[b]);
-      evicted[b] = 0;
-      evicted_ranges.erase(addr[b]);
-    }
-    // Scratch for temporaries, at other addresses; live side outputs start from their contents.
     std::unordered_map<buffer_id, char*> scratch_of;
     std::vector<char*> scratch;
-    for (buffer_id t : e.temporaries) {
-      const std::size_t size = g.buffers[t].size;
-      char* s = static_cast<char*>(alloc.allocate(size, stream));
-      scratch.push_back(s);
-      scratch_of[t] = s;
-      if (addr[t] != nullptr && !freed[t] && !evicted[t]) dev.copy(s, addr[t], size, stream);
+    try {
+      for (buffer_id b : targets) {
+        if (!evicted[b] || freed[b]) continue;
+        alloc.restore(addr[b]);
+        restored.push_back(b);
+        evicted[b] = 0;
+        evicted_ranges.erase(addr[b]);
+      }
+      // Scratch for temporaries, at other addresses; live side outputs start from their
+      // contents. Blocks the recipe writes that have been freed since (a regeneration the
+      // pressure valve moved later than planned) get scratch too: their addresses may
+      // belong to others now.
+      std::vector<buffer_id> temp_list(e.temporaries.begin(), e.temporaries.end());
+      for (launch_id l : e.recipe)
+        for (buffer_id w : g.launches[l].written)
+          if (freed[w] && temps.insert(w).second) temp_list.push_back(w);
+      for (buffer_id t : temp_list) {
+        const std::size_t size = g.buffers[t].size;
+        char* s = static_cast<char*>(alloc.allocate(size, stream));
+        scratch.push_back(s);
+        scratch_of[t] = s;
+        if (addr[t] != nullptr && !freed[t] && !evicted[t]) dev.copy(s, addr[t], size, stream);
+      }
+    } catch (...) {
+      // Out of memory before anything was replayed: what was mapped back holds no valid
+      // bytes, so it is evicted again and the state stays consistent for a later attempt.
+      for (char* sc : scratch) alloc.deallocate(sc);
+      for (buffer_id b : restored) {
+        alloc.evict(addr[b]);
+        evicted[b] = 1;
+        evicted_ranges[addr[b]] = b;
+      }
+      throw;
     }
     std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
     for (launch_id l : e.recipe) {
@@ -596,7 +661,11 @@ struct engine::impl {
       for (launch_id l : e.recipe) r.recompute_cost_s += g.launches[l].cost_s;
       validate_regenerated(b, stream);
     }
-    current.stall_s += dev.now_s() - started;
+    if (prefetch) {
+      ++current.prefetched;
+    } else {
+      current.stall_s += dev.now_s() - started;
+    }
     // One event per buffer mapped back, all with the recipe's time span.
     for (buffer_id b : restored)
       note_block(timeline_event::kind::regenerate, started, addr[b], g.buffers[b].size, record_for(b).producer);
@@ -680,6 +749,165 @@ struct engine::impl {
     }
   }
 
+  // ---- prefetch and the pressure valve (Note [Prefetch], Note [Pressure valve]) -----------------
+
+  // True if launch in [from, until) writes `b`.
+  bool written_in(buffer_id b, std::size_t from, std::size_t until) const {
+    const auto& w = writers[b];
+    auto it = std::lower_bound(w.begin(), w.end(), static_cast<launch_id>(from));
+    return it != w.end() && *it < until;
+  }
+
+  // True if the recipe of entry `i` can run now: every launch of it seen in this iteration,
+  // every block it touches in place allocated and not freed, its inputs resident and
+  // unchanged since the original launches. With `until` (the valve), it must also stay
+  // valid up to that launch: nothing it touches is freed before it or written in
+  // [pos, until), and every buffer it writes that is resident still holds what the recipe
+  // wrote (the recipe will write it again).
+  bool recipe_valid(std::size_t i, std::size_t until) const {
+    const auto& e = plan.evictions[i];
+    const auto& g = graph();
+    if (e.recipe.empty()) return false;
+    std::unordered_set<buffer_id> made(e.also_regenerates.begin(), e.also_regenerates.end());
+    made.insert(e.target);
+    std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
+    std::unordered_map<buffer_id, launch_id> recipe_writer;
+    for (launch_id l : e.recipe) {
+      const saved_op& so = saved[l];
+      if (l >= pos || !so.present) return false;
+      const auto& touched = g.launches[l].touched;
+      const auto& writes = g.launches[l].written;
+      for (std::size_t k = 0; k < touched.size(); ++k) {
+        const buffer_id u = touched[k];
+        if (temps.count(u) != 0) continue;
+        if (addr[u] == nullptr) return false;
+        // A block the recipe produces may be gone by then: it is replayed into scratch
+        // (regenerate). One it only reads must exist now and, for the valve, still exist
+        // when the regeneration runs: a replay never touches a freed block.
+        const bool produced = made.count(u) != 0 || std::binary_search(writes.begin(), writes.end(), u);
+        const bool gone_by_then = freed[u] || (until > pos && g.buffers[u].free_at != none && g.buffers[u].free_at <= until);
+        if (gone_by_then && !produced) return false;
+        if (until > pos && written_in(u, pos, until)) return false;
+        if (gone_by_then) continue;  // a temporary then
+        if (made.count(u) != 0) continue;
+        if (evicted[u] && !freed[u]) return false;
+        if (version[u] != so.input_versions[k]) return false;
+      }
+      for (buffer_id w : g.launches[l].written) {
+        made.insert(w);
+        recipe_writer[w] = l;
+      }
+    }
+    if (until > pos) {
+      for (const auto& [w, l] : recipe_writer) {
+        if (temps.count(w) != 0 || evicted[w] || freed[w]) continue;
+        if (last_write[w] != l) return false;
+      }
+    }
+    return true;
+  }
+
+  // Regenerates, ahead of their restore points, the entries due within the next
+  // prefetch_launches launches whose recipes can run now and that fit under the budget.
+  void prefetch(allocator::stream_handle stream) {
+    const auto& g = graph();
+    const std::size_t horizon = std::min(g.launches.size(), pos + opts.prefetch_launches);
+    std::size_t q = std::max(prefetch_scan, pos + 1);
+    if (q > horizon) return;
+    const std::size_t gran = alloc.granularity();
+    auto pages = [&](buffer_id b) { return (g.buffers[b].size + gran - 1) / gran * gran; };
+    auto s = alloc.get_stats();
+    for (; q <= horizon; ++q) {
+      for (std::size_t i : restore_at[q]) {
+        const auto& e = plan.evictions[i];
+        std::size_t need = 0;
+        if (evicted[e.target] && !freed[e.target]) need += pages(e.target);
+        for (buffer_id t : e.also_regenerates)
+          if (evicted[t] && !freed[t]) need += pages(t);
+        if (need == 0) continue;
+        for (buffer_id t : e.temporaries) need += pages(t);
+        const std::size_t held = s.mapped - s.pooled;  // pooled chunks can serve the targets
+        if (held + need + s.budget / 32 > s.budget) continue;
+        if (!recipe_valid(i, 0)) continue;
+        // A prefetch is an optimisation: it must neither fail the launch nor make the
+        // pressure valve evict others to make room for it.
+        prefetching = true;
+        try {
+          regenerate(i, stream, 0, true);
+        } catch (const out_of_memory&) {
+          // left to its restore point
+        }
+        prefetching = false;
+        s = alloc.get_stats();
+      }
+    }
+    prefetch_scan = horizon + 1;
+  }
+
+  // The pressure valve: evicts resident buffers the plan placed evictable until
+  // `shortfall` bytes are on their way out. Returns the bytes asked to evict.
+  std::size_t relieve(std::size_t shortfall) {
+    if (!active() || prefetching) return 0;
+    const auto& g = graph();
+    const std::size_t n = g.launches.size();
+    const std::size_t gran = alloc.granularity();
+    struct candidate {
+      buffer_id b;
+      std::size_t next;      // next launch touching it (n: none this iteration)
+      double cost_per_byte;  // its recipe's traced cost
+    };
+    std::vector<candidate> found;
+    std::size_t considered = 0;
+    for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+      if (!buffer_evictable[b] || addr[b] == nullptr || freed[b] || evicted[b] || pins[b] != 0) continue;
+      ++considered;
+      const auto& u = uses[b];
+      auto it = std::lower_bound(u.begin(), u.end(), static_cast<launch_id>(pos));
+      const std::size_t next = it == u.end() ? n : *it;
+      if (next == pos) continue;  // the launch entering now needs it
+      const std::int32_t c = entry_of[b];
+      if (c < 0) continue;
+      const auto& e = plan.evictions[static_cast<std::size_t>(c)];
+      // Its current value is the recipe's: the recipe's last write of it was its last write.
+      launch_id writer = none;
+      for (launch_id l : e.recipe)
+        if (std::binary_search(g.launches[l].written.begin(), g.launches[l].written.end(), b)) writer = l;
+      if (writer == none || last_write[b] != writer) {
+        if (opts.config.log >= log_level::debug)
+          log_debug("valve: buffer " + std::to_string(b) + " next use " + std::to_string(next) + ": entry " +
+                    std::to_string(c) + "'s recipe did not write it last");
+        continue;
+      }
+      if (!recipe_valid(static_cast<std::size_t>(c), std::max(next, pos + 1))) {
+        if (opts.config.log >= log_level::debug)
+          log_debug("valve: buffer " + std::to_string(b) + " next use " + std::to_string(next) +
+                    ": its recipe would not be valid then");
+        continue;
+      }
+      double cost = 0.0;
+      for (launch_id l : e.recipe) cost += g.launches[l].cost_s;
+      found.push_back({b, next, cost / static_cast<double>(g.buffers[b].size)});
+    }
+    std::sort(found.begin(), found.end(), [](const candidate& x, const candidate& y) {
+      if (x.next != y.next) return x.next > y.next;
+      return x.cost_per_byte < y.cost_per_byte;
+    });
+    std::size_t asked = 0;
+    std::size_t count = 0;
+    for (const candidate& c : found) {
+      if (asked >= shortfall) break;
+      evict_buffer(c.b, static_cast<std::size_t>(entry_of[c.b]), nullptr, false);
+      asked += (g.buffers[c.b].size + gran - 1) / gran * gran;
+      ++count;
+    }
+    current.pressure_evictions += count;
+    log_info("iteration " + std::to_string(iteration_index) + ": pressure at launch " + std::to_string(pos) + ", " +
+             format_bytes(shortfall) + " short of the budget: evicted " + std::to_string(count) + " more buffers (" +
+             format_bytes(asked) + ") of " + std::to_string(found.size()) + " that could be regenerated later (" +
+             std::to_string(considered) + " resident and evictable)");
+    return asked;
+  }
+
   // ---- interception -----------------------------------------------------------------------
   void flush_memory_op() {
     if (!memory_op_pending) return;
@@ -701,8 +929,10 @@ struct engine::impl {
     }
     if (!diverged) {
       for (std::size_t i : restore_at[pos]) regenerate(i, op.stream);
+      if (opts.prefetch_launches > 0) prefetch(op.stream);
     }
-    if (std::getenv("SUBLINEAR_DEBUG_LAUNCHES") != nullptr && pos < expected_handle.size())
+    static const bool debug_launches = std::getenv("SUBLINEAR_DEBUG_LAUNCHES") != nullptr;
+    if (debug_launches && pos < expected_handle.size())
       log_debug("launch " + launch_name(pos));
     regenerate_touched(op);
     if (!diverged && saved_needed[pos]) {
@@ -721,7 +951,10 @@ struct engine::impl {
     if (opts.record_timeline) note(timeline_event::kind::memory, dev.now_s(), 0, {});
     if (!have_plan || (st != engine_state::validate && st != engine_state::steady)) return;
     if (!diverged && pos < graph().launches.size()) {
-      for (buffer_id w : graph().launches[pos].written) ++version[w];
+      for (buffer_id w : graph().launches[pos].written) {
+        ++version[w];
+        last_write[w] = static_cast<launch_id>(pos);
+      }
       for (std::size_t i : evict_at[pos]) evict(i, op.stream);
     }
     ++pos;
@@ -740,6 +973,11 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
   // Blocks allocated before the engine existed (parameters, optimizer state) must be known
   // to the pointer scan, or launches would seem not to touch them.
   for (const auto& b : alloc.live_blocks()) recorder.on_allocate(b.base, b.requested, b.stream, b.evictable);
+  alloc.set_pressure_handler([m = impl_.get()](std::size_t shortfall) {
+    std::lock_guard lock(m->mutex);
+    engine_scope scope;
+    return m->relieve(shortfall);
+  });
   alloc.empty_cache();  // the traced peak counts what the iteration needs, not an old cache
   recorder.start();
   recorder.mark_iteration();  // each trace opens with a marker, so a trace file is self-contained
@@ -748,6 +986,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
 
 engine::~engine() {
   if (impl_->st == engine_state::disabled) return;
+  impl_->alloc.set_pressure_handler({});
   impl_->alloc.set_observer(impl_->previous_observer);
   impl_->rec.set_next(nullptr);
   impl_->alloc.set_exact_large_segments(false);

@@ -26,6 +26,38 @@
 // entering launch's stream before it, with the parameter bytes they had in this iteration.
 // Temporaries get scratch blocks at other addresses and the parameter words pointing at
 // them are rewritten. Launches the engine queues itself are not intercepted again.
+//
+// Note [Prefetch]
+// Rationale: regenerating at the ENTER of the launch that needs a buffer puts the map
+//   calls, the scratch allocations and the recipe's launches right in front of that
+//   launch: on a device whose host thread runs ahead of its stream, the stream drains
+//   while the host maps and queues. The plan's restore point is the latest moment, not
+//   the only one.
+// Approach: at every ENTER the engine looks `engine_options::prefetch_launches` launches
+//   ahead and regenerates the entries due there now, on the entering launch's stream,
+//   when their recipes can already run (every recipe launch seen, inputs resident and
+//   unchanged) and the budget has room for their targets and temporaries with a
+//   thirty-second of the budget to spare. Entries that do not fit are regenerated at
+//   their restore point as before, and the ENTER safety net stays.
+// Limitations: a prefetched buffer occupies pages a few launches longer than the plan
+//   predicted; the room check and the pressure valve bound what that can cost.
+//
+// Note [Pressure valve]
+// Rationale: the planner predicts peaks from the traced iteration; fragmentation, the
+//   chunk pool, prefetches and kernels whose timing shifts can still need pages the plan
+//   did not foresee. A strict budget must then evict more rather than fail.
+// Approach: the engine installs a pressure handler on the allocator (Note [Strict
+//   budget]). Asked for `shortfall` bytes, it ranks the resident buffers it placed
+//   evictable: never used again this iteration first, then latest next use (the launch
+//   that will need it), then cheapest recompute per byte, and evicts them until the
+//   shortfall is covered. A buffer qualifies only if its regeneration will be valid at
+//   its next use: the launch entering now does not touch it, its plan entry's recipe has
+//   run in this iteration and was its last writer, and nothing the recipe reads or writes
+//   is written between now and that next use (the trace says who writes what). The
+//   buffer comes back through the ENTER safety net. If nothing qualifies the allocator
+//   fails with out_of_memory naming the budget, the shortfall and what the engine tried.
+// Limitations: only buffers the plan placed evictable (dedicated pages) can go; pressure
+//   from buffers the plan keeps resident still fails.
 #pragma once
 
 #include <cstddef>
@@ -91,6 +123,8 @@ struct iteration_report {
   std::size_t recomputed_launches = 0;
   double recompute_s = 0.0;         // host time spent queuing replays (device time on GPU)
   double stall_s = 0.0;             // time launches waited for regeneration at ENTER
+  std::size_t prefetched = 0;       // regenerations done ahead of their restore point
+  std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
   bool diverged = false;
   std::size_t validation_mismatches = 0;
   double wall_s = 0.0;
@@ -131,13 +165,18 @@ struct engine_options {
   std::size_t device_capacity = 0;  // for budgets given as a share of device memory
   bool record_timeline = false;     // keep timeline events (reports, plots)
   std::size_t timeline_limit = 1'000'000;  // events kept at most
+  // Launches ahead of a plan's restore point at which regeneration may start when the
+  // budget has room (Note [Prefetch]); 0 regenerates at the restore point only.
+  std::size_t prefetch_launches = 8;
 };
 
 // The bytes a plan must leave free under `budget` for what the planner does not model:
 // the allocator's caching overhead the traced iteration showed (mapped minus live bytes at
-// the peak) plus a sixteenth of the budget for fragmentation the trace cannot show (free
-// space split across partly used segments when evicted pages come back). The engine and
-// `sublinear plan` both plan for `budget - planning_overhead(...)`.
+// the peak) plus a margin for fragmentation the trace cannot show (free space split across
+// partly used segments when evicted pages come back) and for prefetches: a sixteenth of
+// the budget. (With the pressure valve, Note [Pressure valve], a thirty-second also holds
+// on every end-to-end cell and fault test; docs/runtime.md has the figures.) The engine
+// and `sublinear plan` both plan for `budget - planning_overhead(...)`.
 [[nodiscard]] std::size_t planning_overhead(std::size_t budget, std::size_t traced_mapped_peak,
                                             std::size_t traced_live_peak);
 // The smallest budget whose share for the planner (budget - planning_overhead) is at least

@@ -211,7 +211,7 @@ TEST_F(CachingAllocator, EvictionWaitsForTheLastUseBeforeUnmapping) {
   EXPECT_EQ(a.reclaim(), 3 * kGranularity);
   EXPECT_EQ(a.find(p)->state, residency::evicted);
   auto s = a.get_stats();
-  EXPECT_EQ(s.mapped, mapped - 3 * kGranularity);
+  EXPECT_EQ(s.mapped - s.pooled, mapped - 3 * kGranularity);
   EXPECT_EQ(s.evicted, 3 * kGranularity);
   EXPECT_EQ(s.evictions, 1u);
   a.deallocate(p);
@@ -333,6 +333,34 @@ TEST_F(CachingAllocator, WaitsForTheSegmentsStreamBeforeGivingCachedPagesBack) {
   a.deallocate(y);
 }
 
+TEST_F(CachingAllocator, UnderABudgetReleasingAFreeSegmentWaitsOnlyForItsFree) {
+  auto a = make(24 * MiB);
+  void* x = a.allocate(3 * MiB, stream(1));  // a 20 MiB segment on stream 1
+  a.deallocate(x);                           // the free is recorded on stream 1
+  events.complete_all();                     // ... and has completed
+  const auto waits_before = events.synchronized();
+  void* y = a.allocate(12 * MiB, stream(2));  // needs the cached segment's pages
+  EXPECT_EQ(events.synchronized(), waits_before) << "waited although the free had completed";
+  EXPECT_EQ(a.get_stats().release_waits, 0u);
+  a.deallocate(y);
+}
+
+// Regression: an event from an earlier free must not vouch for a later one.
+TEST_F(CachingAllocator, AFreeWithoutABudgetLeavesNoStaleEventBehind) {
+  auto a = make(24 * MiB);
+  void* x = a.allocate(3 * MiB, stream(1));
+  a.deallocate(x);  // under the budget: an event is recorded...
+  events.complete_all();  // ...and completes
+  a.set_budget(0);
+  void* z = a.allocate(3 * MiB, stream(1));  // the same segment, used again
+  a.deallocate(z);  // freed with no budget: nothing recorded, stream 1 may still use it
+  a.set_budget(24 * MiB);
+  const auto waits_before = events.synchronized();
+  void* y = a.allocate(12 * MiB, stream(2));
+  EXPECT_EQ(events.synchronized(), waits_before + 1) << "unmapped on the strength of a stale event";
+  a.deallocate(y);
+}
+
 TEST_F(CachingAllocator, WaitsForPendingEvictionsWhenTheBudgetRequiresIt) {
   auto a = make(4 * MiB);
   void* e = a.allocate(3 * MiB, nullptr, true);
@@ -417,6 +445,138 @@ TEST_F(CachingAllocator, ReportsPeaksAndFragmentation) {
   void* z = a.allocate(600 * KiB, nullptr);
   EXPECT_GT(a.get_stats().fragmentation(), 1.0);
   a.deallocate(z);
+}
+
+TEST_F(CachingAllocator, AnEvictedBlocksChunkIsPooledAndServesTheNextRestoreWithoutACreate) {
+  auto a = make(64 * MiB);
+  auto* p = static_cast<unsigned char*>(a.allocate(4 * kGranularity, nullptr, true));
+  a.evict(p);
+  events.complete_all();
+  a.reclaim();
+  auto s = a.get_stats();
+  EXPECT_EQ(s.pooled, 4 * kGranularity) << "the chunk is kept, not released";
+  EXPECT_EQ(s.mapped, 4 * kGranularity) << "and still counts as physical memory held";
+  const auto creates = s.create_calls;
+  a.restore(p);
+  s = a.get_stats();
+  EXPECT_EQ(s.create_calls, creates) << "the restore made a new chunk instead of reusing the pooled one";
+  EXPECT_EQ(s.pool_reuses, 1u);
+  EXPECT_EQ(s.pooled, 0u);
+  std::memset(p, 0x3c, 4 * kGranularity);
+  EXPECT_EQ(p[4 * kGranularity - 1], 0x3c);
+  a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, APooledChunkServesANewSegmentOfTheSameSize) {
+  auto a = make(64 * MiB);
+  void* e = a.allocate(3 * MiB, nullptr, true);
+  a.evict(e);
+  events.complete_all();
+  a.reclaim();
+  const auto creates = a.get_stats().create_calls;
+  void* x = a.allocate(3 * MiB, stream(1), true);  // another evictable block of that size
+  EXPECT_EQ(a.get_stats().create_calls, creates);
+  EXPECT_EQ(a.get_stats().pool_reuses, 1u);
+  a.deallocate(x);
+  a.deallocate(e);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, PooledBytesCountAgainstTheBudgetAndAreTrimmedFirstUnderPressure) {
+  auto a = make(4 * MiB);
+  void* e = a.allocate(3 * MiB, nullptr, true);
+  a.evict(e);
+  events.complete_all();
+  a.reclaim();
+  ASSERT_EQ(a.get_stats().pooled, 3 * MiB);
+  void* x = a.allocate(2 * MiB + 512 * KiB, nullptr);  // another size: the pooled chunk must go
+  auto s = a.get_stats();
+  EXPECT_EQ(s.pooled, 0u);
+  EXPECT_EQ(s.pool_trims, 1u);
+  EXPECT_LE(s.mapped_peak, 4 * MiB) << "pooled and mapped bytes together exceeded the budget";
+  EXPECT_EQ(s.budget_waits, 0u) << "trimming the pool needs no wait";
+  a.deallocate(x);
+  a.deallocate(e);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, WithoutPoolingAnEvictedChunkIsReleased) {
+  options o;
+  o.reserve = 4 * GiB;
+  o.pool_chunks = false;
+  caching_allocator a(device, events, o);
+  void* e = a.allocate(2 * kGranularity, nullptr, true);
+  a.evict(e);
+  events.complete_all();
+  a.reclaim();
+  EXPECT_EQ(a.get_stats().pooled, 0u);
+  EXPECT_EQ(a.get_stats().mapped, 0u);
+  a.deallocate(e);
+}
+
+TEST_F(CachingAllocator, EmptyCacheAndANewBudgetEmptyThePool) {
+  auto a = make(64 * MiB);
+  void* e = a.allocate(2 * kGranularity, nullptr, true);
+  a.evict(e);
+  events.complete_all();
+  a.reclaim();
+  ASSERT_GT(a.get_stats().pooled, 0u);
+  a.set_budget(32 * MiB);
+  EXPECT_EQ(a.get_stats().pooled, 0u);
+  EXPECT_EQ(a.get_stats().mapped, 0u);
+  a.restore(e);
+  a.evict(e);
+  events.complete_all();
+  a.reclaim();
+  ASSERT_GT(a.get_stats().pooled, 0u);
+  a.empty_cache();
+  EXPECT_EQ(a.get_stats().pooled, 0u);
+  a.deallocate(e);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, UnderPressureThePressureHandlerEvictsMoreAndTheRequestSucceeds) {
+  auto a = make(4 * MiB);
+  void* victim = a.allocate(3 * MiB, nullptr, true);
+  std::size_t asked_for = 0;
+  a.set_pressure_handler([&](std::size_t shortfall) -> std::size_t {
+    asked_for = shortfall;
+    a.evict(victim);  // the engine's part: something it can regenerate later
+    return 3 * MiB;
+  });
+  void* x = a.allocate(2 * MiB + 512 * KiB, nullptr);
+  EXPECT_NE(x, nullptr);
+  EXPECT_GE(asked_for, 1 * MiB) << "the handler was not told what is missing";
+  EXPECT_EQ(a.find(victim)->state, residency::evicted);
+  EXPECT_EQ(a.get_stats().pressure_calls, 1u);
+  EXPECT_LE(a.get_stats().mapped_peak, 4 * MiB);
+  a.set_pressure_handler({});
+  a.deallocate(x);
+  a.deallocate(victim);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, WhenThePressureHandlerFreesNothingTheErrorSaysWhat) {
+  auto a = make(4 * MiB);
+  void* held = a.allocate(3 * MiB, nullptr);
+  int calls = 0;
+  a.set_pressure_handler([&](std::size_t) -> std::size_t {
+    ++calls;
+    return 0;
+  });
+  try {
+    (void)a.allocate(2 * MiB + 512 * KiB, nullptr);
+    FAIL() << "allocated past the budget";
+  } catch (const out_of_memory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("budget 4.00 MiB"), std::string::npos) << what;
+    EXPECT_NE(what.find("evict more"), std::string::npos) << what;
+    EXPECT_NE(what.find("short"), std::string::npos) << what;
+  }
+  EXPECT_EQ(calls, 1);
+  a.set_pressure_handler({});
+  a.deallocate(held);
 }
 
 TEST_F(CachingAllocator, ZeroSizeReturnsNull) {
