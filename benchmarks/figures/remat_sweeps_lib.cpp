@@ -23,6 +23,7 @@
 #include "benchmarks/workloads/host_session.hpp"
 #include "benchmarks/workloads/models/registry.hpp"
 #include "benchmarks/workloads/training.hpp"
+#include "integrations/cli/args.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
 #include "sublinear/error.hpp"
@@ -1575,20 +1576,9 @@ bench_options parse_bench_args(std::span<const std::string_view> args, std::stri
     }
     return n;
   };
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string_view flag = args[i];
-    std::string_view value;
-    bool has_value = false;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string_view::npos) {
-      value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-      has_value = true;
-    }
-    const auto next = [&]() -> std::string_view {
-      if (has_value) return value;
-      if (i + 1 >= args.size()) bad(std::string(flag) + " needs a value");
-      return args[++i];
-    };
+  for (cli::arg_reader r(args, bad); r.next();) {
+    const std::string_view flag = r.flag();
+    const auto next = [&] { return r.value(); };
     if (flag == "--sweep") {
       std::string_view list = next();
       while (!list.empty()) {
@@ -1627,7 +1617,7 @@ bench_options parse_bench_args(std::span<const std::string_view> args, std::stri
     } else if (flag == "--no-progress") {
       o.progress = false;
     } else {
-      bad("unknown argument '" + std::string(args[i]) + "'");
+      bad("unknown argument '" + std::string(r.raw()) + "'");
     }
   }
   if (o.sweeps.empty()) {

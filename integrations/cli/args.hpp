@@ -1,20 +1,23 @@
-// One reader for every subcommand's `--flag value` and `--flag=value` arguments.
+// One reader for every subcommand's `--flag value` and `--flag=value` arguments (the
+// subcommands here and the sweeps' program, benchmarks/figures/remat_sweeps_lib.cpp).
 #pragma once
 
 #include <cstddef>
 #include <cstdlib>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace sublinear::cli {
 
 class arg_reader {
  public:
   // `bad` reports a usage error and does not return (it throws config_error).
-  using bad_fn = void (*)(const std::string& what);
+  using bad_fn = std::function<void(const std::string& what)>;
 
-  arg_reader(std::span<const std::string_view> args, bad_fn bad) : args_(args), bad_(bad) {}
+  arg_reader(std::span<const std::string_view> args, bad_fn bad) : args_(args), bad_(std::move(bad)) {}
 
   // Moves to the next argument; false when there is none.
   bool next() {
