@@ -25,6 +25,13 @@ allocator::options allocator_options(const host_session_options& o) {
     a.large_segment = 2560 * 1024;
     a.round_large = 256 * 1024;
   }
+  if (o.page_segments) {
+    a.small_size = o.granularity / 2;
+    a.small_segment = o.granularity;
+    a.min_large_alloc = o.granularity;
+    a.large_segment = o.granularity;
+    a.round_large = o.granularity;
+  }
   return a;
 }
 

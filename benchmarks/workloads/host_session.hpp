@@ -38,6 +38,9 @@ struct host_session_options {
   bool synchronous = false;
   // PyTorch's size classes scaled down for host-sized models (Note [Host size classes]).
   bool scaled_size_classes = false;
+  // Every segment one page (`granularity`), so mapped bytes follow live bytes: tests whose
+  // models hold a few MiB use it to leave room for budgets below the traced peak.
+  bool page_segments = false;
 };
 
 class host_session {

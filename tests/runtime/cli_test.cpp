@@ -19,6 +19,7 @@
 #include "benchmarks/workloads/memory.hpp"
 #include "benchmarks/workloads/models/registry.hpp"
 #include "benchmarks/workloads/training.hpp"
+#include "runtime/tight_session.hpp"
 #include "policy/planner.hpp"
 #include "tracer/host/host_collector.hpp"
 #include "tracer/recorder.hpp"
@@ -129,41 +130,6 @@ std::unique_ptr<workloads::models::model> test_model(workloads::models::model_ki
   return workloads::models::make_model(c);
 }
 
-// The host stack with 4 KiB pages and segments no larger than a page, so that mapped bytes
-// follow live bytes: the test models hold a few MiB, which PyTorch's 2 MiB and 20 MiB
-// segments would dwarf, leaving no room for any budget below the traced peak.
-class tight_session {
- public:
-  tight_session()
-      : vmm_(allocator::host_vmm_options{kPage, std::size_t{2} << 30}),
-        allocator_(vmm_, device_, tight_options()),
-        installed_(allocator_) {}
-  ~tight_session() { device_.synchronize(); }
-  tight_session(const tight_session&) = delete;
-  tight_session& operator=(const tight_session&) = delete;
-
-  host::device& device() { return device_; }
-  allocator::caching_allocator& allocator() { return allocator_; }
-  allocator::host_vmm& vmm() { return vmm_; }
-  workloads::context make_context() { return workloads::context{device_, nullptr, memory_}; }
-
- private:
-  static constexpr std::size_t kPage = std::size_t{4} << 10;
-  static allocator::options tight_options() {
-    allocator::options o;
-    o.small_size = kPage / 2;
-    o.small_segment = kPage;
-    o.min_large_alloc = kPage;
-    o.large_segment = kPage;
-    o.round_large = kPage;
-    return o;
-  }
-  allocator::host_vmm vmm_;
-  host::device device_;
-  allocator::caching_allocator allocator_;
-  allocator::scoped_default_allocator installed_;
-  workloads::c_api_memory memory_;
-};
 
 // ---- sublinear plan: the preview agrees with the runtime ---------------------------------------------------
 
