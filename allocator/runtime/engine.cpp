@@ -7,6 +7,8 @@
 //   backup        : validation's host copy of an evicted buffer
 //   uses, writers : per buffer, the traced launches touching / writing it (the valve's
 //                   look-ahead, Note [Pressure valve])
+//   tracked_block : per live block under an absolute budget: its last touch while tracing,
+//                   its host copy while offloaded (Note [Offloading the traced iteration])
 #include "allocator/runtime/engine.hpp"
 
 #include <algorithm>
@@ -132,6 +134,23 @@ struct engine::impl {
   std::unordered_map<buffer_id, std::vector<std::byte>> backups;
   iteration_report current;
 
+  // ---- offloading while tracing (Note [Offloading the traced iteration]) ---------------------
+  struct tracked_block {
+    std::size_t size = 0;  // bytes the program asked for
+    allocator::stream_handle stream = nullptr;
+    bool evictable = false;
+    bool offloaded = false;
+    std::uint64_t last_touch = 0;  // launch_clock of the last launch touching it
+    std::vector<std::byte> host;   // its bytes while offloaded
+  };
+  std::size_t trace_budget_bytes = 0;        // the absolute budget (0: trace unbudgeted)
+  std::map<const char*, tracked_block> blocks;  // live blocks, by base (only with trace_budget_bytes)
+  std::size_t offloaded_live = 0;            // of `blocks`: offloaded now
+  std::uint64_t launch_clock = 0;
+  std::vector<const char*> entering;         // blocks the launch entering now touches
+  std::size_t unoffloaded_peak = 0;          // this iteration's peak had nothing been offloaded
+  std::size_t planning_peak = 0;             // the last traced iteration's, for the overhead
+
   std::vector<iteration_report> reports;
   std::vector<timeline_event> timeline;
   double started_s = 0.0;
@@ -225,7 +244,8 @@ struct engine::impl {
     ao.granularity = alloc.granularity();
     ao.known_writing_slots = earlier_writing_slots;
     an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
-    const std::size_t traced_peak = alloc.get_stats().mapped_peak;
+    const std::size_t traced_peak = std::max(alloc.get_stats().mapped_peak, unoffloaded_peak);
+    planning_peak = traced_peak;
     log_info("traced iteration: " + std::to_string(an.graph.launches.size()) + " launches (" +
              std::to_string(an.observed_launches) + " with observed writes, " + std::to_string(an.timed_launches) +
              " timed), " + std::to_string(an.graph.buffers.size()) + " buffers, " +
@@ -371,6 +391,17 @@ struct engine::impl {
         }
       }
     }
+    if (st == engine_state::trace && trace_budget_bytes > 0) {
+      try {
+        alloc.set_budget(trace_budget_bytes);
+        current.budget = trace_budget_bytes;
+      } catch (const out_of_memory& e) {
+        log_warn("cannot bring mapped memory under the budget for the traced iteration: " + std::string(e.what()) +
+                 "; tracing it unbudgeted");
+        alloc.set_budget(0);
+      }
+    }
+    unoffloaded_peak = 0;
     alloc.reset_peaks();
     iteration_started_s = dev.now_s();
   }
@@ -392,11 +423,16 @@ struct engine::impl {
       char line[512];
       std::snprintf(line, sizeof line,
                     "iteration %zu [%s]: peak mapped %s%s%s, %zu evictions (%s), %zu recomputed launches, "
-                    "recompute %.1f ms, stall %.1f ms%s",
+                    "recompute %.1f ms, stall %.1f ms%s%s",
                     current.index, to_string(current.state), format_bytes(current.peak_mapped).c_str(),
                     current.budget ? " of a " : "", current.budget ? (format_bytes(current.budget) + " budget").c_str() : "",
                     current.evictions, format_bytes(current.evicted_bytes).c_str(), current.recomputed_launches,
-                    current.recompute_s * 1e3, current.stall_s * 1e3, diverged ? ", diverged" : "");
+                    current.recompute_s * 1e3, current.stall_s * 1e3, diverged ? ", diverged" : "",
+                    current.offloads == 0 ? ""
+                                          : (", " + std::to_string(current.offloads) + " offloads (" +
+                                             format_bytes(current.offloaded_bytes) + "), " +
+                                             std::to_string(current.offload_restores) + " restored")
+                                                .c_str());
       log_info(line);
     }
     ++iteration_index;
@@ -445,7 +481,7 @@ struct engine::impl {
           rec.start();
           rec.mark_iteration();
         } else if (current.validation_mismatches > 0) {
-          make_plan(reports.empty() ? 0 : max_traced_peak());
+          make_plan(reports.empty() ? 0 : std::max(max_traced_peak(), planning_peak));
           st = engine_state::validate;
         } else if (st == engine_state::validate && opts.config.validate == validate_mode::first) {
           st = engine_state::steady;
@@ -647,6 +683,7 @@ struct engine::impl {
       std::vector<std::byte> params = so.params;
       op.params = params;
       patch(op, params, moves);
+      touch_and_restore(op, stream);  // a block offloaded while tracing that the recipe reads
       dev.replay(op, stream);
       ++current.recomputed_launches;
       current.recompute_s += g.launches[l].cost_s;
@@ -847,6 +884,7 @@ struct engine::impl {
   // The pressure valve: evicts resident buffers the plan placed evictable until
   // `shortfall` bytes are on their way out. Returns the bytes asked to evict.
   std::size_t relieve(std::size_t shortfall) {
+    if (st == engine_state::trace && trace_budget_bytes > 0) return offload(shortfall);
     if (!active() || prefetching) return 0;
     const auto& g = graph();
     const std::size_t n = g.launches.size();
@@ -908,6 +946,117 @@ struct engine::impl {
     return asked;
   }
 
+  // ---- offloading while tracing (Note [Offloading the traced iteration]) -----------------------
+
+  // The peak this iteration would have had without offloading: mapped pages, less chunks
+  // pooled only because of offloads, plus the offloaded blocks' pages.
+  void sample_unoffloaded_peak() {
+    const auto s = alloc.get_stats();
+    unoffloaded_peak = std::max(unoffloaded_peak, s.mapped - s.pooled + s.evicted);
+  }
+
+  // Calls `f(base, block)` for every tracked block overlapping [p, p + bytes).
+  // Addresses compare as integers: parameter words may be anything, not pointers.
+  template <class F>
+  void for_blocks_in(std::uintptr_t p, std::size_t bytes, F&& f) {
+    auto at = [](const char* base) { return reinterpret_cast<std::uintptr_t>(base); };
+    const std::uintptr_t end = p + std::max<std::size_t>(bytes, 1) < p ? UINTPTR_MAX : p + std::max<std::size_t>(bytes, 1);
+    auto it = blocks.upper_bound(reinterpret_cast<const char*>(p));
+    if (it != blocks.begin()) {
+      auto prev = std::prev(it);
+      if (p < at(prev->first) + prev->second.size) it = prev;
+    }
+    for (; it != blocks.end() && at(it->first) < end; ++it) f(it->first, it->second);
+  }
+
+  // The blocks `op` touches: pointer words of a kernel's parameters, a copy's or set's ranges.
+  std::vector<const char*> touched_blocks(const launch_view& op) {
+    std::vector<const char*> out;
+    auto add = [&](const char* base, tracked_block&) {
+      if (std::find(out.begin(), out.end(), base) == out.end()) out.push_back(base);
+    };
+    if (op.what == launch_view::kind::kernel) {
+      for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {
+        std::uint64_t word = 0;
+        std::memcpy(&word, op.params.data() + off, 8);
+        for_blocks_in(static_cast<std::uintptr_t>(word), 1, add);
+      }
+    } else {
+      const std::size_t bytes = std::max<std::size_t>(op.bytes, 1);
+      for_blocks_in(reinterpret_cast<std::uintptr_t>(op.dst), bytes, add);
+      if (op.src != nullptr) for_blocks_in(reinterpret_cast<std::uintptr_t>(op.src), bytes, add);
+    }
+    return out;
+  }
+
+  // Brings an offloaded block back: pages at its address, then its bytes, before anything
+  // queued on `stream` after this call.
+  void bring_back(const char* base, allocator::stream_handle stream) {
+    auto it = blocks.find(base);
+    if (it == blocks.end() || !it->second.offloaded) return;
+    tracked_block& t = it->second;
+    alloc.restore(const_cast<char*>(base));  // may offload others, never those entering now
+    dev.upload(const_cast<char*>(base), t.host.data(), t.size, stream);
+    t.offloaded = false;
+    std::vector<std::byte>().swap(t.host);
+    --offloaded_live;
+    ++current.offload_restores;
+    sample_unoffloaded_peak();
+  }
+
+  // At ENTER (and before a recipe launch is replayed): marks what `op` touches as used now
+  // and restores the offloaded blocks among it.
+  void touch_and_restore(const launch_view& op, allocator::stream_handle stream) {
+    if (blocks.empty() || (st != engine_state::trace && offloaded_live == 0)) return;
+    ++launch_clock;
+    entering = touched_blocks(op);
+    try {
+      for (const char* base : entering) {
+        auto& t = blocks.at(base);
+        t.last_touch = launch_clock;
+        if (t.offloaded) bring_back(base, stream);
+      }
+    } catch (...) {
+      entering.clear();
+      throw;
+    }
+    entering.clear();
+  }
+
+  // The pressure handler while tracing: offloads the least recently touched evictable
+  // blocks the launch entering now does not touch until `shortfall` bytes are on their
+  // way out. Returns the bytes asked to evict (0: nothing could go).
+  std::size_t offload(std::size_t shortfall) {
+    const std::size_t gran = alloc.granularity();
+    std::vector<std::pair<std::uint64_t, const char*>> found;
+    for (auto& [base, t] : blocks) {
+      if (!t.evictable || t.offloaded) continue;
+      if (std::find(entering.begin(), entering.end(), base) != entering.end()) continue;
+      found.emplace_back(t.last_touch, base);
+    }
+    std::sort(found.begin(), found.end());
+    std::size_t asked = 0;
+    std::size_t count = 0;
+    for (const auto& [touch, base] : found) {
+      if (asked >= shortfall) break;
+      tracked_block& t = blocks.at(base);
+      t.host.resize(t.size);
+      dev.download(t.host.data(), base, t.size, t.stream);  // waits for the work queued on it
+      alloc.evict(const_cast<char*>(base));
+      t.offloaded = true;
+      ++offloaded_live;
+      ++current.offloads;
+      current.offloaded_bytes += t.size;
+      asked += (t.size + gran - 1) / gran * gran;
+      ++count;
+      if (opts.record_timeline) note_block(timeline_event::kind::evict, dev.now_s(), base, t.size, "offload");
+    }
+    log_info("iteration " + std::to_string(iteration_index) + " (traced): " + format_bytes(shortfall) +
+             " short of the budget: offloaded " + std::to_string(count) + " blocks (" + format_bytes(asked) +
+             ") to host memory of " + std::to_string(found.size()) + " that could go");
+    return asked;
+  }
+
   // ---- interception -----------------------------------------------------------------------
   void flush_memory_op() {
     if (!memory_op_pending) return;
@@ -917,6 +1066,7 @@ struct engine::impl {
 
   void before(const launch_view& op) {
     flush_memory_op();
+    touch_and_restore(op, op.stream);
     if (!have_plan || (st != engine_state::validate && st != engine_state::steady)) return;
     if (restore_all_pending) restore_everything(op.stream);
     if (!diverged) {
@@ -967,6 +1117,17 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
                engine_options options)
     : impl_(std::make_unique<impl>(alloc, device, recorder, std::move(options))) {
   if (impl_->opts.config.disable) return;
+  if (!impl_->opts.config.budget.empty() && impl_->opts.budget_traced_iterations) {
+    // Note [Offloading the traced iteration]: only a budget known before the trace holds
+    // during it. A malformed one is reported when the plan is made.
+    try {
+      const auto spec = policy::parse_budget(impl_->opts.config.budget);
+      if (spec.form != policy::budget_spec::kind::peak_fraction)
+        impl_->trace_budget_bytes = policy::resolve_budget(spec, impl_->opts.device_capacity, 0);
+    } catch (const std::exception&) {
+      impl_->trace_budget_bytes = 0;
+    }
+  }
   alloc.set_exact_large_segments(true);
   recorder.set_next(this);
   impl_->previous_observer = alloc.set_observer(&recorder);
@@ -987,6 +1148,18 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
 engine::~engine() {
   if (impl_->st == engine_state::disabled) return;
   impl_->alloc.set_pressure_handler({});
+  // Blocks still offloaded (state created while tracing and not touched since) must hold
+  // their bytes for the program once the engine is gone.
+  for (auto& [base, t] : impl_->blocks) {
+    if (!t.offloaded) continue;
+    try {
+      engine_scope scope;
+      impl_->alloc.restore(const_cast<char*>(base));
+      impl_->dev.upload(const_cast<char*>(base), t.host.data(), t.size, t.stream);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sublinear: cannot restore an offloaded block at shutdown: %s\n", e.what());
+    }
+  }
   impl_->alloc.set_observer(impl_->previous_observer);
   impl_->rec.set_next(nullptr);
   impl_->alloc.set_exact_large_segments(false);
@@ -1024,6 +1197,8 @@ bool engine::place_evictable(std::size_t size, allocator::stream_handle) {
   if (inside_engine) return false;
   std::lock_guard lock(impl_->mutex);
   auto& m = *impl_;
+  // Tracing under an absolute budget: whole pages, so that offloading gives them back.
+  if (m.st == engine_state::trace && m.trace_budget_bytes > 0) return size >= m.alloc.granularity();
   if (!m.active()) return false;
   if (m.alloc_count >= m.transient_buffers.size()) {
     m.diverge("more allocations than the traced iteration");
@@ -1038,11 +1213,21 @@ bool engine::place_evictable(std::size_t size, allocator::stream_handle) {
   return m.buffer_evictable[b] != 0;
 }
 
-void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle, bool) {
+void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
   auto& m = *impl_;
   m.flush_memory_op();
+  // Only blocks allocated while tracing can be offloaded; planned iterations keep no map.
+  if (m.trace_budget_bytes > 0 && ptr != nullptr && m.st == engine_state::trace) {
+    auto& t = m.blocks[static_cast<const char*>(ptr)];
+    t = {};
+    t.size = size;
+    t.stream = stream;
+    t.evictable = evictable;
+    t.last_touch = m.launch_clock;
+    m.sample_unoffloaded_peak();
+  }
   if (m.opts.record_timeline) m.note_block(timeline_event::kind::allocate, m.dev.now_s(), ptr, size, {});
   if (!m.active() || m.alloc_count >= m.transient_buffers.size()) return;
   const buffer_id b = m.transient_buffers[m.alloc_count++];
@@ -1057,6 +1242,10 @@ void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {
   auto& m = *impl_;
   m.flush_memory_op();
   if (m.opts.record_timeline) m.note_block(timeline_event::kind::release, m.dev.now_s(), ptr, size, {});
+  if (auto t = m.blocks.find(static_cast<const char*>(ptr)); t != m.blocks.end()) {
+    if (t->second.offloaded) --m.offloaded_live;  // its host copy goes with it
+    m.blocks.erase(t);
+  }
   if (!m.have_plan) return;
   auto it = m.buffer_at.find(ptr);
   if (it == m.buffer_at.end()) return;

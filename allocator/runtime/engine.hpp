@@ -14,8 +14,41 @@
 //   with the trace as it runs (each allocation's size, each launch's kernel); at the first
 //   difference every evicted buffer is regenerated, eviction stops for the iteration and
 //   the next one is traced again.
-// Limitations: the traced iteration itself runs without a budget (its peak defines what a
-//   budget like "0.5x" means, and nothing is known yet about what can be dropped).
+// Limitations: with a budget that is a multiple of the traced peak ("0.5x") the traced
+//   iterations run without a budget: the peak that defines it is not known before them.
+//   An absolute budget (bytes, or a share of device memory) holds from the first traced
+//   iteration on (Note [Offloading the traced iteration]).
+//
+// Note [Offloading the traced iteration]
+// Rationale: a model whose traced iteration does not fit in the device, or in an
+//   absolute budget, could otherwise never be planned: the plan needs the trace. Nothing
+//   is known yet about how to recompute a buffer, but its bytes can always be kept.
+// Approach: with an absolute budget the allocator's budget is set from the first traced
+//   iteration on, and blocks of at least a page are placed evictable (dedicated pages)
+//   while tracing. When a mapping does not fit, the pressure handler offloads live
+//   evictable blocks to host memory (replay_device::download, stream-ordered, then
+//   caching_allocator::evict): the least recently touched first (the engine scans every
+//   launch's parameters, copies' and sets' ranges, for the blocks they touch), never one
+//   the launch entering now touches, until the shortfall is covered. At the ENTER of a
+//   launch, copy or set touching an offloaded block, the block is restored (restore,
+//   then upload of the host copy) before it is queued; a recipe launch replayed later
+//   does the same. A free drops the host copy. None of this is recorded: the engine's
+//   own work is not intercepted, and the engine's launch hook must run before the
+//   tracer's collector so that write observation hashes the restored bytes
+//   (host_runtime registers it first). The plan's caching overhead is measured on the
+//   peak the iteration would have had without offloading (mapped, less pooled chunks,
+//   plus the offloaded blocks).
+//   engine_options::budget_traced_iterations = false keeps the traced iterations
+//   unbudgeted (a recording for `sublinear plan` is made that way).
+// Limitations: placing blocks evictable while tracing changes the allocator's layout, so
+//   a trace under an absolute budget is not the same as an unbudgeted recording; the
+//   offloads cost a host copy each way. Offloading waits for the block's own stream only
+//   (a block used on other streams through record_stream while they run: not handled);
+//   a block is seen as touched only through a pointer word in the parameters (as the
+//   safety net); blocks allocated in planned iterations are not tracked (a trace after a
+//   divergence cannot offload them); with nothing offloadable (every live block
+//   non-evictable, offloaded, or needed by the launch entering now) the allocation fails
+//   with out_of_memory naming the budget and the shortfall.
 //
 // Note [Replay at the launch]
 // Evictions happen right after the launch at `evict_after` is issued: the allocator
@@ -125,6 +158,9 @@ struct iteration_report {
   double stall_s = 0.0;             // time launches waited for regeneration at ENTER
   std::size_t prefetched = 0;       // regenerations done ahead of their restore point
   std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
+  std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)
+  std::size_t offloaded_bytes = 0;  // their bytes
+  std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch
   bool diverged = false;
   std::size_t validation_mismatches = 0;
   double wall_s = 0.0;
@@ -168,6 +204,10 @@ struct engine_options {
   // Launches ahead of a plan's restore point at which regeneration may start when the
   // budget has room (Note [Prefetch]); 0 regenerates at the restore point only.
   std::size_t prefetch_launches = 8;
+  // Hold an absolute budget in the traced iterations too, offloading to host memory what
+  // does not fit (Note [Offloading the traced iteration]). Off, they run unbudgeted, as
+  // a recording for `sublinear plan` does: its preview then matches the runtime's plan.
+  bool budget_traced_iterations = true;
 };
 
 // The bytes a plan must leave free under `budget` for what the planner does not model:

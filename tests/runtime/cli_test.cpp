@@ -201,6 +201,9 @@ runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std:
   o.config.budget = std::to_string(budget_bytes);
   o.config.policy = policy;
   o.device_capacity = session.vmm().physical_capacity();
+  // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
+  // plan from the same iteration (Note [Offloading the traced iteration] in engine.hpp).
+  o.budget_traced_iterations = false;
   runtime_outcome out;
   {
     host_runtime rt(session.device(), session.allocator(), o);

@@ -370,5 +370,113 @@ TEST(EngineFaults, PressureThatNothingCanRelieveFailsNamingTheBudgetAndWhatWasTr
   m.dev.synchronize();
 }
 
+// ---- an absolute budget from the first traced iteration on (Note [Offloading the traced
+// iteration] in engine.hpp) ----
+
+// The mapped peak of a traced iteration without a budget.
+std::size_t unbudgeted_traced_peak() {
+  chain_model m;
+  host_runtime rt(m.dev, m.alloc, options_for("0.9x", "chain"));
+  m.iteration(12, kFloats, false);
+  rt.mark_iteration();
+  return rt.get().iterations().front().peak_mapped;
+}
+
+TEST(TraceBudget, TracedIterationsAboveAnAbsoluteBudgetOffloadAndTrainBitIdentically) {
+  const std::size_t budget = unbudgeted_traced_peak() * 7 / 10;
+  auto run = [&](bool with_engine, std::vector<iteration_report>* reports, std::string* plan_error) {
+    chain_model m;
+    std::unique_ptr<host_runtime> rt;
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
+    for (int it = 0; it < 6; ++it) {
+      m.iteration(12, kFloats, false);
+      if (rt) rt->mark_iteration();
+    }
+    if (rt) {
+      *reports = rt->get().iterations();
+      *plan_error = rt->get().plan_error();
+    }
+    return m.result();
+  };
+  std::vector<iteration_report> reports;
+  std::string plan_error;
+  const auto expected = run(false, nullptr, nullptr);
+  const auto got = run(true, &reports, &plan_error);
+  EXPECT_EQ(got, expected) << "offloading while tracing changed the result";
+  EXPECT_TRUE(plan_error.empty()) << plan_error;
+  ASSERT_EQ(reports.size(), 6u);
+  for (const auto& r : reports) {
+    EXPECT_FALSE(r.diverged) << r.index;
+    EXPECT_LE(r.peak_mapped, budget) << "iteration " << r.index << " [" << to_string(r.state) << "]";
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(reports[i].state, engine_state::trace) << i;
+    EXPECT_EQ(reports[i].budget, budget) << i;
+    EXPECT_GT(reports[i].offloads, 0u) << "traced iteration " << i << " fitted without offloading";
+    EXPECT_GT(reports[i].offloaded_bytes, 0u) << i;
+    EXPECT_GT(reports[i].offload_restores, 0u) << "an offloaded block was used again and must come back";
+  }
+  EXPECT_GT(reports.back().evictions, 0u) << "the plan made from the offloaded trace evicts";
+  EXPECT_EQ(reports.back().offloads, 0u) << "planned iterations do not offload";
+}
+
+// Two 512 KiB blocks under a budget with room for one of them (next to the 256 KiB
+// segment of the model's counter and accumulator): each copy or set of the offloaded one
+// must bring its bytes back first, offloading the other, and freeing either must not fault.
+TEST(TraceBudget, CopiesAndSetsOfAnOffloadedBlockRestoreItFirst) {
+  chain_model m;
+  const std::size_t budget = 1024 * 1024;
+  host_runtime rt(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
+  constexpr std::int64_t n = 128 * 1024;  // 512 KiB of floats
+  auto* a = static_cast<float*>(m.alloc.allocate(n * sizeof(float), nullptr));
+  fill_params fa{a, m.counter, n, 1.0f, 0};
+  m.dev.launch(fill_kernel(), {}, nullptr, &fa);
+  auto* b = static_cast<float*>(m.alloc.allocate(n * sizeof(float), nullptr));  // offloads a
+  fill_params fb{b, m.counter, n, 2.0f, 0};
+  m.dev.launch(fill_kernel(), {}, nullptr, &fb);
+  std::vector<float> got(static_cast<std::size_t>(n));
+  m.dev.memcpy_async(got.data(), a, n * sizeof(float), nullptr);  // brings a back, offloads b
+  m.dev.synchronize();
+  for (std::int64_t i = 0; i < n; i += 997) ASSERT_EQ(got[static_cast<std::size_t>(i)], 1.0f + static_cast<float>(i % 7)) << i;
+  m.dev.memset_async(b, 0, 4096, nullptr);  // brings b back: its tail keeps the fill
+  m.dev.memcpy_async(got.data(), b, n * sizeof(float), nullptr);
+  m.dev.synchronize();
+  EXPECT_EQ(got[0], 0.0f);
+  EXPECT_EQ(got[static_cast<std::size_t>(n - 1)], 2.0f + static_cast<float>((n - 1) % 7));
+  m.alloc.deallocate(a);
+  m.alloc.deallocate(b);
+  rt.mark_iteration();
+  const auto r = rt.get().iterations().front();
+  EXPECT_GE(r.offloads, 3u) << "a, then b, then a again";
+  EXPECT_GE(r.offload_restores, 2u);
+  EXPECT_LE(r.peak_mapped, budget);
+}
+
+TEST(TraceBudget, AMultipleOfTheTracedPeakTracesUnbudgeted) {
+  chain_model m;
+  host_runtime rt(m.dev, m.alloc, options_for("0.5x", "chain"));
+  m.iteration(12, kFloats, false);
+  rt.mark_iteration();
+  const auto r = rt.get().iterations().front();
+  EXPECT_EQ(r.budget, 0u) << "0.5x cannot be known before the trace";
+  EXPECT_EQ(r.offloads, 0u);
+}
+
+TEST(TraceBudget, ABudgetTooSmallEvenForOffloadingFailsNamingTheBudgetAndTheShortfall) {
+  chain_model m;
+  const std::size_t budget = 512 * 1024;  // below the 1 MiB side buffer the first launch writes
+  host_runtime rt(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
+  try {
+    m.iteration(12, kFloats, false);
+    FAIL() << "a traced iteration ran under a budget smaller than one of its buffers";
+  } catch (const out_of_memory& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("budget"), std::string::npos) << what;
+    EXPECT_NE(what.find("short"), std::string::npos) << what;
+  }
+  EXPECT_LE(m.alloc.get_stats().mapped, budget);
+  m.dev.synchronize();
+}
+
 }  // namespace
 }  // namespace sublinear::runtime

@@ -91,12 +91,14 @@ host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& allo
   recorder_ = std::make_unique<tracer::recorder>(ro);
   replay_ = std::make_unique<host_replay_device>(dev);
   engine_ = std::make_unique<engine>(alloc, *replay_, *recorder_, std::move(options));
+  // The engine's hook runs first: a block offloaded while tracing is restored before the
+  // collector hashes what the launch touches (Note [Offloading the traced iteration]).
+  hook_ = std::make_unique<hook>(dev, *engine_);
+  dev.add_hook(hook_.get());
   tracer::host_collector_options co;
   co.time_launches = true;
   co.observe_writes = true;
   collector_ = std::make_unique<tracer::host_collector>(dev, *recorder_, co);
-  hook_ = std::make_unique<hook>(dev, *engine_);
-  dev.add_hook(hook_.get());
 }
 
 host_runtime::~host_runtime() {
