@@ -151,8 +151,14 @@ report_totals totals(const run_report& r) {
     if (planned) {
       ++t.planned_iterations;
       t.budgeted_peak = std::max(t.budgeted_peak, it.peak_mapped);
-      if (it.peak_mapped > it.budget) t.within_budget = false;
     }
+    // A traced iteration under an absolute budget (Note [Offloading the traced iteration])
+    // is held to it as well.
+    if (it.budget > 0 && it.peak_mapped > it.budget) t.within_budget = false;
+    t.offloads += it.offloads;
+    t.offloaded_bytes += it.offloaded_bytes;
+    t.prefetched += it.prefetched;
+    t.pressure_evictions += it.pressure_evictions;
     t.evictions += it.evictions;
     t.evicted_bytes += it.evicted_bytes;
     t.recomputed_launches += it.recomputed_launches;
@@ -228,6 +234,11 @@ std::string to_json(const run_report& r) {
     w.member("recomputed_launches", it.recomputed_launches);
     w.member("recompute_s", it.recompute_s);
     w.member("stall_s", it.stall_s);
+    w.member("prefetched", it.prefetched);
+    w.member("pressure_evictions", it.pressure_evictions);
+    w.member("offloads", it.offloads);
+    w.member("offloaded_bytes", it.offloaded_bytes);
+    w.member("offload_restores", it.offload_restores);
     w.member("diverged", it.diverged);
     w.member("validation_mismatches", it.validation_mismatches);
     w.member("wall_s", it.wall_s);
@@ -339,6 +350,12 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.recomputed_launches = size_or(it, "recomputed_launches");
     ir.recompute_s = it.at("recompute_s").as_number();
     ir.stall_s = it.at("stall_s").as_number();
+    // Optional: reports written before these existed have none.
+    ir.prefetched = size_or(it, "prefetched");
+    ir.pressure_evictions = size_or(it, "pressure_evictions");
+    ir.offloads = size_or(it, "offloads");
+    ir.offloaded_bytes = size_or(it, "offloaded_bytes");
+    ir.offload_restores = size_or(it, "offload_restores");
     ir.diverged = it.at("diverged").as_bool();
     ir.validation_mismatches = size_or(it, "validation_mismatches");
     ir.wall_s = it.at("wall_s").as_number();
@@ -424,7 +441,10 @@ std::string render_text(const run_report& r, std::size_t top) {
         << (r.plan.error.empty() ? std::string() : ": " + r.plan.error) << "\n";
   }
   if (r.baseline) out << "  baseline peak      " << format_bytes(r.baseline->peak_mapped) << " mapped (run without a budget)\n";
-  if (t.traced_peak > 0) out << "  traced peak        " << format_bytes(t.traced_peak) << " mapped (traced iterations, no budget)\n";
+  if (t.traced_peak > 0) out << "  traced peak        " << format_bytes(t.traced_peak) << " mapped (traced iterations)\n";
+  if (t.offloads > 0)
+    out << "  offloaded          " << t.offloads << " blocks (" << format_bytes(t.offloaded_bytes)
+        << ") to host memory while tracing under the budget\n";
   if (t.planned_iterations > 0) {
     out << "  budgeted peak      " << format_bytes(t.budgeted_peak) << " mapped over " << t.planned_iterations
         << " planned iterations, " << (t.within_budget ? "within the budget" : "ABOVE THE BUDGET") << "\n";
@@ -432,6 +452,9 @@ std::string render_text(const run_report& r, std::size_t top) {
   out << "  evictions          " << t.evictions << " (" << format_bytes(t.evicted_bytes) << " given back)\n"
       << "  recomputed         " << t.recomputed_launches << " launches, " << text::seconds(t.recompute_s)
       << " of recompute, " << text::seconds(t.stall_s) << " stalled\n";
+  if (t.prefetched > 0) out << "  prefetched         " << t.prefetched << " regenerations ahead of their consumer\n";
+  if (t.pressure_evictions > 0)
+    out << "  pressure valve     " << t.pressure_evictions << " evictions the plan did not foresee\n";
   if (t.diverged > 0) out << "  diverged           " << t.diverged << " iterations differed from the trace and were traced again\n";
   if (t.validation_mismatches > 0)
     out << "  validation         " << t.validation_mismatches << " regenerated buffers differed; they are no longer evicted\n";

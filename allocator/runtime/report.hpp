@@ -94,7 +94,7 @@ struct report_totals {
   std::size_t planned_iterations = 0;   // validate or steady, with a budget
   std::size_t traced_peak = 0;          // largest peak of a traced iteration
   std::size_t budgeted_peak = 0;        // largest peak of a planned iteration
-  bool within_budget = true;            // every planned iteration's peak <= its budget
+  bool within_budget = true;            // every iteration with a budget peaked at most at it
   std::size_t evictions = 0;
   std::size_t evicted_bytes = 0;
   std::size_t recomputed_launches = 0;
@@ -102,6 +102,10 @@ struct report_totals {
   double stall_s = 0.0;
   std::size_t diverged = 0;
   std::size_t validation_mismatches = 0;
+  std::size_t offloads = 0;             // blocks offloaded while tracing under an absolute budget
+  std::size_t offloaded_bytes = 0;
+  std::size_t prefetched = 0;
+  std::size_t pressure_evictions = 0;
 };
 [[nodiscard]] report_totals totals(const run_report& r);
 

@@ -60,9 +60,9 @@ std::string_view report_schema() {
       "properties": {
         "iterations": {"$ref": "#/$defs/count"},
         "planned_iterations": {"$ref": "#/$defs/count", "description": "Iterations run under a plan (validate or steady)."},
-        "traced_peak_bytes": {"$ref": "#/$defs/bytes", "description": "Largest peak of mapped bytes in a traced (unbudgeted) iteration."},
+        "traced_peak_bytes": {"$ref": "#/$defs/bytes", "description": "Largest peak of mapped bytes in a traced iteration."},
         "budgeted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "Largest peak of mapped bytes in a planned iteration."},
-        "within_budget": {"type": "boolean", "description": "Every planned iteration's peak was at most its budget."},
+        "within_budget": {"type": "boolean", "description": "Every iteration that had a budget (planned ones, and traced ones under an absolute budget) peaked at most at it."},
         "evictions": {"$ref": "#/$defs/count"},
         "evicted_bytes": {"$ref": "#/$defs/bytes"},
         "recomputed_launches": {"$ref": "#/$defs/count"},
@@ -88,6 +88,11 @@ std::string_view report_schema() {
           "recomputed_launches": {"$ref": "#/$defs/count"},
           "recompute_s": {"$ref": "#/$defs/seconds", "description": "Cost of the replayed launches (their measured durations in the traced iteration)."},
           "stall_s": {"$ref": "#/$defs/seconds", "description": "Time launches waited at entry while the engine queued regenerations."},
+          "prefetched": {"$ref": "#/$defs/count", "description": "Regenerations done ahead of the launch that needed them."},
+          "pressure_evictions": {"$ref": "#/$defs/count", "description": "Evictions the plan did not foresee, made by the pressure valve."},
+          "offloads": {"$ref": "#/$defs/count", "description": "Blocks copied to host memory and evicted while tracing under an absolute budget."},
+          "offloaded_bytes": {"$ref": "#/$defs/bytes"},
+          "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
           "wall_s": {"$ref": "#/$defs/seconds"}

@@ -273,7 +273,7 @@ budgeted_run run_budgeted(const demo_options& o, const std::vector<std::vector<f
   return out;
 }
 
-void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline) {
+void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline, const demo_options& o) {
   std::printf("\nsublinear\n");
   if (!b.plan_error.empty()) {
     std::printf("  no plan, so no eviction: %s\n", b.plan_error.c_str());
@@ -296,9 +296,17 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline)
   row("evictions (all iterations)", std::to_string(b.evictions));
   row("recomputed launches", std::to_string(b.recomputed));
   row("parameters bit-identical", b.bit_identical ? "yes" : "NO");
-  std::printf(
-      "\nIteration 1 is traced without a budget; the budget holds from iteration 2 on, and\n"
-      "iteration 2 also validates every regenerated buffer (docs/runtime.md).\n");
+  if (!o.budget.empty() && o.budget.back() == 'x') {
+    std::printf(
+        "\nThe traced iterations run without a budget (a multiple of the traced peak is known only\n"
+        "after them); the budget holds from the first planned iteration on, which also validates\n"
+        "every regenerated buffer (docs/runtime.md).\n");
+  } else {
+    std::printf(
+        "\nThe traced iterations hold the budget by offloading blocks to host memory; the planned\n"
+        "iterations evict and recompute, and the first of them validates every regenerated\n"
+        "buffer (docs/runtime.md).\n");
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_run& b, const demo_options& o) {
@@ -371,7 +379,7 @@ int demo_main(std::span<const std::string_view> args) {
   print_header(o, baseline);
   print_iterations(columns);
   print_summary(columns);
-  if (with_budget) print_budgeted(budgeted, baseline);
+  if (with_budget) print_budgeted(budgeted, baseline, o);
   if (json.is_open()) {
     std::vector<wl::report_run> runs{{"baseline_", &baseline, {}}};
     std::vector<std::pair<std::string, std::string>> extra;

@@ -576,3 +576,50 @@ TEST(TextReport, ARunWithoutAPlanSaysWhy) {
 
 }  // namespace
 }  // namespace sublinear::runtime
+
+namespace sublinear::runtime {
+namespace {
+
+// Two traced iterations under an absolute budget (offloading), then a steady one.
+run_report offloading_report(std::size_t traced_peak) {
+  std::vector<iteration_report> its(3);
+  for (std::size_t i = 0; i < its.size(); ++i) {
+    its[i].index = i;
+    its[i].budget = 4u << 20;
+    its[i].peak_mapped = 4u << 20;
+  }
+  its[0].state = its[1].state = engine_state::trace;
+  its[0].peak_mapped = traced_peak;
+  its[0].offloads = its[1].offloads = 3;
+  its[0].offloaded_bytes = its[1].offloaded_bytes = 3u << 19;
+  its[0].offload_restores = its[1].offload_restores = 3;
+  its[2].state = engine_state::steady;
+  its[2].prefetched = 5;
+  its[2].pressure_evictions = 2;
+  settings config;
+  report_metadata meta;
+  meta.model = "offloading";
+  return make_report(config, meta, plan_summary{"reforward", 4u << 20, 3u << 20, ""}, its, {}, {});
+}
+
+TEST(ReportJson, OffloadPrefetchAndValveCountsRoundTrip) {
+  const run_report r = offloading_report(4u << 20);
+  const run_report back = parse_report(to_json(r), "o.json");
+  ASSERT_EQ(back.iterations.size(), 3u);
+  EXPECT_EQ(back.iterations[0].offloads, 3u);
+  EXPECT_EQ(back.iterations[1].offloaded_bytes, std::size_t{3} << 19);
+  EXPECT_EQ(back.iterations[1].offload_restores, 3u);
+  EXPECT_EQ(back.iterations[2].prefetched, 5u);
+  EXPECT_EQ(back.iterations[2].pressure_evictions, 2u);
+  const std::string text = render_text(back);
+  EXPECT_NE(text.find("offloaded          6 blocks"), std::string::npos) << text;
+  EXPECT_NE(text.find("pressure valve     2"), std::string::npos) << text;
+}
+
+TEST(ReportTotals, ATracedIterationAboveItsAbsoluteBudgetIsNotWithinBudget) {
+  EXPECT_TRUE(totals(offloading_report(4u << 20)).within_budget);
+  EXPECT_FALSE(totals(offloading_report(5u << 20)).within_budget);
+}
+
+}  // namespace
+}  // namespace sublinear::runtime
