@@ -507,25 +507,23 @@ struct caching_allocator::impl {
   bool make_room(std::size_t bytes) {
     if (ready(bytes)) return true;
     poll();
-    if (ready(bytes)) return true;
-    trim_pool(bytes, bytes);
-    if (fits(bytes)) return true;
-    release_cached(bytes, false, bytes);
-    if (ready(bytes)) return true;
-    trim_pool(bytes, bytes);
-    if (fits(bytes)) return true;
-    if (!pending_evictions.empty() || !pending_frees.empty()) {
-      ++st.budget_waits;
-      process_pending_evictions(true);
-      process_pending_frees(true);
+    // Pooled chunks first, then cached segments, then the chunks their release pooled.
+    const auto give_back = [&] {
       if (ready(bytes)) return true;
       trim_pool(bytes, bytes);
       if (fits(bytes)) return true;
       release_cached(bytes, false, bytes);
       if (ready(bytes)) return true;
       trim_pool(bytes, bytes);
+      return fits(bytes);
+    };
+    if (give_back()) return true;
+    if (!pending_evictions.empty() || !pending_frees.empty()) {
+      ++st.budget_waits;
+      process_pending_evictions(true);
+      process_pending_frees(true);
+      if (give_back()) return true;
     }
-    if (fits(bytes)) return true;
     last_shortfall = st.mapped + bytes - st.budget;
     return false;
   }
