@@ -98,7 +98,8 @@ if [ "$skip_build" = 0 ]; then
   command -v ninja >/dev/null 2>&1 && [ ! -f "$build/CMakeCache.txt" ] && generator=(-G Ninja)
   t0=$(date +%s)
   if ! SUBLINEAR_BUILD_TARGETS="$targets" sublinear_build "$build" "${generator[@]}" -DSUBLINEAR_CUDA=ON \
-      -DSUBLINEAR_BUILD_TESTS=ON -DSUBLINEAR_BUILD_BENCHMARKS=OFF >"$work/build.log" 2>&1; then
+      -DSUBLINEAR_BUILD_TESTS=ON -DSUBLINEAR_BUILD_BENCHMARKS=OFF -DSUBLINEAR_TORCH_PYTHON="$(command -v "$python")" \
+      >"$work/build.log" 2>&1; then
     tail -40 "$work/build.log"
     collect --fail-all "the build failed: $(grep -m1 -E 'error|Error' "$work/build.log" | cut -c1-300) (log: $work/build.log)"
     say "BUILD FAILED; results: $results"
@@ -145,6 +146,40 @@ mkdir -p "$work/resnet"
 step resnet 240 env GPU_SUITE_ARTIFACTS="$work/resnet" GPU_SUITE_QUICK="$quick" \
   "$bin/test_gpu_resnet" --gtest_output="json:$work/resnet.json"
 
+# ---- part 4a: the LibTorch helper (include/sublinear/torch.hpp) through its example -----------------
+# Built only when $python has torch (its wheel carries LibTorch); plain and budgeted runs must
+# end with the same parameter checksum.
+if cmake --build "$build" --target sublinear_torch_example >>"$work/build.log" 2>&1 &&
+    [ -x "$bin/sublinear_torch_example" ]; then
+  step libtorch_plain 120 sh -c "\"$bin/sublinear_torch_example\" --plain >\"$work/libtorch_plain.out\""
+  step libtorch_sublinear 120 sh -c "\"$bin/sublinear_torch_example\" --budget 0.5x >\"$work/libtorch_sublinear.out\""
+  "$python" - "$work" <<'PY'
+import json, sys
+from pathlib import Path
+work = Path(sys.argv[1])
+def run(name):
+    rc = int((work / f"{name}.rc").read_text().strip() or 1) if (work / f"{name}.rc").exists() else 1
+    lines = (work / f"{name}.out").read_text(errors="replace").splitlines() if (work / f"{name}.out").exists() else []
+    doc = next((json.loads(l) for l in reversed(lines) if l.startswith("{")), None)
+    return rc, doc, lines
+(prc, plain, plines), (src, sub, slines) = run("libtorch_plain"), run("libtorch_sublinear")
+if 124 in (prc, src):
+    out = {"status": "skipped", "reason": "the suite's time ran out"}
+elif 77 in (prc, src):
+    out = {"status": "skipped", "reason": " ".join(plines + slines)[:300] or "exit status 77"}
+elif prc or src or plain is None or sub is None:
+    out = {"status": "failed", "reason": f"exit status {prc} (plain), {src} (sublinear); see libtorch_*.log"}
+else:
+    same = plain["checksum"] == sub["checksum"]
+    out = {"status": "passed" if same else "failed", "plain": plain, "sublinear": sub,
+           "checksums_equal": same}
+(work / "libtorch.json").write_text(json.dumps(out))
+PY
+else
+  printf '{"status": "skipped", "reason": "the LibTorch example was not built: %s cannot import torch"}\n' \
+    "$python" >"$work/libtorch.json"
+fi
+
 # ---- part 4: PyTorch end to end ------------------------------------------------------------------
 # The package as `pip install .` would lay it out, from this build (no network needed).
 stage="$build/python-stage"
@@ -160,6 +195,7 @@ torch_limit=$((deadline - $(date +%s) - 30))
 step torch 600 sh -c "PYTHONPATH=\"$stage\${PYTHONPATH:+:\$PYTHONPATH}\" \"$python\" \
   \"$SUBLINEAR_ROOT/tests/gpu/python/torch_suite.py\" ${quick_flag[*]} --cli \"$bin/sublinear\" \
   --time-limit $torch_limit --workdir \"$work/torch\" >\"$work/torch.json\""
+
 
 collect
 rc=$?

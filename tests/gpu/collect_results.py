@@ -180,8 +180,11 @@ def main() -> int:
         resnet["figures"] = resnet_figures(work)
         parts["3_cudnn_resnet"] = resnet
         torch = program(work, "torch")
+        libtorch = read_json(work / "libtorch.json") or {"status": "failed", "reason": "libtorch.json missing"}
         parts["4_pytorch"] = {"status": torch.get("status", "failed"), "reason": torch.get("reason"),
-                              "steps": {"torch_suite": torch}}
+                              "steps": {"torch_suite": torch, "libtorch_example": libtorch}}
+        if libtorch.get("status") == "failed":
+            parts["4_pytorch"]["status"] = "failed"
         if parts["4_pytorch"]["reason"] is None:
             del parts["4_pytorch"]["reason"]
         for key, what in PARTS.items():
