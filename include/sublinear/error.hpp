@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "sublinear/export.h"
 
@@ -46,5 +47,9 @@ class SUBLINEAR_API out_of_memory : public error {
 
 // Formats a byte count for messages: "1.50 MiB", "512 B".
 SUBLINEAR_API std::string format_bytes(std::size_t bytes);
+
+// A JSON string literal for `s`: quotes included, quote, backslash and control characters
+// escaped (RFC 8259 §7). Reports, figures and the demo's JSON all write strings with it.
+SUBLINEAR_API std::string json_quote(std::string_view s);
 
 }  // namespace sublinear
