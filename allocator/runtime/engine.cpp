@@ -33,18 +33,35 @@ namespace {
 constexpr std::size_t margin_divisor = 16;
 }  // namespace
 
-std::size_t planning_overhead(std::size_t budget, std::size_t traced_mapped_peak, std::size_t traced_live_peak) {
-  const std::size_t caching = traced_mapped_peak > traced_live_peak ? traced_mapped_peak - traced_live_peak : 0;
-  return caching + budget / margin_divisor;
+traced_memory traced_memory_of(const policy::iteration& g, std::size_t traced_mapped_peak) {
+  return {traced_mapped_peak, g.peak_bytes, g.granularity};
 }
 
-std::size_t budget_for_planner_bytes(std::size_t planner_bytes, std::size_t traced_mapped_peak,
-                                     std::size_t traced_live_peak) {
-  const std::size_t caching = traced_mapped_peak > traced_live_peak ? traced_mapped_peak - traced_live_peak : 0;
-  // b - b/margin_divisor >= planner_bytes + caching, up to rounding
-  std::size_t b = (planner_bytes + caching) / (margin_divisor - 1) * margin_divisor;
-  while (b - planning_overhead(b, traced_mapped_peak, traced_live_peak) < planner_bytes) ++b;
-  return b;
+std::size_t cache_allowance(const traced_memory& t) {
+  return t.mapped_peak > t.live_peak ? t.mapped_peak - t.live_peak : 0;
+}
+
+std::size_t planning_overhead(std::size_t budget, const traced_memory& t) {
+  return cache_allowance(t) + budget / margin_divisor;
+}
+
+std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t) {
+  // budget - planning_overhead(budget) grows with the budget (the overhead takes less than
+  // all of each added byte), so the smallest budget that leaves `planner_bytes` is found
+  // by bisection between planner_bytes and a budget that surely leaves enough.
+  const auto leaves = [&](std::size_t b) { return b - std::min(b, planning_overhead(b, t)) >= planner_bytes; };
+  std::size_t lo = planner_bytes;
+  std::size_t hi = (planner_bytes + cache_allowance(t)) / (margin_divisor - 1) * margin_divisor + margin_divisor;
+  while (!leaves(hi)) hi *= 2;
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (leaves(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
 }
 
 const char* to_string(engine_state s) noexcept {
@@ -271,7 +288,8 @@ struct engine::impl {
     budget_bytes = policy::resolve_budget(spec, opts.device_capacity, traced_peak);
     // The planner counts live bytes at page granularity; the allocator's mapped bytes also
     // hold what its caching costs.
-    const std::size_t overhead = planning_overhead(budget_bytes, traced_peak, g.peak_bytes);
+    const traced_memory tm = traced_memory_of(g, traced_peak);
+    const std::size_t overhead = planning_overhead(budget_bytes, tm);
     const std::size_t planner_budget = budget_bytes > overhead ? budget_bytes - overhead : 0;
     try {
       plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget);
@@ -279,9 +297,9 @@ struct engine::impl {
       // The planner speaks of the bytes it was given; the user set the whole budget.
       plan_error = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget +
                    ") is infeasible for planner '" + opts.config.policy + "': the smallest feasible budget for it is " +
-                   format_bytes(budget_for_planner_bytes(e.smallest_feasible(), traced_peak, g.peak_bytes)) +
+                   format_bytes(budget_for_planner_bytes(e.smallest_feasible(), tm)) +
                    "; no plan can go below " +
-                   format_bytes(budget_for_planner_bytes(e.lower_bound(), traced_peak, g.peak_bytes)) +
+                   format_bytes(budget_for_planner_bytes(e.lower_bound(), tm)) +
                    " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here).";
       log_warn(plan_error + " Continuing without eviction (plain caching).");
       budget_bytes = 0;
@@ -1054,7 +1072,20 @@ struct engine::impl {
     log_info("iteration " + std::to_string(iteration_index) + " (traced): " + format_bytes(shortfall) +
              " short of the budget: offloaded " + std::to_string(count) + " blocks (" + format_bytes(asked) +
              ") to host memory of " + std::to_string(found.size()) + " that could go");
-    return asked;
+    if (asked == 0) lift_trace_budget(shortfall);
+    return asked == 0 ? shortfall : asked;
+  }
+
+  // Nothing is left to offload: the rest of this traced iteration runs without a budget
+  // (Note [Offloading the traced iteration]); the next iteration sets it again.
+  void lift_trace_budget(std::size_t shortfall) {
+    log_warn("iteration " + std::to_string(iteration_index) + " (traced) needs " + format_bytes(shortfall) +
+             " more than the budget of " + format_bytes(trace_budget_bytes) +
+             " and nothing is left to offload (blocks under a page, and those the launch entering now touches, "
+             "stay); the rest of this traced iteration runs without a budget. The plan holds the budget from "
+             "the first planned iteration on.");
+    alloc.set_budget(0);
+    current.budget = 0;
   }
 
   // ---- interception -----------------------------------------------------------------------

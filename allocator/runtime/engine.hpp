@@ -46,9 +46,13 @@
 //   (a block used on other streams through record_stream while they run: not handled);
 //   a block is seen as touched only through a pointer word in the parameters (as the
 //   safety net); blocks allocated in planned iterations are not tracked (a trace after a
-//   divergence cannot offload them); with nothing offloadable (every live block
-//   non-evictable, offloaded, or needed by the launch entering now) the allocation fails
-//   with out_of_memory naming the budget and the shortfall.
+//   divergence cannot offload them). With nothing offloadable (every live block
+//   non-evictable, offloaded, or needed by the launch entering now) the rest of that
+//   traced iteration runs without a budget, with a warning naming the budget and the
+//   shortfall, and its report shows no budget: the plan may still meet the budget (it
+//   evicts blocks under a page too, which offloading cannot), and failing the program
+//   would lose the run. Models of many small buffers (an LSTM of 64-2,048 steps at its
+//   smallest feasible budget) needed this.
 //
 // Note [Replay at the launch]
 // Evictions happen right after the launch at `evict_after` is issued: the allocator
@@ -105,6 +109,10 @@
 #include "allocator/runtime/settings.hpp"
 #include "tracer/events.hpp"
 #include "tracer/recorder.hpp"
+
+namespace sublinear::policy {
+struct iteration;
+}  // namespace sublinear::policy
 
 namespace sublinear::runtime {
 
@@ -210,19 +218,39 @@ struct engine_options {
   bool budget_traced_iterations = true;
 };
 
-// The bytes a plan must leave free under `budget` for what the planner does not model:
-// the allocator's caching overhead the traced iteration showed (mapped minus live bytes at
-// the peak) plus a margin for fragmentation the trace cannot show (free space split across
-// partly used segments when evicted pages come back) and for prefetches: a sixteenth of
-// the budget. (With the pressure valve, Note [Pressure valve], a thirty-second also holds
-// on every end-to-end cell and fault test; docs/runtime.md has the figures.) The engine
-// and `sublinear plan` both plan for `budget - planning_overhead(...)`.
-[[nodiscard]] std::size_t planning_overhead(std::size_t budget, std::size_t traced_mapped_peak,
-                                            std::size_t traced_live_peak);
+// Note [Planning overhead]
+// Rationale: the planners count live bytes (at page granularity for what they evict); the
+//   budget limits mapped bytes, which also hold the allocator's cache: free space inside
+//   partly used segments, and whole segments nobody asked back. Keeping too much of the
+//   budget out of the planner's share costs recomputation and makes small budgets
+//   infeasible; keeping too little runs the allocator out of room in a planned iteration,
+//   which the pressure valve (Note [Pressure valve]) cannot always relieve, and runs it
+//   against the budget more often, which costs time even when the valve succeeds.
+// Approach: the share kept back is the cache the traced iteration showed at its peak
+//   (mapped minus live bytes) plus a sixteenth of the budget, for fragmentation the trace
+//   cannot show and for prefetches.
+// Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
+//   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
+//   pages. They let the end-to-end matrix plan 14-20 of 105 cells instead of 12-14, but at
+//   the smallest budgets the benchmark sweeps choose an LSTM of 128 steps ran out of
+//   memory in a planned iteration (44 KiB short, nothing the valve could evict: the
+//   fragmentation of thousands of sub-page buffers does not shrink with the budget).
+// The engine and `sublinear plan` both plan for `budget - planning_overhead(...)`.
+// What the traced iteration showed of memory: its peak of mapped bytes, its peak of live
+// bytes (the analysed graph's) and the allocator's page granularity.
+struct traced_memory {
+  std::size_t mapped_peak = 0;
+  std::size_t live_peak = 0;
+  std::size_t granularity = 0;
+};
+[[nodiscard]] traced_memory traced_memory_of(const policy::iteration& graph, std::size_t traced_mapped_peak);
+// The first part alone: the traced cache (what `sublinear plan` adds to a plan's live
+// bytes to predict mapped bytes).
+[[nodiscard]] std::size_t cache_allowance(const traced_memory& traced);
+[[nodiscard]] std::size_t planning_overhead(std::size_t budget, const traced_memory& traced);
 // The smallest budget whose share for the planner (budget - planning_overhead) is at least
 // `planner_bytes`: what to tell a user whose budget was infeasible.
-[[nodiscard]] std::size_t budget_for_planner_bytes(std::size_t planner_bytes, std::size_t traced_mapped_peak,
-                                                   std::size_t traced_live_peak);
+[[nodiscard]] std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& traced);
 
 class engine final : public allocator::allocation_observer {
  public:

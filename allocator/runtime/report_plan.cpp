@@ -40,7 +40,8 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.budget_text = options.budget;
   out.budget = policy::resolve_budget(spec, options.device_capacity, reference_peak);
   // As the engine does (planning_overhead in engine.hpp).
-  out.overhead = planning_overhead(out.budget, options.traced_mapped_peak, g.peak_bytes);
+  const traced_memory tm = traced_memory_of(g, options.traced_mapped_peak);
+  out.overhead = planning_overhead(out.budget, tm);
   out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
 
   for (const auto& name : options.policies) {
@@ -52,8 +53,9 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       const policy::simulation sim = policy::simulate(g, p);
       row.feasible = true;
       row.predicted_peak = p.predicted_peak;
-      // The prediction adds what the allocator was seen to cost, not the safety allowance.
-      row.predicted_mapped = p.predicted_peak + planning_overhead(0, options.traced_mapped_peak, g.peak_bytes);
+      // The prediction adds what the allocator was seen to cost, not the safety allowance
+      // (Note [Planning overhead]).
+      row.predicted_mapped = p.predicted_peak + cache_allowance(tm);
       row.added_compute_s = p.added_compute_s;
       row.recomputed_launches = p.recomputed_launches;
       row.evicted_buffers = sim.evicted_buffers;
@@ -64,7 +66,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       for (auto b : targets) row.evicted_bytes += g.buffers[b].size;
     } catch (const policy::infeasible_budget& e) {
       row.error = e.what();
-      row.smallest_feasible = budget_for_planner_bytes(e.smallest_feasible(), options.traced_mapped_peak, g.peak_bytes);
+      row.smallest_feasible = budget_for_planner_bytes(e.smallest_feasible(), tm);
     }
     row.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     out.rows.push_back(std::move(row));

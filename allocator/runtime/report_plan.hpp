@@ -58,7 +58,7 @@ struct plan_preview {
   std::size_t live_peak = 0;           // the iteration's peak of live bytes
   std::size_t unplanned_peak = 0;      // simulator's peak with no eviction
   std::size_t traced_mapped_peak = 0;  // as given (0: unknown)
-  std::size_t overhead = 0;            // traced_mapped_peak - live_peak, or 0
+  std::size_t overhead = 0;            // planning_overhead at the budget (Note [Planning overhead])
   std::string budget_text;
   std::size_t budget = 0;              // resolved
   std::size_t planner_budget = 0;      // budget - overhead

@@ -200,18 +200,18 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
 struct probe_result {
   policy::iteration graph;
   std::size_t mapped_peak = 0;  // the traced iteration's peak of mapped bytes
-  std::size_t caching = 0;      // mapped peak - live peak: the allocator's cache at the peak
   std::size_t forward_launches = 0;
   double forward_s = 0.0;       // traced durations of the forward launches
 
   // The budget a run must ask for so that the engine gives the planner `planner_bytes`
-  // (the engine's own arithmetic, Note [Iteration lifecycle]).
+  // (the engine's own arithmetic, Note [Planning overhead]).
+  [[nodiscard]] runtime::traced_memory traced() const { return runtime::traced_memory_of(graph, mapped_peak); }
   [[nodiscard]] std::size_t user_budget(std::size_t planner_bytes) const {
-    return runtime::budget_for_planner_bytes(planner_bytes, mapped_peak, graph.peak_bytes);
+    return runtime::budget_for_planner_bytes(planner_bytes, traced());
   }
   // What the engine gives the planner from a budget of `budget` bytes.
   [[nodiscard]] std::size_t planner_share(std::size_t budget) const {
-    const std::size_t o = runtime::planning_overhead(budget, mapped_peak, graph.peak_bytes);
+    const std::size_t o = runtime::planning_overhead(budget, traced());
     return budget > o ? budget - o : 0;
   }
 };
@@ -247,7 +247,6 @@ probe_result run_probe(const models::model_config& config) {
   probe_result p;
   p.graph = std::move(an.graph);
   p.mapped_peak = mapped_peak;
-  p.caching = mapped_peak > p.graph.peak_bytes ? mapped_peak - p.graph.peak_bytes : 0;
   p.forward_launches = p.graph.turning_point;
   for (std::size_t i = 0; i < p.graph.turning_point && i < p.graph.launches.size(); ++i) {
     p.forward_s += p.graph.launches[i].cost_s;
@@ -330,7 +329,7 @@ budget_choice choose_budget(const probe_result& p, std::string_view planner, boo
   }
   c.feasible = true;
   c.budget = p.user_budget(at);
-  c.predicted_peak = plan->predicted_peak + p.caching;
+  c.predicted_peak = plan->predicted_peak + runtime::cache_allowance(p.traced());
   c.extra_compute = p.forward_s > 0.0 ? plan->added_compute_s / p.forward_s : -1.0;
   return c;
 }

@@ -249,7 +249,8 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   if (!preview.rows[0].feasible) {
     const std::size_t smallest = preview.rows[0].smallest_feasible;
     // The budget that needs no eviction at all, in the same terms (planning_overhead).
-    const std::size_t unplanned = budget_for_planner_bytes(preview.unplanned_peak, po.traced_mapped_peak, preview.live_peak);
+    const std::size_t unplanned = budget_for_planner_bytes(
+        preview.unplanned_peak, traced_memory{po.traced_mapped_peak, preview.live_peak, preview.granularity});
     ASSERT_LT(smallest, unplanned) << preview.rows[0].error;
     po.budget = std::to_string(smallest + (unplanned - smallest) / 4);
     preview = preview_plans(t, po);
@@ -257,7 +258,9 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   const plan_preview_row& row = preview.rows[0];
   ASSERT_TRUE(row.feasible) << row.error;
   ASSERT_GT(row.evicted_buffers, 0u) << "a budget of 0.6x should need evictions";
-  EXPECT_EQ(row.predicted_mapped, row.predicted_peak + planning_overhead(0, po.traced_mapped_peak, preview.live_peak));
+  EXPECT_EQ(row.predicted_mapped,
+            row.predicted_peak +
+                cache_allowance(traced_memory{po.traced_mapped_peak, preview.live_peak, preview.granularity}));
 
   const runtime_outcome run = run_with_budget(c.kind, c.policy, preview.budget);
   ASSERT_TRUE(run.plan_error.empty()) << run.plan_error << "\npreview: budget " << preview.budget << ", planner budget "
@@ -276,8 +279,8 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   }
   // The prediction is the plan's live bytes plus the caching overhead the trace showed;
   // what it cannot see is fragmentation, bounded by the allowance planning keeps back
-  // (planning_overhead). So: within a page per evicted buffer, plus that allowance.
-  const std::size_t allowance = preview.budget / 16;
+  // (Note [Planning overhead]). So: within a page per evicted buffer, plus that allowance.
+  const std::size_t allowance = planning_overhead(preview.budget, traced_memory{0, 0, preview.granularity});
   const std::size_t tolerance = rec.granularity * row.evicted_buffers + allowance;
   const std::size_t difference = measured > row.predicted_mapped ? measured - row.predicted_mapped
                                                                  : row.predicted_mapped - measured;
