@@ -382,27 +382,37 @@ std::size_t unbudgeted_traced_peak() {
   return rt.get().iterations().front().peak_mapped;
 }
 
-TEST(TraceBudget, TracedIterationsAboveAnAbsoluteBudgetOffloadAndTrainBitIdentically) {
-  const std::size_t budget = unbudgeted_traced_peak() * 7 / 10;
-  auto run = [&](bool with_engine, std::vector<iteration_report>* reports, std::string* plan_error) {
-    chain_model m;
-    std::unique_ptr<host_runtime> rt;
-    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
-    for (int it = 0; it < 6; ++it) {
-      m.iteration(12, kFloats, false);
-      if (rt) rt->mark_iteration();
-    }
-    if (rt) {
-      *reports = rt->get().iterations();
-      *plan_error = rt->get().plan_error();
-    }
-    return m.result();
-  };
+// Trains the chain model for `iterations` steps, under the engine with an absolute
+// `budget` (planner chain) when it is not 0.
+struct chain_run {
+  std::vector<float> result;
   std::vector<iteration_report> reports;
   std::string plan_error;
-  const auto expected = run(false, nullptr, nullptr);
-  const auto got = run(true, &reports, &plan_error);
-  EXPECT_EQ(got, expected) << "offloading while tracing changed the result";
+};
+chain_run train_chain(std::size_t budget, int iterations) {
+  chain_model m;
+  std::unique_ptr<host_runtime> rt;
+  if (budget != 0) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
+  for (int it = 0; it < iterations; ++it) {
+    m.iteration(12, kFloats, false);
+    if (rt) rt->mark_iteration();
+  }
+  chain_run out;
+  if (rt) {
+    out.reports = rt->get().iterations();
+    out.plan_error = rt->get().plan_error();
+  }
+  out.result = m.result();
+  return out;
+}
+
+TEST(TraceBudget, TracedIterationsAboveAnAbsoluteBudgetOffloadAndTrainBitIdentically) {
+  const std::size_t budget = unbudgeted_traced_peak() * 7 / 10;
+  const auto expected = train_chain(0, 6).result;
+  const chain_run run = train_chain(budget, 6);
+  const auto& reports = run.reports;
+  const auto& plan_error = run.plan_error;
+  EXPECT_EQ(run.result, expected) << "offloading while tracing changed the result";
   EXPECT_TRUE(plan_error.empty()) << plan_error;
   ASSERT_EQ(reports.size(), 6u);
   for (const auto& r : reports) {
@@ -465,25 +475,11 @@ TEST(TraceBudget, AMultipleOfTheTracedPeakTracesUnbudgeted) {
 TEST(TraceBudget, ATracedIterationThatCannotOffloadEnoughRunsUnbudgetedAndTrainsBitIdentically) {
   // Below the 1 MiB side buffer the first launch writes: no offloading can make room.
   const std::size_t budget = 512 * 1024;
-  auto run = [&](bool with_engine, std::vector<iteration_report>* reports, std::string* plan_error) {
-    chain_model m;
-    std::unique_ptr<host_runtime> rt;
-    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
-    for (int it = 0; it < 4; ++it) {
-      m.iteration(12, kFloats, false);
-      if (rt) rt->mark_iteration();
-    }
-    if (rt) {
-      *reports = rt->get().iterations();
-      *plan_error = rt->get().plan_error();
-    }
-    return m.result();
-  };
-  std::vector<iteration_report> reports;
-  std::string plan_error;
-  const auto expected = run(false, nullptr, nullptr);
-  const auto got = run(true, &reports, &plan_error);
-  EXPECT_EQ(got, expected) << "lifting the budget of a traced iteration changed the result";
+  const auto expected = train_chain(0, 4).result;
+  const chain_run run = train_chain(budget, 4);
+  const auto& reports = run.reports;
+  const auto& plan_error = run.plan_error;
+  EXPECT_EQ(run.result, expected) << "lifting the budget of a traced iteration changed the result";
   ASSERT_EQ(reports.size(), 4u);
   for (std::size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(reports[i].state, engine_state::trace) << i;
