@@ -142,7 +142,7 @@ struct raw_run {
 // Trains `config` for `iterations` steps in a fresh host session: without sublinear when
 // `policy` is empty, otherwise under the replay engine with that planner and budget.
 raw_run train_run(const models::model_config& config, const std::string& policy, const std::string& budget,
-                  std::int64_t iterations) {
+                  std::int64_t iterations, runtime::log_level log) {
   raw_run out;
   wl::host_session session(session_options());
   // The allocator configured as the engine configures it (exact segments for large
@@ -156,7 +156,7 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
     runtime::engine_options eo;
     eo.config.budget = budget;
     eo.config.policy = policy;
-    eo.config.log = runtime::log_level::error;  // infeasible budgets are reported by the sweep
+    eo.config.log = log;  // error by default: infeasible budgets are reported by the sweep
     eo.device_capacity = session.vmm().physical_capacity();
     rt = std::make_unique<runtime::host_runtime>(session.device(), session.allocator(), eo);
   }
@@ -398,6 +398,7 @@ using smallest_fn = std::function<std::size_t(const std::string& planner)>;
 struct group_settings {
   std::int64_t iterations = 3;
   std::int64_t repeats = 2;
+  runtime::log_level log = runtime::log_level::error;
   std::string sweep;
   const progress_fn* progress = nullptr;
 };
@@ -454,7 +455,7 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
       if (st.done) continue;
       auto& r = st.result;
       const auto started = clock_type::now();
-      raw_run raw = train_run(config, st.plan.policy, st.plan.budget, iterations);
+      raw_run raw = train_run(config, st.plan.policy, st.plan.budget, iterations, gs.log);
       const auto infeasible = [&] {
         return !st.plan.policy.empty() && raw.failure.empty() && raw.plan_error.find("infeasible") != std::string::npos;
       };
@@ -464,7 +465,7 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
         if (gs.progress && *gs.progress) {
           (*gs.progress)(gs.sweep + " " + where + ": " + r.label + " infeasible at run time, retrying at " + mib(bytes));
         }
-        raw = train_run(config, st.plan.policy, bytes_budget(bytes), iterations);
+        raw = train_run(config, st.plan.policy, bytes_budget(bytes), iterations, gs.log);
         if (!infeasible()) {
           st.plan.budget = bytes_budget(bytes);
           st.plan.retry_bytes = 0;  // later rounds use the budget that worked
@@ -600,6 +601,7 @@ sweep_env make_env(const bench_options& o, const progress_fn& progress, const st
   env.group.iterations = o.iterations > 0 ? o.iterations : (o.quick ? 2 : 3);
   env.group.repeats = o.repeats > 0 ? o.repeats : (o.quick ? 1 : 2);
   env.group.sweep = id;
+  env.group.log = runtime::parse_log_level("--log", o.engine_log);
   env.group.progress = &progress;
   return env;
 }
@@ -1532,7 +1534,7 @@ std::string bench_help(std::string_view prog) {
   const std::string pad(p.size(), ' ');
   return "usage: " + p + " [--sweep depth|lstm|budget|reforward|all] [--quick] [--iterations K]\n" + "       " + pad +
          " [--repeats R] [--planner P|auto] [--json PATH] [--csv PATH] [--plots DIR]\n" + "       " + pad +
-         " [--no-progress]\n"
+         " [--no-progress] [--log LEVEL]\n"
          "\n"
          "Measures what recomputation buys on the host device, every configuration side by side\n"
          "in this process (docs/benchmarks.md):\n"
@@ -1557,6 +1559,8 @@ std::string bench_help(std::string_view prog) {
          "  --csv PATH      write one row per run as CSV\n"
          "  --plots DIR     write SVG plots into DIR\n"
          "  --no-progress   no progress lines on stderr\n"
+         "  --log LEVEL     the engine's log in every budgeted run, as SUBLINEAR_LOG: error, warn,\n"
+         "                  info or debug (default error; info shows each iteration and offload)\n"
          "\n"
          "Times are wall-clock on this machine and carry its load: read the ratios, taken within\n"
          "one group. Memory figures are exact.\n";
@@ -1615,6 +1619,9 @@ bench_options parse_bench_args(std::span<const std::string_view> args, std::stri
       (flag == "--json" ? o.json_path : flag == "--csv" ? o.csv_path : o.plots_dir) = v;
     } else if (flag == "--no-progress") {
       o.progress = false;
+    } else if (flag == "--log") {
+      o.engine_log = std::string(next());
+      (void)runtime::parse_log_level("--log", o.engine_log);  // a malformed level is refused here
     } else {
       bad("unknown argument '" + std::string(r.raw()) + "'");
     }

@@ -55,6 +55,7 @@ struct bench_options {
   std::string csv_path;
   std::string plots_dir;
   bool progress = true;             // progress lines on stderr
+  std::string engine_log = "error"; // the engine's log level in every run (SUBLINEAR_LOG's forms)
 };
 
 // One configuration of a group, over every round it ran in.
