@@ -48,7 +48,8 @@ std::size_t planning_overhead(std::size_t budget, const traced_memory& t) {
 std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t) {
   // budget - planning_overhead(budget) grows with the budget (the overhead takes less than
   // all of each added byte), so the smallest budget that leaves `planner_bytes` is found
-  // by bisection between planner_bytes and a budget that surely leaves enough.
+  // by bisection. (Stepping up from a closed-form start, as this did before, could start
+  // above the answer after rounding, and below the overhead, where the subtraction wraps.)
   const auto leaves = [&](std::size_t b) { return b - std::min(b, planning_overhead(b, t)) >= planner_bytes; };
   std::size_t lo = planner_bytes;
   std::size_t hi = (planner_bytes + cache_allowance(t)) / (margin_divisor - 1) * margin_divisor + margin_divisor;

@@ -601,7 +601,7 @@ sweep_env make_env(const bench_options& o, const progress_fn& progress, const st
   env.group.iterations = o.iterations > 0 ? o.iterations : (o.quick ? 2 : 3);
   env.group.repeats = o.repeats > 0 ? o.repeats : (o.quick ? 1 : 2);
   env.group.sweep = id;
-  env.group.log = runtime::parse_log_level("--log", o.engine_log);
+  env.group.log = o.engine_log;
   env.group.progress = &progress;
   return env;
 }
@@ -1620,8 +1620,7 @@ bench_options parse_bench_args(std::span<const std::string_view> args, std::stri
     } else if (flag == "--no-progress") {
       o.progress = false;
     } else if (flag == "--log") {
-      o.engine_log = std::string(next());
-      (void)runtime::parse_log_level("--log", o.engine_log);  // a malformed level is refused here
+      o.engine_log = runtime::parse_log_level("--log", std::string(next()));
     } else {
       bad("unknown argument '" + std::string(r.raw()) + "'");
     }

@@ -40,6 +40,8 @@
 #include <string_view>
 #include <vector>
 
+#include "allocator/runtime/settings.hpp"
+
 namespace sublinear::figures {
 
 // "depth", "lstm", "budget", "reforward", in the order `all` runs them.
@@ -55,7 +57,7 @@ struct bench_options {
   std::string csv_path;
   std::string plots_dir;
   bool progress = true;             // progress lines on stderr
-  std::string engine_log = "error"; // the engine's log level in every run (SUBLINEAR_LOG's forms)
+  runtime::log_level engine_log = runtime::log_level::error;  // the engine's log in every budgeted run
 };
 
 // One configuration of a group, over every round it ran in.

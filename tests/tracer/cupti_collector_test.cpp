@@ -98,15 +98,26 @@ constexpr const char* ptx = R"(
 }
 )";
 
-TEST(CuptiCollectorOnGpu, RecordsBothLaunchFormsAsOnePackedBlockWithDurations) {
-  const std::string why = cupti_collector::unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
+// The GPU tests: device 0's primary context made current, or a skip saying why not.
+class CuptiCollectorOnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = cupti_collector::unavailable_reason();
+    if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
+    if (const std::string e = d.open_device(&dev, &ctx); !e.empty()) GTEST_SKIP() << e;
+    opened = true;
+    ASSERT_EQ(d.ctx_set_current(ctx), 0);
+  }
+  void TearDown() override {
+    if (opened) d.primary_release(dev);
+  }
   driver d;
   cu_device dev = 0;
   cu_context ctx = nullptr;
-  if (const std::string e = d.open_device(&dev, &ctx); !e.empty()) GTEST_SKIP() << e;
-  ASSERT_EQ(d.ctx_set_current(ctx), 0);
+  bool opened = false;
+};
 
+TEST_F(CuptiCollectorOnGpu, RecordsBothLaunchFormsAsOnePackedBlockWithDurations) {
   recorder_options o;
   o.device = "cuda";
   recorder rec(o);
@@ -164,7 +175,6 @@ TEST(CuptiCollectorOnGpu, RecordsBothLaunchFormsAsOnePackedBlockWithDurations) {
     d.mem_free(out);
     d.module_unload(mod);
   }
-  d.primary_release(dev);
 }
 
 // Keeps what the collector's listener saw: "enter kernel", "exit memset", ...
@@ -187,14 +197,7 @@ class listener_log final : public launch_listener {
   }
 };
 
-TEST(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThePackedBlock) {
-  const std::string why = cupti_collector::unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << "no CUPTI collector here: " << why;
-  driver d;
-  cu_device dev = 0;
-  cu_context ctx = nullptr;
-  if (const std::string e = d.open_device(&dev, &ctx); !e.empty()) GTEST_SKIP() << e;
-  ASSERT_EQ(d.ctx_set_current(ctx), 0);
+TEST_F(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThePackedBlock) {
   recorder_options o;
   o.device = "cuda";
   recorder rec(o);
@@ -220,7 +223,6 @@ TEST(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThePa
     d.mem_free(buf);
     d.module_unload(mod);
   }
-  d.primary_release(dev);
   ASSERT_EQ(seen.log.size(), 4u);
   EXPECT_EQ(seen.log[0].what, "enter");
   EXPECT_EQ(seen.log[1].what, "exit");
