@@ -41,7 +41,8 @@ struct eviction {
   // the original launch): the runtime gives them scratch pages at a separate address.
   // Also side outputs of resident buffers, and inputs the recipe rebuilds in scratch
   // because they are evicted or were overwritten since (their writers are in the recipe).
-  // All of one recipe's temporaries share one scratch mapping (docs/policy.md).
+  // Each holds scratch from the first recipe launch that touches it to the last
+  // (docs/policy.md).
   std::vector<buffer_id> temporaries;
   // Other evicted buffers the recipe regenerates on the way (recursion).
   std::vector<buffer_id> also_regenerates;

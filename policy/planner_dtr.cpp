@@ -110,7 +110,7 @@ class dtr_run {
         carrier.recipe = std::move(rr.launches);
         carrier.temporaries = rr.temporaries;
         carrier.also_regenerates.assign(rr.regenerated.begin() + 1, rr.regenerated.end());
-        scratch = scratch_bytes(it_, rr.temporaries);
+        scratch = scratch_bytes(it_, carrier.recipe, rr.temporaries);
         out_.evictions.push_back(std::move(carrier));
         for (std::size_t i = 1; i < rr.regenerated.size(); ++i) {
           const buffer_id x = rr.regenerated[i];

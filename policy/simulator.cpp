@@ -336,7 +336,7 @@ simulation simulator::run(const plan& p) const {
       const eviction& ev = p.evictions[carriers[c]];
       running += footprint(ev.target);
       for (buffer_id x : ev.also_regenerates) running += footprint(x);
-      const std::size_t scratch = scratch_bytes(it, ev.temporaries);
+      const std::size_t scratch = scratch_bytes(it, ev.recipe, ev.temporaries);
       if (running + scratch > out.peak) {
         out.peak = running + scratch;
         out.peak_at = t;
@@ -389,10 +389,31 @@ std::vector<std::size_t> simulator::timeline(const plan& p) const {
   return out;
 }
 
-std::size_t scratch_bytes(const iteration& it, const std::vector<buffer_id>& temporaries) {
-  std::size_t sum = 0;
-  for (buffer_id x : temporaries) sum += round_up(it.buffers[x].size, unplanned_rounding);
-  return round_up(sum, granularity_of(it));
+std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
+                          const std::vector<buffer_id>& temporaries) {
+  if (temporaries.empty()) return 0;
+  // Each temporary holds its bytes from the first recipe launch that touches it to the
+  // last; the most held at once is what the recipe needs.
+  std::vector<std::int64_t> delta(recipe.size() + 1, 0);
+  for (buffer_id x : temporaries) {
+    std::size_t first = recipe.size(), last = 0;
+    for (std::size_t i = 0; i < recipe.size(); ++i) {
+      const auto& t = it.launches[recipe[i]].touched;
+      if (!std::binary_search(t.begin(), t.end(), x)) continue;
+      first = std::min(first, i);
+      last = i;
+    }
+    if (first == recipe.size()) first = last = 0;
+    const auto b = static_cast<std::int64_t>(round_up(it.buffers[x].size, unplanned_rounding));
+    delta[first] += b;
+    delta[last + 1] -= b;
+  }
+  std::int64_t level = 0, most = 0;
+  for (auto d : delta) {
+    level += d;
+    most = std::max(most, level);
+  }
+  return round_up(static_cast<std::size_t>(most), granularity_of(it));
 }
 
 simulation simulate(const iteration& it, const plan& p) { return simulator(it).run(p); }

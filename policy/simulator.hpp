@@ -16,9 +16,10 @@
 //   - just before launch r, after the allocations and frees positioned before r, the
 //     recipes restoring at r run one after another in plan order; while one runs, its
 //     regenerated buffers, those of the recipes before it at r, and its temporaries are
-//     mapped on top of what launch r will see. A recipe's temporaries share one scratch
-//     mapping, each at a 512-byte aligned offset: round_up(sum of round_up(size, 512),
-//     granularity) bytes (scratch_bytes below), unmapped when the recipe is done.
+//     mapped on top of what launch r will see. A recipe's temporary holds round_up(size,
+//     512) bytes from the first recipe launch that touches it to the last; the recipe's
+//     scratch is the most its temporaries hold at once, rounded up to the granularity
+//     (scratch_bytes below; Note [Recipe scratch] in engine.hpp).
 //   The peak is the maximum over every launch and every recipe moment. Validation, in
 //   order: entry fields in range; the target is evictable (allocated in the iteration,
 //   freed in it, not never_evict) and allocated over [evict_after, restore_before]; no use
@@ -79,8 +80,10 @@ class simulator {
   dataflow df_;
 };
 
-// Bytes mapped for one recipe's temporaries (see Note [Plan simulation]).
-[[nodiscard]] std::size_t scratch_bytes(const iteration& it, const std::vector<buffer_id>& temporaries);
+// Bytes mapped for one recipe's temporaries: the most held at once over the recipe's
+// launches (see Note [Plan simulation]).
+[[nodiscard]] std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
+                                        const std::vector<buffer_id>& temporaries);
 
 // One-shot simulation.
 [[nodiscard]] simulation simulate(const iteration& it, const plan& p);

@@ -649,7 +649,22 @@ struct engine::impl {
                 " before launch " + std::to_string(pos));
     std::vector<buffer_id> restored;
     std::unordered_map<buffer_id, char*> scratch_of;
-    std::vector<char*> scratch;
+    // Scratch for temporaries, at other addresses (Note [Recipe scratch]). Blocks the
+    // recipe writes that have been freed since (a regeneration the pressure valve moved
+    // later than planned) get scratch too: their addresses may belong to others now.
+    for (launch_id l : e.recipe)
+      for (buffer_id w : g.launches[l].written)
+        if (freed[w]) temps.insert(w);
+    // The last recipe launch that touches each temporary: its scratch goes back to the
+    // allocator, stream-ordered, once that launch is queued.
+    std::unordered_map<buffer_id, std::size_t> last_use;
+    for (std::size_t i = 0; i < e.recipe.size(); ++i)
+      for (buffer_id t : g.launches[e.recipe[i]].touched)
+        if (temps.count(t)) last_use[t] = i;
+    auto release_scratch = [&] {
+      for (const auto& [t, s] : scratch_of) alloc.deallocate(s);
+      scratch_of.clear();
+    };
     try {
       for (buffer_id b : targets) {
         if (!evicted[b] || freed[b]) continue;
@@ -658,25 +673,9 @@ struct engine::impl {
         evicted[b] = 0;
         evicted_ranges.erase(addr[b]);
       }
-      // Scratch for temporaries, at other addresses; live side outputs start from their
-      // contents. Blocks the recipe writes that have been freed since (a regeneration the
-      // pressure valve moved later than planned) get scratch too: their addresses may
-      // belong to others now.
-      std::vector<buffer_id> temp_list(e.temporaries.begin(), e.temporaries.end());
-      for (launch_id l : e.recipe)
-        for (buffer_id w : g.launches[l].written)
-          if (freed[w] && temps.insert(w).second) temp_list.push_back(w);
-      for (buffer_id t : temp_list) {
-        const std::size_t size = g.buffers[t].size;
-        char* s = static_cast<char*>(alloc.allocate(size, stream));
-        scratch.push_back(s);
-        scratch_of[t] = s;
-        if (addr[t] != nullptr && !freed[t] && !evicted[t]) dev.copy(s, addr[t], size, stream);
-      }
     } catch (...) {
       // Out of memory before anything was replayed: what was mapped back holds no valid
       // bytes, so it is evicted again and the state stays consistent for a later attempt.
-      for (char* sc : scratch) alloc.deallocate(sc);
       for (buffer_id b : restored) {
         alloc.evict(addr[b]);
         evicted[b] = 1;
@@ -685,7 +684,8 @@ struct engine::impl {
       throw;
     }
     std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
-    for (launch_id l : e.recipe) {
+    for (std::size_t i = 0; i < e.recipe.size(); ++i) {
+      const launch_id l = e.recipe[i];
       saved_op& so = saved[l];
       if (!so.present) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
       check_versions(l, so, regenerated, temps);
@@ -693,9 +693,30 @@ struct engine::impl {
       // to another buffer by the time a later recipe launch ran.
       moves.clear();
       for (buffer_id t : g.launches[l].touched) {
-        auto it = scratch_of.find(t);
-        if (it == scratch_of.end()) continue;
+        if (!temps.count(t)) continue;
         if (addr[t] == nullptr) throw error("sublinear: a recipe temporary has no address in this iteration");
+        auto it = scratch_of.find(t);
+        if (it == scratch_of.end()) {
+          // First use in the recipe: map its scratch now; a live side output starts from
+          // its contents, which nothing has changed since the recipe began.
+          const std::size_t size = g.buffers[t].size;
+          char* s = nullptr;
+          try {
+            s = static_cast<char*>(alloc.allocate(size, stream));
+          } catch (...) {
+            // Out of memory partway: the regenerated buffers are incomplete, so they are
+            // evicted again (after what is queued) and the plan's state stays consistent.
+            release_scratch();
+            for (buffer_id b : restored) {
+              alloc.evict(addr[b]);
+              evicted[b] = 1;
+              evicted_ranges[addr[b]] = b;
+            }
+            throw;
+          }
+          it = scratch_of.emplace(t, s).first;
+          if (!freed[t] && !evicted[t]) dev.copy(s, addr[t], size, stream);
+        }
         moves.push_back({{addr[t], g.buffers[t].size}, it->second});
       }
       launch_view op = so.view;
@@ -707,8 +728,16 @@ struct engine::impl {
       ++current.recomputed_launches;
       current.recompute_s += g.launches[l].cost_s;
       for (buffer_id w : g.launches[l].written) regenerated.insert(w);
+      for (buffer_id t : g.launches[l].touched) {
+        auto lu = last_use.find(t);
+        if (lu == last_use.end() || lu->second != i) continue;
+        auto sc = scratch_of.find(t);
+        if (sc == scratch_of.end()) continue;
+        alloc.deallocate(sc->second);  // stream-ordered: reusable by what is queued after
+        scratch_of.erase(sc);
+      }
     }
-    for (char* s : scratch) alloc.deallocate(s);
+    release_scratch();
     for (buffer_id b : targets) {
       if (freed[b]) continue;
       auto& r = record_for(b);

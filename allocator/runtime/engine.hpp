@@ -79,6 +79,25 @@
 // Limitations: a prefetched buffer occupies pages a few launches longer than the plan
 //   predicted; the room check and the pressure valve bound what that can cost.
 //
+// Note [Recipe scratch]
+// Rationale: a recipe's temporaries (workspaces freed after the original launch, side
+//   outputs, inputs rebuilt out of place) were all mapped before its first launch and
+//   released after its last, so a recipe through four convolutions held four im2col
+//   workspaces at once where the original iteration held one at a time. At tight budgets
+//   the peak sits inside such a recipe (ResNet-152: 1.25 MiB of scratch on a 6.4 MiB
+//   plan), and what the planner must leave for it is memory it cannot drop.
+// Approach: a temporary gets its scratch block just before the first recipe launch that
+//   touches it (a live side output copied in then: nothing has changed it since the
+//   recipe began) and gives it back, stream-ordered, right after the last one is queued,
+//   so a later temporary of the same recipe can reuse it, as the original iteration's
+//   allocations did. The simulator counts the same thing (scratch_bytes: the most bytes
+//   held at once, by first and last touching recipe launch).
+// Limitations: the allocator, not a precomputed layout, places the blocks, so reuse relies
+//   on best fit finding the freed block; a block it cannot reuse costs pages the model
+//   does not see, which the planning margin and the pressure valve absorb. Out of memory
+//   partway through a recipe evicts its regenerated buffers again (their bytes are
+//   incomplete) before the error propagates.
+//
 // Note [Pressure valve]
 // Rationale: the planner predicts peaks from the traced iteration; fragmentation, the
 //   chunk pool, prefetches and kernels whose timing shifts can still need pages the plan

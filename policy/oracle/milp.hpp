@@ -20,9 +20,12 @@
 //   after regeneration); at each restore moment the temporaries are added. Objective:
 //   sum of c_L u_{L,t}. Bytes are scaled to KiB and seconds to microseconds to keep the
 //   solver's tolerances meaningful.
-// Limitations: the model is exact for the drop-set plan space, with one approximation:
+// Limitations: the model is exact for the drop-set plan space, with two approximations:
 //   a buffer a recipe reads in place while another launch of the same recipe writes it
-//   (Note [Recipe closure]'s forced scratch) is not modelled. Size grows as candidates x
+//   (Note [Recipe closure]'s forced scratch) is not modelled, and a recipe's temporaries
+//   are counted together for the whole recipe, where the simulator counts the most they
+//   hold at once (Note [Plan simulation]): where they do not overlap, the oracle is
+//   conservative and a planner may beat it. Size grows as candidates x
 //   restore moments; beyond max_candidates the oracle declines.
 #pragma once
 

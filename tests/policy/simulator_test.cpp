@@ -216,10 +216,19 @@ TEST(Simulator, CheckIterationFindsUsersThatDoNotMatchTheLaunches) {
 
 TEST(Simulator, ScratchBytesPackTemporariesIntoWholePages) {
   const scenario s = make_scenario();
-  EXPECT_EQ(scratch_bytes(s.it, {}), 0u);
-  EXPECT_EQ(scratch_bytes(s.it, {s.ws}), g);            // 100 B -> one page
-  EXPECT_EQ(scratch_bytes(s.it, {s.ws, s.b}), g);       // 512 + 3072 still fit one page
-  EXPECT_EQ(scratch_bytes(s.it, {s.ws, s.a}), 3 * g);   // 512 + 8192 -> three pages
+  EXPECT_EQ(scratch_bytes(s.it, {1}, {}), 0u);
+  EXPECT_EQ(scratch_bytes(s.it, {1}, {s.ws}), g);            // 100 B -> one page
+  EXPECT_EQ(scratch_bytes(s.it, {1}, {s.ws, s.b}), g);       // 512 + 3072 still fit one page
+  EXPECT_EQ(scratch_bytes(s.it, {1}, {s.ws, s.a}), 3 * g);   // 512 + 8192 -> three pages
+}
+
+TEST(Simulator, ScratchBytesCountOnlyTheTemporariesHeldAtOnce) {
+  const scenario s = make_scenario();
+  // ws is touched by L1 only, c by L3 only: the recipe holds one at a time, so the
+  // larger (8192 B, two pages) is what it needs, not their sum (8704 B, three pages).
+  EXPECT_EQ(scratch_bytes(s.it, {1, 3}, {s.ws, s.c}), 2 * g);
+  // a is touched by L0 and L1, b by L1 only: both are held during L1.
+  EXPECT_EQ(scratch_bytes(s.it, {0, 1}, {s.a, s.b}), 3 * g);  // 8192 + 3072
 }
 
 }  // namespace
