@@ -498,6 +498,37 @@ struct caching_allocator::impl {
     return released;
   }
 
+  // Note [Exact large segments]: a new exact segment of `bytes` is about to be mapped
+  // because no free block of `set` is large enough. Wholly free segments of the set are
+  // given back first, until as many bytes as the new segment's have been released, so
+  // that a run of growing sizes (DenseNet's concatenations) does not leave a trail of
+  // cached segments too small for anything that follows. Those whose free has completed
+  // on their stream go first; for the others the host waits for the event recorded when
+  // the segment became free (work queued before the free may still read it), never for
+  // the whole stream.
+  void release_idle_smaller(free_set& set, std::size_t bytes) {
+    std::vector<std::pair<block*, bool>> whole;
+    for (block& b : set) {
+      if (b.size == b.seg->size && b.seg->mapped && b.seg->has_free_event)
+        whole.emplace_back(&b, events.query(b.seg->free_event));
+    }
+    std::sort(whole.begin(), whole.end(), [](const auto& x, const auto& y) {
+      if (x.second != y.second) return x.second;
+      return x.first->size > y.first->size;
+    });
+    std::size_t released = 0;
+    for (auto [b, idle] : whole) {
+      if (released >= bytes) break;
+      if (!idle) {
+        events.synchronize(b->seg->free_event);
+        ++st.release_waits;
+      }
+      released += b->size;
+      ++st.idle_releases;
+      release_segment(b);
+    }
+  }
+
   bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }
   // A mapping of `bytes` can be made now: a pooled chunk of that size (already counted)
   // or room under the budget.
@@ -616,7 +647,10 @@ struct caching_allocator::impl {
       } else {
         std::size_t seg_size = segment_size(rounded);
         std::size_t minimal = round_up(rounded, granularity);
-        if (kind == pool_kind::large && opts.exact_large_segments) seg_size = minimal;
+        if (kind == pool_kind::large && opts.exact_large_segments) {
+          seg_size = minimal;
+          release_idle_smaller(pool.large, minimal);
+        }
         // Under pressure a smaller segment beats an out-of-memory error.
         if (!ready(seg_size) && minimal < seg_size) seg_size = minimal;
         if (!make_room(seg_size)) {
@@ -704,7 +738,9 @@ struct caching_allocator::impl {
       events.release(seg->free_event);
       seg->has_free_event = false;
     }
-    if (st.budget >= physical_capacity) return;  // no budget: releasing waits for the stream
+    // Without a budget only exact large segments need it (Note [Exact large segments]).
+    const bool exact_large = opts.exact_large_segments && seg->kind == pool_kind::large;
+    if (st.budget >= physical_capacity && !exact_large) return;  // releasing waits for the stream
     seg->free_event = events.record(seg->stream);
     seg->has_free_event = true;
   }

@@ -128,6 +128,7 @@ struct stats {
   std::uint64_t budget_waits = 0;  // times the budget forced a wait on a pending event
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
+  std::uint64_t idle_releases = 0;   // free exact large segments given back before a new one (Note [Exact large segments])
   std::uint64_t oom_errors = 0;
   // mapped / allocated at their peaks: 1.0 means no page is wasted.
   [[nodiscard]] double fragmentation() const {

@@ -113,6 +113,48 @@ TEST_F(CachingAllocator, ExactLargeSegmentsFollowTheRequestedSize) {
   a.deallocate(small);
 }
 
+TEST_F(CachingAllocator, ExactLargeSegmentsOfGrowingSizesDoNotPileUp) {
+  // DenseNet's concatenations: each large tensor is a little larger than the last and is
+  // freed before the next is made. Without a budget, the cached segments too small for the
+  // next request are given back before it is mapped, so mapped bytes follow the largest
+  // live tensor instead of the sum of all of them (Note [Exact large segments]).
+  auto a = make();
+  a.set_exact_large_segments(true);
+  std::size_t size = 2 * MiB;
+  for (int i = 0; i < 8; ++i, size += kGranularity) {
+    void* p = a.allocate(size, nullptr);
+    EXPECT_EQ(a.get_stats().mapped, size) << "request " << i;
+    a.deallocate(p);
+  }
+  const auto s = a.get_stats();
+  EXPECT_EQ(s.mapped_peak, 2 * MiB + 7 * kGranularity);
+  EXPECT_EQ(s.idle_releases, 7u);
+  // Each release waited for the event recorded when its segment became free (pending in
+  // this test), never for the whole stream.
+  EXPECT_EQ(events.synchronized(), 7u);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, ExactLargeSegmentsKeepACachedSegmentThatStillFits) {
+  auto a = make();
+  a.set_exact_large_segments(true);
+  void* big = a.allocate(4 * MiB, nullptr);
+  a.deallocate(big);
+  void* smaller = a.allocate(3 * MiB + kGranularity, nullptr);  // served by the cached 4 MiB segment
+  EXPECT_EQ(smaller, big);
+  EXPECT_EQ(a.get_stats().mapped, 4 * MiB);
+  EXPECT_EQ(a.get_stats().idle_releases, 0u);
+  a.deallocate(smaller);
+  // Without exact segments (PyTorch's rules) nothing is given back before a new segment.
+  auto b = make();
+  void* p = b.allocate(11 * MiB, nullptr);
+  b.deallocate(p);
+  void* q = b.allocate(13 * MiB, nullptr);
+  EXPECT_EQ(b.get_stats().mapped, 12 * MiB + 14 * MiB);
+  EXPECT_EQ(b.get_stats().idle_releases, 0u);
+  b.deallocate(q);
+}
+
 TEST_F(CachingAllocator, SplitsAndMergesSoAFreedSegmentIsWholeAgain) {
   auto a = make();
   void* x = a.allocate(100 * KiB, nullptr);
