@@ -246,8 +246,11 @@ struct engine_options {
 //   which the pressure valve (Note [Pressure valve]) cannot always relieve, and runs it
 //   against the budget more often, which costs time even when the valve succeeds.
 // Approach: the share kept back is the cache the traced iteration showed at its peak
-//   (mapped minus live bytes) plus a sixteenth of the budget, for fragmentation the trace
-//   cannot show and for prefetches.
+//   (mapped bytes minus live bytes, each buffer rounded to 512 bytes as the allocator and
+//   the planners round it) plus a sixteenth of the budget, for fragmentation the trace
+//   cannot show and for prefetches. (Until 2026-11-21 live bytes were the raw sizes, so
+//   the rounding of every buffer was kept back twice, once here and once in each plan's
+//   peak: 2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for its 9,361 buffers.)
 // Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
 //   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
 //   pages. They let the end-to-end matrix plan 14-20 of 105 cells instead of 12-14, but at
@@ -256,7 +259,8 @@ struct engine_options {
 //   fragmentation of thousands of sub-page buffers does not shrink with the budget).
 // The engine and `sublinear plan` both plan for `budget - planning_overhead(...)`.
 // What the traced iteration showed of memory: its peak of mapped bytes, its peak of live
-// bytes (the analysed graph's) and the allocator's page granularity.
+// bytes (the analysed graph's, each buffer rounded to 512 bytes) and the allocator's page
+// granularity.
 struct traced_memory {
   std::size_t mapped_peak = 0;
   std::size_t live_peak = 0;
