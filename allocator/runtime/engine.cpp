@@ -46,7 +46,9 @@ std::size_t cache_allowance(const traced_memory& t) {
 }
 
 std::size_t planning_overhead(std::size_t budget, const traced_memory& t) {
-  return cache_allowance(t) + budget / margin_divisor;
+  // The page: under pressure a sub-page allocation that finds no free block maps a fresh
+  // page-sized segment, whatever the budget (Note [Planning overhead]).
+  return cache_allowance(t) + t.granularity + budget / margin_divisor;
 }
 
 std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t) {
@@ -56,7 +58,7 @@ std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_mem
   // above the answer after rounding, and below the overhead, where the subtraction wraps.)
   const auto leaves = [&](std::size_t b) { return b - std::min(b, planning_overhead(b, t)) >= planner_bytes; };
   std::size_t lo = planner_bytes;
-  std::size_t hi = (planner_bytes + cache_allowance(t)) / (margin_divisor - 1) * margin_divisor + margin_divisor;
+  std::size_t hi = (planner_bytes + cache_allowance(t) + t.granularity) / (margin_divisor - 1) * margin_divisor + margin_divisor;
   while (!leaves(hi)) hi *= 2;
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;

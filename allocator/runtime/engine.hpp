@@ -247,10 +247,14 @@ struct engine_options {
 //   against the budget more often, which costs time even when the valve succeeds.
 // Approach: the share kept back is the cache the traced iteration showed at its peak
 //   (mapped bytes minus live bytes, each buffer rounded to 512 bytes as the allocator and
-//   the planners round it) plus a sixteenth of the budget, for fragmentation the trace
-//   cannot show and for prefetches. (Until 2026-11-21 live bytes were the raw sizes, so
+//   the planners round it), one page, and a sixteenth of the budget, for fragmentation the
+//   trace cannot show and for prefetches. The page is what a sub-page allocation costs
+//   under pressure when no free block fits: a fresh page-sized segment. (Until 2026-11-21 live bytes were the raw sizes, so
 //   the rounding of every buffer was kept back twice, once here and once in each plan's
-//   peak: 2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for its 9,361 buffers.)
+//   peak: 2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for its 9,361 buffers. That
+//   double count had also been the only slack above a sixteenth for models of thousands
+//   of sub-page buffers: without it, an LSTM of 128 steps at its smallest feasible budget
+//   (1.3 MiB) ran out of memory in a planned iteration, one page short. Hence the page.)
 // Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
 //   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
 //   pages. They let the end-to-end matrix plan 14-20 of 105 cells instead of 12-14, but at

@@ -158,6 +158,12 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
     eo.config.policy = policy;
     eo.config.log = log;  // error by default: infeasible budgets are reported by the sweep
     eo.device_capacity = session.vmm().physical_capacity();
+    // Traced unbudgeted, as the probe traces: the byte budgets here come from the probe's
+    // planning, and a trace held under a byte budget (Note [Offloading the traced
+    // iteration]) places blocks differently and shows the planner a larger cache (ResNet-218:
+    // 23.25 MiB mapped against 20.00 MiB unbudgeted), so the run would refuse budgets the
+    // probe found feasible. Only planned iterations are measured either way.
+    eo.budget_traced_iterations = false;
     rt = std::make_unique<runtime::host_runtime>(session.device(), session.allocator(), eo);
   }
   wl::training_options t;

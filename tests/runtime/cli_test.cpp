@@ -343,7 +343,8 @@ TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
   po.policies = {"none"};
   const plan_preview p = preview_plans(rec.trace, po);
   EXPECT_EQ(p.budget, p.live_peak);
-  EXPECT_EQ(p.overhead, p.budget / 16) << "without a mapped peak only the fragmentation allowance is kept back";
+  EXPECT_EQ(p.overhead, p.granularity + p.budget / 16)
+      << "without a mapped peak only the fragmentation allowance (a page and a sixteenth) is kept back";
   EXPECT_NE(render_plan_preview(p).find("--mapped-peak"), std::string::npos);
 }
 

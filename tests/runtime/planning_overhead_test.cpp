@@ -19,9 +19,11 @@ TEST(PlanningOverhead, KeepsTheTracedCache) {
   EXPECT_EQ(cache_allowance(traced_memory{0, 18 * MiB, 64 * KiB}), 0u) << "mapped peak unknown";
 }
 
-TEST(PlanningOverhead, AddsASixteenthOfTheBudget) {
-  EXPECT_EQ(planning_overhead(32 * MiB, traced_memory{0, 0, 64 * KiB}), 2 * MiB);
-  EXPECT_EQ(planning_overhead(10 * MiB, traced_memory{20 * MiB, 18 * MiB, 64 * KiB}), 2 * MiB + 640 * KiB);
+TEST(PlanningOverhead, AddsAPageAndASixteenthOfTheBudget) {
+  EXPECT_EQ(planning_overhead(32 * MiB, traced_memory{0, 0, 64 * KiB}), 64 * KiB + 2 * MiB);
+  EXPECT_EQ(planning_overhead(10 * MiB, traced_memory{20 * MiB, 18 * MiB, 64 * KiB}),
+            2 * MiB + 64 * KiB + 640 * KiB);
+  EXPECT_EQ(planning_overhead(32 * MiB, traced_memory{0, 0, 2 * MiB}), 2 * MiB + 2 * MiB) << "a CUDA page";
 }
 
 TEST(PlanningOverhead, TheSmallestBudgetForAPlannerShareIsExact) {
