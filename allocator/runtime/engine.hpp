@@ -246,15 +246,16 @@ struct engine_options {
 //   which the pressure valve (Note [Pressure valve]) cannot always relieve, and runs it
 //   against the budget more often, which costs time even when the valve succeeds.
 // Approach: the share kept back is the cache the traced iteration showed at its peak
-//   (mapped bytes minus live bytes, each buffer rounded to 512 bytes as the allocator and
-//   the planners round it), one page, and a sixteenth of the budget, for fragmentation the
-//   trace cannot show and for prefetches. The page is what a sub-page allocation costs
-//   under pressure when no free block fits: a fresh page-sized segment. (Until 2026-11-21 live bytes were the raw sizes, so
-//   the rounding of every buffer was kept back twice, once here and once in each plan's
-//   peak: 2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for its 9,361 buffers. That
-//   double count had also been the only slack above a sixteenth for models of thousands
-//   of sub-page buffers: without it, an LSTM of 128 steps at its smallest feasible budget
-//   (1.3 MiB) ran out of memory in a planned iteration, one page short. Hence the page.)
+//   (mapped bytes minus the raw live bytes), one page, and a sixteenth of the budget, for
+//   fragmentation the trace cannot show and for prefetches. The page is what a sub-page
+//   allocation costs under pressure when no free block fits: a fresh page-sized segment.
+//   Raw live bytes leave the 512-byte rounding of every buffer in the cache, although each
+//   plan's peak counts it too (2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for its
+//   9,361 buffers). Counting it once was tried on 2026-11-21: the matrix planned 20-22
+//   cells instead of 18 and every sweep passed, but `sublinear demo` (ResNet-218 at 0.5x)
+//   then ran out of memory in one run of three on an idle machine and in every run while
+//   the cores were busy, one page short at a regeneration. That rounding is the slack
+//   such workloads need until the margin is understood better, so it stays.
 // Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
 //   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
 //   pages. They let the end-to-end matrix plan 14-20 of 105 cells instead of 12-14, but at
@@ -263,8 +264,7 @@ struct engine_options {
 //   fragmentation of thousands of sub-page buffers does not shrink with the budget).
 // The engine and `sublinear plan` both plan for `budget - planning_overhead(...)`.
 // What the traced iteration showed of memory: its peak of mapped bytes, its peak of live
-// bytes (the analysed graph's, each buffer rounded to 512 bytes) and the allocator's page
-// granularity.
+// bytes (the analysed graph's) and the allocator's page granularity.
 struct traced_memory {
   std::size_t mapped_peak = 0;
   std::size_t live_peak = 0;
