@@ -23,7 +23,6 @@
 
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
-#include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/trace_file.hpp"
 
@@ -671,6 +670,16 @@ struct engine::impl {
       for (const auto& [t, s] : scratch_of) alloc.deallocate(s);
       scratch_of.clear();
     };
+    // Out of memory before the recipe is complete: what was mapped back holds no valid
+    // bytes, so it is evicted again (after what is queued) and the state stays consistent
+    // for a later attempt.
+    auto evict_restored_again = [&] {
+      for (buffer_id b : restored) {
+        alloc.evict(addr[b]);
+        evicted[b] = 1;
+        evicted_ranges[addr[b]] = b;
+      }
+    };
     try {
       for (buffer_id b : targets) {
         if (!evicted[b] || freed[b]) continue;
@@ -680,13 +689,7 @@ struct engine::impl {
         evicted_ranges.erase(addr[b]);
       }
     } catch (...) {
-      // Out of memory before anything was replayed: what was mapped back holds no valid
-      // bytes, so it is evicted again and the state stays consistent for a later attempt.
-      for (buffer_id b : restored) {
-        alloc.evict(addr[b]);
-        evicted[b] = 1;
-        evicted_ranges[addr[b]] = b;
-      }
+      evict_restored_again();
       throw;
     }
     std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
@@ -710,14 +713,8 @@ struct engine::impl {
           try {
             s = static_cast<char*>(alloc.allocate(size, stream));
           } catch (...) {
-            // Out of memory partway: the regenerated buffers are incomplete, so they are
-            // evicted again (after what is queued) and the plan's state stays consistent.
             release_scratch();
-            for (buffer_id b : restored) {
-              alloc.evict(addr[b]);
-              evicted[b] = 1;
-              evicted_ranges[addr[b]] = b;
-            }
+            evict_restored_again();
             throw;
           }
           it = scratch_of.emplace(t, s).first;
