@@ -449,26 +449,18 @@ struct caching_allocator::impl {
     if (!pending_evictions.empty()) process_pending_evictions(false);
   }
 
-  // Releases cached fully-free segments until `bytes` more fit under the budget (or
-  // everything cached is gone when `bytes` is 0 and `all`). A segment of exactly
-  // `keep_size` bytes is taken first and its chunk pooled, so the caller maps it again
-  // with no create (Note [Chunk pool]); the others go largest first.
-  std::size_t release_cached(std::size_t bytes, bool all, std::size_t keep_size = 0) {
-    std::vector<block*> whole;
-    for (auto& p : pools) {
-      for (free_set* s : {&p->small, &p->large, &p->dedicated}) {
-        for (block& b : *s) {
-          if (b.size == b.seg->size && b.seg->mapped) whole.push_back(&b);
-        }
-      }
-    }
-    const bool keep = opts.pool_chunks && !all && keep_size != 0;
-    // Segments whose free has completed on their stream go first: no wait at all.
+  // Releases the wholly free segments `whole` (blocks spanning their segment) until
+  // `done(released bytes)` says so. Those whose free has completed on their stream go
+  // first, with no wait at all; then largest first. A segment of exactly `keep_size` bytes
+  // (0: none) goes before all others and its chunk is pooled (Note [Chunk pool]).
+  template <class Done>
+  std::size_t release_whole(const std::vector<block*>& whole, std::size_t keep_size, Done done) {
     std::vector<std::pair<block*, bool>> order;
     order.reserve(whole.size());
     for (block* b : whole) order.emplace_back(b, b->seg->has_free_event && events.query(b->seg->free_event));
     std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
-      const bool kx = keep && x.first->size == keep_size, ky = keep && y.first->size == keep_size;
+      const bool kx = keep_size != 0 && x.first->size == keep_size;
+      const bool ky = keep_size != 0 && y.first->size == keep_size;
       if (kx != ky) return kx;
       if (x.second != y.second) return x.second;
       return x.first->size > y.first->size;
@@ -476,7 +468,7 @@ struct caching_allocator::impl {
     std::size_t released = 0;
     std::vector<stream_handle> drained;
     for (auto [b, idle] : order) {
-      if (!all && (fits(bytes) || (keep && pool_has(keep_size)))) break;
+      if (done(released)) break;
       // A free block may still be read by work queued on its stream before the free
       // (stream-ordered reuse is safe, unmapping is not): wait for the event recorded when
       // the segment became free, or else for that stream once.
@@ -493,40 +485,47 @@ struct caching_allocator::impl {
         ++st.release_waits;
       }
       released += b->size;
-      release_segment(b, keep && b->size == keep_size);
+      release_segment(b, keep_size != 0 && b->size == keep_size);
     }
     return released;
+  }
+
+  // Appends the free blocks of `set` that span their whole, mapped segment.
+  static void collect_whole(free_set& set, std::vector<block*>& out) {
+    for (block& b : set) {
+      if (b.size == b.seg->size && b.seg->mapped) out.push_back(&b);
+    }
+  }
+
+  // Releases cached fully-free segments until `bytes` more fit under the budget (or
+  // everything cached is gone when `bytes` is 0 and `all`). A segment of exactly
+  // `keep_size` bytes is taken first and its chunk pooled, so the caller maps it again
+  // with no create (Note [Chunk pool]); the others go largest first.
+  std::size_t release_cached(std::size_t bytes, bool all, std::size_t keep_size = 0) {
+    std::vector<block*> whole;
+    for (auto& p : pools) {
+      for (free_set* s : {&p->small, &p->large, &p->dedicated}) collect_whole(*s, whole);
+    }
+    const std::size_t keep = opts.pool_chunks && !all && keep_size != 0 ? keep_size : 0;
+    return release_whole(whole, keep, [&](std::size_t) {
+      return !all && (fits(bytes) || (keep != 0 && pool_has(keep)));
+    });
   }
 
   // Note [Exact large segments]: a new exact segment of `bytes` is about to be mapped
   // because no free block of `set` is large enough. Wholly free segments of the set are
   // given back first, until as many bytes as the new segment's have been released, so
   // that a run of growing sizes (DenseNet's concatenations) does not leave a trail of
-  // cached segments too small for anything that follows. Those whose free has completed
-  // on their stream go first; for the others the host waits for the event recorded when
-  // the segment became free (work queued before the free may still read it), never for
-  // the whole stream.
+  // cached segments too small for anything that follows. Idle ones go first; for the
+  // others the host waits for the event recorded when the segment became free (recorded
+  // for exact large segments even without a budget: note_whole_free), never for the whole
+  // stream.
   void release_idle_smaller(free_set& set, std::size_t bytes) {
-    std::vector<std::pair<block*, bool>> whole;
-    for (block& b : set) {
-      if (b.size == b.seg->size && b.seg->mapped && b.seg->has_free_event)
-        whole.emplace_back(&b, events.query(b.seg->free_event));
-    }
-    std::sort(whole.begin(), whole.end(), [](const auto& x, const auto& y) {
-      if (x.second != y.second) return x.second;
-      return x.first->size > y.first->size;
-    });
-    std::size_t released = 0;
-    for (auto [b, idle] : whole) {
-      if (released >= bytes) break;
-      if (!idle) {
-        events.synchronize(b->seg->free_event);
-        ++st.release_waits;
-      }
-      released += b->size;
-      ++st.idle_releases;
-      release_segment(b);
-    }
+    std::vector<block*> whole;
+    collect_whole(set, whole);
+    const std::uint64_t before = st.segments_released;
+    release_whole(whole, 0, [&](std::size_t released) { return released >= bytes; });
+    st.idle_releases += st.segments_released - before;
   }
 
   bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }

@@ -277,12 +277,14 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
 
   ASSERT_EQ(run.resident_peaks.size(), run.iterations.size());
   std::size_t measured = 0;
+  std::size_t validated = 0;
   for (std::size_t i = 0; i < run.iterations.size(); ++i) {
     const auto& it = run.iterations[i];
     if (it.state == engine_state::trace) continue;
     ASSERT_FALSE(it.diverged) << "iteration " << it.index;
     measured = std::max(measured, it.peak_mapped);
     if (it.state != engine_state::validate) continue;
+    ++validated;
     // The plan's peak is live bytes, evicted ones at page granularity. The validated
     // iteration downloads every regenerated buffer to hash it, so its evictions have
     // completed when the next recipe runs: its resident peak is the plan's, within a page
@@ -298,6 +300,7 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   // freed since, and pages whose eviction is still queued behind the stream in steady
   // iterations): the prediction is a floor within a page per evicted buffer plus the
   // allowance planning keeps back (Note [Planning overhead]), the budget the ceiling.
+  EXPECT_EQ(validated, 1u) << "the first planned iteration validates";
   const std::size_t allowance = planning_overhead(preview.budget, traced_memory{0, 0, preview.granularity});
   const std::size_t tolerance = rec.granularity * row.evicted_buffers + allowance;
   EXPECT_GE(measured + tolerance, row.predicted_mapped)
