@@ -97,6 +97,11 @@ struct options {
   // granularity) instead of packing it into a 20 MiB one: the replay engine turns this on,
   // so that mapped bytes follow live bytes closely and plans made from live bytes hold.
   bool exact_large_segments = false;
+  // Give a small request that finds no free block a segment of its size rounded up to the
+  // granularity (one page for most) instead of small_segment (Note [Exact small
+  // segments]). The same on CUDA, whose 2 MiB page is PyTorch's small segment; on the host
+  // device's 64 KiB pages it keeps a few live small blocks from holding 2 MiB each.
+  bool exact_small_segments = false;
   // Keep the chunks of evicted blocks for the next mapping of the same size instead of
   // releasing them (Note [Chunk pool]); pooled bytes count against the budget.
   bool pool_chunks = true;
@@ -199,6 +204,8 @@ class caching_allocator {
 
   // Switches Note [Segments and blocks]'s packing of large blocks off (see options).
   void set_exact_large_segments(bool exact);
+  // Switches Note [Exact small segments] on or off (see options).
+  void set_exact_small_segments(bool exact);
 
   // Changes the budget (0: physical capacity). Throws out_of_memory, leaving the budget
   // unchanged, if the mapped bytes cannot be brought under it.

@@ -23,6 +23,7 @@
 
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/trace_file.hpp"
 
@@ -34,10 +35,10 @@ constexpr std::size_t margin_divisor = 16;
 }  // namespace
 
 traced_memory traced_memory_of(const policy::iteration& g, std::size_t traced_mapped_peak) {
-  // Raw live bytes: the 512-byte rounding of every buffer is then kept back here as well
-  // as counted in each plan's peak. Taking it out was measured and reverted (Note
+  // Live bytes as every plan's peak counts them (each buffer rounded to 512 bytes), so
+  // that rounding is kept back once, in the plan, and not again in the cache (Note
   // [Planning overhead]).
-  return {traced_mapped_peak, g.peak_bytes, g.granularity};
+  return {traced_mapped_peak, policy::simulate(g, policy::plan{}).peak, g.granularity};
 }
 
 std::size_t cache_allowance(const traced_memory& t) {
@@ -1193,6 +1194,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
     }
   }
   alloc.set_exact_large_segments(true);
+  alloc.set_exact_small_segments(true);
   recorder.set_next(this);
   impl_->previous_observer = alloc.set_observer(&recorder);
   // Blocks allocated before the engine existed (parameters, optimizer state) must be known
@@ -1227,6 +1229,7 @@ engine::~engine() {
   impl_->alloc.set_observer(impl_->previous_observer);
   impl_->rec.set_next(nullptr);
   impl_->alloc.set_exact_large_segments(false);
+  impl_->alloc.set_exact_small_segments(false);
 }
 
 void engine::before_launch(const launch_view& op) {

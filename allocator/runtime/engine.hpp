@@ -246,16 +246,18 @@ struct engine_options {
 //   which the pressure valve (Note [Pressure valve]) cannot always relieve, and runs it
 //   against the budget more often, which costs time even when the valve succeeds.
 // Approach: the share kept back is the cache the traced iteration showed at its peak
-//   (mapped bytes minus the raw live bytes), one page, and a sixteenth of the budget, for
-//   fragmentation the trace cannot show and for prefetches. The page is what a sub-page
-//   allocation costs under pressure when no free block fits: a fresh page-sized segment.
-//   Raw live bytes leave the 512-byte rounding of every buffer in the cache, although each
-//   plan's peak counts it too (2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for its
-//   9,361 buffers). Counting it once was tried on 2026-11-21: the matrix planned 20-22
-//   cells instead of 18 and every sweep passed, but `sublinear demo` (ResNet-218 at 0.5x)
-//   then ran out of memory in one run of three on an idle machine and in every run while
-//   the cores were busy, one page short at a regeneration. That rounding is the slack
-//   such workloads need until the margin is understood better, so it stays.
+//   (mapped bytes minus live bytes as the plans count them, each buffer rounded to 512
+//   bytes), one page, and a sixteenth of the budget, for fragmentation the trace cannot
+//   show and for prefetches. The page is what a sub-page allocation costs under pressure
+//   when no free block fits: a fresh page-sized segment.
+// History: until 2026-11-21 the cache was taken against the raw live bytes, which kept
+//   each buffer's rounding back twice (2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for
+//   its 9,361 buffers). Counting it once made `sublinear demo` (ResNet-218) run out of
+//   memory at a regeneration, one page short, in 6 of 24 runs of a stress (budgets
+//   0.4x-0.65x, reforward and chen, three runs at a time), with 1.5-1.9 MiB free inside
+//   2 MiB small-pool segments that one live block kept mapped. Small segments now follow
+//   the request (Note [Exact small segments] in caching_allocator.cpp): the same stress
+//   passed 24 of 24 runs twice with the rounding counted once and no pressure event.
 // Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
 //   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
 //   pages. They let the end-to-end matrix plan 14-20 of 105 cells instead of 12-14, but at
@@ -264,7 +266,8 @@ struct engine_options {
 //   fragmentation of thousands of sub-page buffers does not shrink with the budget).
 // The engine and `sublinear plan` both plan for `budget - planning_overhead(...)`.
 // What the traced iteration showed of memory: its peak of mapped bytes, its peak of live
-// bytes (the analysed graph's) and the allocator's page granularity.
+// bytes as the plans count them (the simulator's peak with nothing evicted) and the
+// allocator's page granularity.
 struct traced_memory {
   std::size_t mapped_peak = 0;
   std::size_t live_peak = 0;

@@ -155,6 +155,32 @@ TEST_F(CachingAllocator, ExactLargeSegmentsKeepACachedSegmentThatStillFits) {
   b.deallocate(q);
 }
 
+TEST_F(CachingAllocator, ExactSmallSegmentsTakeWholePagesNotASmallSegment) {
+  // Note [Exact small segments]: small requests get segments of whole pages, still shared
+  // by later small requests, so one live small block no longer keeps 2 MiB mapped.
+  auto a = make();
+  a.set_exact_small_segments(true);
+  void* x = a.allocate(16 * KiB, nullptr);
+  EXPECT_EQ(a.get_stats().mapped, kGranularity);
+  void* y = a.allocate(16 * KiB, nullptr);
+  EXPECT_EQ(y, static_cast<char*>(x) + 16 * KiB) << "a later small request splits the page";
+  EXPECT_EQ(a.get_stats().mapped, kGranularity);
+  void* z = a.allocate(100 * KiB, nullptr);
+  EXPECT_EQ(a.get_stats().mapped, kGranularity + 2 * kGranularity) << "100 KiB in two pages, not 2 MiB";
+  a.deallocate(x);
+  a.deallocate(y);
+  // The first page is wholly free again: a budget gives it back.
+  a.set_budget(2 * kGranularity);
+  EXPECT_EQ(a.get_stats().mapped, 2 * kGranularity);
+  a.deallocate(z);
+  EXPECT_TRUE(a.validate());
+  // PyTorch's rules (the default): the small segment, whatever the request.
+  auto b = make();
+  void* p = b.allocate(16 * KiB, nullptr);
+  EXPECT_EQ(b.get_stats().mapped, 2 * MiB);
+  b.deallocate(p);
+}
+
 TEST_F(CachingAllocator, SplitsAndMergesSoAFreedSegmentIsWholeAgain) {
   auto a = make();
   void* x = a.allocate(100 * KiB, nullptr);

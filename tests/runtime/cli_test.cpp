@@ -254,7 +254,7 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
     const std::size_t smallest = preview.rows[0].smallest_feasible;
     // The budget that needs no eviction at all, in the same terms (planning_overhead).
     const std::size_t unplanned = budget_for_planner_bytes(
-        preview.unplanned_peak, traced_memory{po.traced_mapped_peak, preview.live_peak, preview.granularity});
+        preview.unplanned_peak, traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity});
     ASSERT_LT(smallest, unplanned) << preview.rows[0].error;
     po.budget = std::to_string(smallest + (unplanned - smallest) / 4);
     preview = preview_plans(t, po);
@@ -264,7 +264,7 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   ASSERT_GT(row.evicted_buffers, 0u) << "a budget of 0.6x should need evictions";
   EXPECT_EQ(row.predicted_mapped,
             row.predicted_peak +
-                cache_allowance(traced_memory{po.traced_mapped_peak, preview.live_peak, preview.granularity}));
+                cache_allowance(traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity}));
 
   const runtime_outcome run = run_with_budget(c.kind, c.policy, preview.budget);
   ASSERT_TRUE(run.plan_error.empty()) << run.plan_error << "\npreview: budget " << preview.budget << ", planner budget "
