@@ -148,48 +148,54 @@ class chen_planner final : public attempt_planner {
 
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
-    const candidate_set& cs = ctx.candidates();
-    const std::size_t k = cs.size();
-    double x = 0.0;
-    double y = 0.0;
-    for (const candidate& c : cs.all()) {
-      x += static_cast<double>(c.bytes);
-      y = std::max(y, static_cast<double>(c.bytes));
-    }
-    const double b0 = std::sqrt(x * y);
-    std::vector<double> grid{0.0};  // B = 0: every candidate is a checkpoint (no eviction)
-    for (int step = -16; step <= 16; ++step) grid.push_back(b0 * std::pow(2.0, step / 4.0));
-    grid.push_back(std::numeric_limits<double>::infinity());  // one segment: drop everything
-
-    std::optional<context::evaluation> best;
-    std::vector<std::uint8_t> dropped(k, 0);
-    std::vector<std::uint8_t> previous;
-    for (double seg_budget : grid) {
-      double temp = 0.0;
-      for (std::size_t i = 0; i < k; ++i) {
-        temp += static_cast<double>(cs[i].bytes);
-        if (temp > seg_budget) {
-          dropped[i] = 0;
-          temp = 0.0;
-        } else {
-          dropped[i] = 1;
-        }
-      }
-      if (dropped == previous) continue;  // neighbouring grid points often agree
-      previous = dropped;
-      context::evaluation e = ctx.evaluate(dropped);
-      if (!e.fits(budget)) continue;
-      if (!best || e.sim.added_compute_s < best->sim.added_compute_s ||
-          (e.sim.added_compute_s == best->sim.added_compute_s && e.sim.peak < best->sim.peak)) {
-        best = std::move(e);
-      }
-    }
+    std::optional<context::evaluation> best = solve_chen(ctx, budget);
     if (!best) return std::nullopt;
     return std::move(best->result);
   }
 };
 
 }  // namespace
+
+std::optional<planner::context::evaluation> solve_chen(planner::context& ctx, std::size_t budget) {
+  using evaluation = planner::context::evaluation;
+  const candidate_set& cs = ctx.candidates();
+  const std::size_t k = cs.size();
+  double x = 0.0;
+  double y = 0.0;
+  for (const candidate& c : cs.all()) {
+    x += static_cast<double>(c.bytes);
+    y = std::max(y, static_cast<double>(c.bytes));
+  }
+  const double b0 = std::sqrt(x * y);
+  std::vector<double> grid{0.0};  // B = 0: every candidate is a checkpoint (no eviction)
+  for (int step = -16; step <= 16; ++step) grid.push_back(b0 * std::pow(2.0, step / 4.0));
+  grid.push_back(std::numeric_limits<double>::infinity());  // one segment: drop everything
+
+  std::optional<evaluation> best;
+  std::vector<std::uint8_t> dropped(k, 0);
+  std::vector<std::uint8_t> previous;
+  for (double seg_budget : grid) {
+    double temp = 0.0;
+    for (std::size_t i = 0; i < k; ++i) {
+      temp += static_cast<double>(cs[i].bytes);
+      if (temp > seg_budget) {
+        dropped[i] = 0;
+        temp = 0.0;
+      } else {
+        dropped[i] = 1;
+      }
+    }
+    if (dropped == previous) continue;  // neighbouring grid points often agree
+    previous = dropped;
+    evaluation e = ctx.evaluate(dropped);
+    if (!e.fits(budget)) continue;
+    if (!best || e.sim.added_compute_s < best->sim.added_compute_s ||
+        (e.sim.added_compute_s == best->sim.added_compute_s && e.sim.peak < best->sim.peak)) {
+      best = std::move(e);
+    }
+  }
+  return best;
+}
 
 std::unique_ptr<planner> make_none_planner() { return std::make_unique<none_planner>(); }
 std::unique_ptr<planner> make_sqrtn_planner() { return std::make_unique<sqrtn_planner>(); }

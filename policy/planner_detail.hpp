@@ -85,4 +85,8 @@ std::unique_ptr<planner> make_dtr_planner();
 // Greedy drop-set search as a function (reforward's other starting point).
 [[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget);
 
+// Chen's budgeted segmentation with its grid search, as a function (reforward's third
+// starting point): the cheapest grid plan within `budget`, or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_chen(planner::context& ctx, std::size_t budget);
+
 }  // namespace sublinear::policy
