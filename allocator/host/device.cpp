@@ -30,14 +30,17 @@
 // in device work are sticky, and the caller that queued the work has long returned.
 #include "allocator/host/device.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <vector>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -172,9 +175,14 @@ class stream {
   std::uint64_t enqueued_ = 0;               // under mutex_
   std::atomic<std::uint64_t> completed_{0};  // written under mutex_, read anywhere
   bool stopping_ = false;
-  // Wakes are system calls; they are made only when someone sleeps (both under mutex_).
+  // Wakes are system calls; they are made only when someone sleeps (both under mutex_),
+  // and a waiter is woken only once the position it waits for is reached: the lowest
+  // target among the sleeping waiters is kept in wake_at_. (Waking every waiter at every
+  // completion cost a futex wake per kernel while the host waited for the end of a long
+  // queue: 7% of a `sublinear demo` profile in try_to_wake_up, 5% in task switches.)
   bool worker_sleeping_ = false;
-  std::uint32_t progress_waiters_ = 0;
+  std::vector<std::uint64_t> waiting_for_;  // targets of the sleeping waiters
+  std::uint64_t wake_at_ = UINT64_MAX;      // min of waiting_for_
   std::thread worker_;
   std::mutex inline_mutex_;  // Note [Synchronous mode]
 
@@ -190,14 +198,19 @@ class stream {
       return;
     }
     std::unique_lock lock(mutex_);
-    ++progress_waiters_;
+    waiting_for_.push_back(pos);
+    wake_at_ = std::min(wake_at_, pos);
     progress_.wait(lock, [&] { return reached(pos); });
-    --progress_waiters_;
+    waiting_for_.erase(std::find(waiting_for_.begin(), waiting_for_.end(), pos));
+    wake_at_ = waiting_for_.empty() ? UINT64_MAX : *std::min_element(waiting_for_.begin(), waiting_for_.end());
   }
   // Precondition: mutex_ is held.
   void mark_completed_locked() {
-    completed_.store(completed_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    if (progress_waiters_ != 0) {
+    const std::uint64_t done = completed_.load(std::memory_order_relaxed) + 1;
+    completed_.store(done, std::memory_order_release);
+    // wake_at_ stays until the satisfied waiters leave (each recomputes it on its way
+    // out), so a completion in between wakes again rather than leaving a waiter behind.
+    if (done >= wake_at_) {
       progress_.notify_all();
     }
   }

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <array>
+#include <chrono>
 #include <atomic>
 #include <cstdint>
 #include <latch>
@@ -304,6 +307,45 @@ TEST(HostEvent, SynchronizeBlocksUntilTheWorkBeforeItIsDone) {
   dev.synchronize_event(e);
   EXPECT_TRUE(after.load());
   opener.join();
+  dev.destroy_event(e);
+}
+
+// A host thread waiting for an event sleeps until the event's work is done, not once per
+// completed item before it (each wake is a futex call on the worker's critical path and a
+// task switch for the waiter). Voluntary context switches of the waiting thread count
+// its sleeps.
+TEST(HostEvent, AWaiterIsWokenOnceItsWorkIsDoneNotAtEveryCompletion) {
+  device dev;
+  stream* s = dev.create_stream();
+  event* e = dev.create_event();
+  stream_blocker block(dev, s);
+  constexpr int items = 400;
+  std::atomic<int> ran{0};
+  for (int i = 0; i < items; ++i) {
+    dev.host_func(s, [&] {
+      // A few microseconds of work, so the waiter could fall asleep between items.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(20);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      ran.fetch_add(1);
+    });
+  }
+  dev.record_event(e, s);
+  // The release comes from another thread a little later, so that this thread is asleep
+  // in synchronize_event while the items run (if it is not, nothing below can fail).
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    block.release();
+  });
+  rusage before{};
+  ::getrusage(RUSAGE_THREAD, &before);
+  dev.synchronize_event(e);
+  rusage after{};
+  ::getrusage(RUSAGE_THREAD, &after);
+  opener.join();
+  EXPECT_EQ(ran.load(), items);
+  EXPECT_LT(after.ru_nvcsw - before.ru_nvcsw, items / 10)
+      << "the waiter slept and woke about once per completed item";
   dev.destroy_event(e);
 }
 
