@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -371,24 +372,44 @@ struct caching_allocator::impl {
   // Precondition: no pending work touches the segment (Note [Deferred unmap]). With
   // `keep`, the chunk goes to the pool and stays counted in mapped (Note [Chunk pool]).
   void unmap_segment(segment& seg, bool keep = false) {
-    vmm_status s = device.unmap(seg.base, seg.size);
-    ++st.unmap_calls;
-    vmm_status r = vmm_status::ok;
-    if (s == vmm_status::ok && keep) {
-      chunk_pool.emplace(seg.size, seg.handle);
-      st.pooled += seg.size;
-      st.pooled_peak = std::max(st.pooled_peak, st.pooled);
-    } else {
-      r = device.release_chunk(seg.handle);
-      ++st.release_calls;
+    segment* one[] = {&seg};
+    unmap_segments(one, keep);
+  }
+
+  // Unmaps several segments in one device call (adjacent ones merge on the host: Note
+  // [Batched unmap] in host_vmm.cpp), then pools or releases each chunk.
+  void unmap_segments(std::span<segment* const> segs, bool keep) {
+    std::vector<vmm_range> ranges;
+    ranges.reserve(segs.size());
+    std::size_t bytes = 0;
+    for (const segment* seg : segs) {
+      ranges.push_back({seg->base, seg->size});
+      bytes += seg->size;
     }
-    if (s != vmm_status::ok || r != vmm_status::ok) {
-      throw device_error("sublinear: unmapping " + format_bytes(seg.size) + " on the " + device.name() +
-                         " device failed (" + to_string(s != vmm_status::ok ? s : r) + ": " +
+    const vmm_status s = device.unmap_ranges(ranges);
+    st.unmap_calls += segs.size();
+    if (s != vmm_status::ok) {
+      throw device_error("sublinear: unmapping " + format_bytes(bytes) + " in " + std::to_string(segs.size()) +
+                         " ranges on the " + device.name() + " device failed (" + to_string(s) + ": " +
                          device.last_error() + ")");
     }
-    seg.mapped = false;
-    if (!keep) note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
+    for (segment* seg : segs) {
+      vmm_status r = vmm_status::ok;
+      if (keep) {
+        chunk_pool.emplace(seg->size, seg->handle);
+        st.pooled += seg->size;
+        st.pooled_peak = std::max(st.pooled_peak, st.pooled);
+      } else {
+        r = device.release_chunk(seg->handle);
+        ++st.release_calls;
+      }
+      seg->mapped = false;
+      if (!keep) note_mapped(-static_cast<std::ptrdiff_t>(seg->size));
+      if (r != vmm_status::ok) {
+        throw device_error("sublinear: releasing a chunk of " + format_bytes(seg->size) + " on the " +
+                           device.name() + " device failed (" + to_string(r) + ": " + device.last_error() + ")");
+      }
+    }
   }
 
   // Releases a fully free segment whose single block `b` is in a free set (or, for an
@@ -436,6 +457,7 @@ struct caching_allocator::impl {
   // Unmaps evicted blocks whose last-use events are done. Returns bytes unmapped.
   std::size_t process_pending_evictions(bool wait) {
     std::size_t unmapped = 0;
+    std::vector<block*> done;
     for (auto it = pending_evictions.begin(); it != pending_evictions.end();) {
       block* b = it->b;
       bool cancelled = b->eviction_generation != it->generation || b->state != residency::evicting;
@@ -444,15 +466,21 @@ struct caching_allocator::impl {
         continue;
       }
       drain(*it, false);
-      if (!cancelled) {
-        unmap_segment(*b->seg, opts.pool_chunks);
-        b->state = residency::evicted;
-        st.evicted += b->size;
-        st.evicted_total += b->size;
-        ++st.evictions;
-        unmapped += b->size;
-      }
+      if (!cancelled) done.push_back(b);
       it = pending_evictions.erase(it);
+    }
+    if (done.empty()) return 0;
+    // Every eviction completed now goes in one device call (Note [Batched unmap]).
+    std::vector<segment*> segs;
+    segs.reserve(done.size());
+    for (block* b : done) segs.push_back(b->seg);
+    unmap_segments(segs, opts.pool_chunks);
+    for (block* b : done) {
+      b->state = residency::evicted;
+      st.evicted += b->size;
+      st.evicted_total += b->size;
+      ++st.evictions;
+      unmapped += b->size;
     }
     return unmapped;
   }

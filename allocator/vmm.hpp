@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace sublinear::allocator {
@@ -30,6 +31,12 @@ const char* to_string(vmm_status status) noexcept;
 
 // An opaque physical-chunk handle (CUmemGenericAllocationHandle on CUDA).
 using chunk_handle = std::uint64_t;
+
+// A mapped range, for unmap_ranges.
+struct vmm_range {
+  void* address = nullptr;
+  std::size_t size = 0;
+};
 
 class vmm {
  public:
@@ -61,6 +68,16 @@ class vmm {
   // Unmaps a range previously mapped by exactly one map() call. Does NOT wait for
   // pending device work: callers must know the range is idle (see Note [Deferred unmap]).
   virtual vmm_status unmap(void* address, std::size_t size) noexcept = 0;
+  // Unmaps several ranges, each with unmap()'s preconditions, in any order. A backend may
+  // merge adjacent ranges into one call; the host VMM does (Note [Batched unmap] in
+  // host_vmm.cpp). This default calls unmap() for each and stops at the first failure.
+  virtual vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept {
+    for (const vmm_range& r : ranges) {
+      const vmm_status s = unmap(r.address, r.size);
+      if (s != vmm_status::ok) return s;
+    }
+    return vmm_status::ok;
+  }
 
   // Human-readable name for reports and test names: "host", "cuda".
   [[nodiscard]] virtual std::string name() const = 0;

@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <iterator>
 #include <new>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "sublinear/error.hpp"
 
@@ -328,6 +330,55 @@ vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {
       return vmm_status::device_error;
     }
     ledger_.remove_mapping(address);
+    return vmm_status::ok;
+  });
+}
+
+// Note [Batched unmap]
+// Rationale: replacing a mapping that has pages makes the kernel flush that range from
+//   the TLB of every core running the process, with an inter-processor interrupt when
+//   the stream's worker runs on another core: the interrupt lands on the thread running
+//   kernels. The caching allocator completes evictions in batches (every one whose
+//   events are done at a poll), and consecutive activations are often adjacent in the
+//   reserved range: in `sublinear demo` (ResNet-218 at 0.5x) 2,323 unmaps came in 953
+//   batches that held 1,103 contiguous runs.
+// Approach: check every range against the ledger first (nothing is unmapped if one is
+//   wrong or two overlap), then put one PROT_NONE anonymous mapping over each contiguous
+//   run: one system call and one flush per run instead of per range.
+// Limitations: only adjacent ranges merge. CUDA's backend keeps the default (one
+//   cuMemUnmap per mapping): whether one call may span several mappings is not relied on.
+vmm_status host_vmm::unmap_ranges(std::span<const vmm_range> ranges) noexcept {
+  return guarded("unmap", [&] {
+    const std::lock_guard lock(mutex_);
+    std::vector<vmm_range> sorted(ranges.begin(), ranges.end());
+    std::sort(sorted.begin(), sorted.end(),
+              [](const vmm_range& a, const vmm_range& b) { return a.address < b.address; });
+    for (std::size_t i = 0; i < sorted.size(); ++i) {
+      if (const char* why = ledger_.check_unmap(sorted[i].address, sorted[i].size)) {
+        set_error("unmap", why);
+        return vmm_status::invalid_argument;
+      }
+      if (i > 0 && static_cast<char*>(sorted[i - 1].address) + sorted[i - 1].size > sorted[i].address) {
+        set_error("unmap", "two of the ranges overlap");
+        return vmm_status::invalid_argument;
+      }
+    }
+    for (std::size_t first = 0; first < sorted.size();) {
+      std::size_t last = first;
+      char* end = static_cast<char*>(sorted[first].address) + sorted[first].size;
+      while (last + 1 < sorted.size() && sorted[last + 1].address == end) {
+        ++last;
+        end += sorted[last].size;
+      }
+      auto* start = static_cast<char*>(sorted[first].address);
+      if (::mmap(start, static_cast<std::size_t>(end - start), PROT_NONE, reservation_flags | MAP_FIXED, -1, 0) ==
+          MAP_FAILED) {
+        set_errno_error("unmap: mmap", errno);
+        return vmm_status::device_error;
+      }
+      for (std::size_t i = first; i <= last; ++i) ledger_.remove_mapping(sorted[i].address);
+      first = last + 1;
+    }
     return vmm_status::ok;
   });
 }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "allocator/host/host_vmm.hpp"
@@ -334,6 +335,59 @@ TYPED_TEST_P(VmmConformance, UnmapRejectsRangeNeverMapped) {
   EXPECT_EQ(this->device().unmap(base, this->g_), vmm_status::invalid_argument);
 }
 
+TYPED_TEST_P(VmmConformance, UnmapRangesUnmapsAdjacentAndSeparateMappingsAndKeepsTheOthers) {
+  // Three adjacent mappings, a gap, a fourth, and a fifth left mapped; the batch names
+  // them out of order. (The host VMM merges the adjacent ones: Note [Batched unmap].)
+  const std::size_t g = this->g_;
+  std::byte* base = this->reserve(7 * g);
+  const chunk_handle a = this->create(g);
+  const chunk_handle b = this->create(2 * g);
+  const chunk_handle c = this->create(g);
+  const chunk_handle d = this->create(g);
+  const chunk_handle e = this->create(g);
+  this->map_rw(base, g, a);
+  this->map_rw(base + g, 2 * g, b);
+  this->map_rw(base + 3 * g, g, c);
+  this->map_rw(base + 5 * g, g, d);
+  this->map_rw(base + 6 * g, g, e);
+  const auto kept = pattern(g, 5);
+  ASSERT_TRUE(this->write(base + 6 * g, kept));
+  const vmm_range batch[] = {{base + 5 * g, g}, {base + g, 2 * g}, {base, g}, {base + 3 * g, g}};
+  ASSERT_EQ(this->device().unmap_ranges(batch), vmm_status::ok) << this->device().last_error();
+  EXPECT_EQ(this->read(base + 6 * g, g), kept) << "a mapping outside the batch changed";
+  // Each unmapped chunk maps again at its old address, and nothing else is left mapped.
+  for (const auto& [at, size, h] : {std::tuple{base, g, a}, std::tuple{base + g, 2 * g, b},
+                                    std::tuple{base + 3 * g, g, c}, std::tuple{base + 5 * g, g, d}}) {
+    ASSERT_EQ(this->device().map(at, size, h), vmm_status::ok) << this->device().last_error();
+    ASSERT_EQ(this->device().unmap(at, size), vmm_status::ok);
+  }
+  EXPECT_DEATH(TypeParam::poke(this->device(), base + g + 64), "");
+  EXPECT_EQ(this->device().unmap(base + 6 * g, g), vmm_status::ok);
+  for (chunk_handle h : {a, b, c, d, e}) EXPECT_EQ(this->device().release_chunk(h), vmm_status::ok);
+  EXPECT_EQ(this->device().release(base, 7 * g), vmm_status::ok);
+}
+
+TYPED_TEST_P(VmmConformance, UnmapRangesWithABadRangeUnmapsNothing) {
+  const std::size_t g = this->g_;
+  std::byte* base = this->reserve(3 * g);
+  const chunk_handle a = this->create(g);
+  const chunk_handle b = this->create(g);
+  this->map_rw(base, g, a);
+  this->map_rw(base + g, g, b);
+  const vmm_range never_mapped[] = {{base, g}, {base + 2 * g, g}};
+  EXPECT_EQ(this->device().unmap_ranges(never_mapped), vmm_status::invalid_argument);
+  EXPECT_FALSE(this->device().last_error().empty());
+  const vmm_range twice[] = {{base + g, g}, {base + g, g}};
+  EXPECT_EQ(this->device().unmap_ranges(twice), vmm_status::invalid_argument);
+  // Both mappings are still there and usable.
+  TypeParam::poke(this->device(), base + 64);
+  TypeParam::poke(this->device(), base + g + 64);
+  const vmm_range both[] = {{base, g}, {base + g, g}};
+  EXPECT_EQ(this->device().unmap_ranges(both), vmm_status::ok);
+  EXPECT_EQ(this->device().unmap_ranges(std::span<const vmm_range>{}), vmm_status::ok) << "an empty batch";
+  for (chunk_handle h : {a, b}) EXPECT_EQ(this->device().release_chunk(h), vmm_status::ok);
+}
+
 TYPED_TEST_P(VmmConformance, ReleaseChunkRejectsMappedChunk) {
   std::byte* base = this->reserve(this->g_);
   const chunk_handle h = this->create(this->g_);
@@ -428,6 +482,8 @@ REGISTER_TYPED_TEST_SUITE_P(VmmConformance, GranularityIsAPowerOfTwo,
                             MapRejectsRangeOverlappingAMapping, MapRejectsReleasedHandle,
                             SetAccessRejectsRangeNotFullyMapped, UnmapRejectsPartOfAMapping,
                             UnmapRejectsRangeSpanningTwoMappings, UnmapRejectsRangeNeverMapped,
+                            UnmapRangesUnmapsAdjacentAndSeparateMappingsAndKeepsTheOthers,
+                            UnmapRangesWithABadRangeUnmapsNothing,
                             ReleaseChunkRejectsMappedChunk,
                             ReleaseChunkRejectsHandleAlreadyReleased,
                             ReleaseRejectsReservationWithLiveMappings,
