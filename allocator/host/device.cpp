@@ -40,11 +40,11 @@
 #include <exception>
 #include <map>
 #include <mutex>
-#include <vector>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "sublinear/error.hpp"
 
@@ -176,13 +176,12 @@ class stream {
   std::atomic<std::uint64_t> completed_{0};  // written under mutex_, read anywhere
   bool stopping_ = false;
   // Wakes are system calls; they are made only when someone sleeps (both under mutex_),
-  // and a waiter is woken only once the position it waits for is reached: the lowest
-  // target among the sleeping waiters is kept in wake_at_. (Waking every waiter at every
-  // completion cost a futex wake per kernel while the host waited for the end of a long
-  // queue: 7% of a `sublinear demo` profile in try_to_wake_up, 5% in task switches.)
+  // and waiters are woken only once the lowest position one of them waits for is reached.
+  // (Waking every waiter at every completion cost a futex wake per kernel while the host
+  // waited for the end of a long queue: 7% of a `sublinear demo` profile in
+  // try_to_wake_up, 5% in task switches.)
   bool worker_sleeping_ = false;
-  std::vector<std::uint64_t> waiting_for_;  // targets of the sleeping waiters
-  std::uint64_t wake_at_ = UINT64_MAX;      // min of waiting_for_
+  std::vector<std::uint64_t> waiting_for_;  // targets of the sleeping waiters (rarely more than one)
   std::thread worker_;
   std::mutex inline_mutex_;  // Note [Synchronous mode]
 
@@ -199,18 +198,16 @@ class stream {
     }
     std::unique_lock lock(mutex_);
     waiting_for_.push_back(pos);
-    wake_at_ = std::min(wake_at_, pos);
     progress_.wait(lock, [&] { return reached(pos); });
     waiting_for_.erase(std::find(waiting_for_.begin(), waiting_for_.end(), pos));
-    wake_at_ = waiting_for_.empty() ? UINT64_MAX : *std::min_element(waiting_for_.begin(), waiting_for_.end());
   }
   // Precondition: mutex_ is held.
   void mark_completed_locked() {
     const std::uint64_t done = completed_.load(std::memory_order_relaxed) + 1;
     completed_.store(done, std::memory_order_release);
-    // wake_at_ stays until the satisfied waiters leave (each recomputes it on its way
-    // out), so a completion in between wakes again rather than leaving a waiter behind.
-    if (done >= wake_at_) {
+    // A satisfied waiter stays listed until it has woken and left, so a completion in
+    // between wakes again rather than leaving a waiter behind.
+    if (!waiting_for_.empty() && done >= *std::min_element(waiting_for_.begin(), waiting_for_.end())) {
       progress_.notify_all();
     }
   }

@@ -317,21 +317,8 @@ vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
 }
 
 vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {
-  return guarded("unmap", [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_unmap(address, size)) {
-      set_error("unmap", why);
-      return vmm_status::invalid_argument;
-    }
-    // Replacing the file mapping (rather than munmap) keeps the range reserved, so
-    // nothing else can be placed there and a stray access faults.
-    if (::mmap(address, size, PROT_NONE, reservation_flags | MAP_FIXED, -1, 0) == MAP_FAILED) {
-      set_errno_error("unmap: mmap", errno);
-      return vmm_status::device_error;
-    }
-    ledger_.remove_mapping(address);
-    return vmm_status::ok;
-  });
+  const vmm_range one[] = {{address, size}};
+  return unmap_ranges(one);
 }
 
 // Note [Batched unmap]
@@ -344,7 +331,9 @@ vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {
 //   batches that held 1,103 contiguous runs.
 // Approach: check every range against the ledger first (nothing is unmapped if one is
 //   wrong or two overlap), then put one PROT_NONE anonymous mapping over each contiguous
-//   run: one system call and one flush per run instead of per range.
+//   run: one system call and one flush per run instead of per range. Replacing the file
+//   mapping (rather than munmap) keeps the range reserved, so nothing else can be placed
+//   there and a stray access faults. unmap() is a batch of one.
 // Limitations: only adjacent ranges merge. CUDA's backend keeps the default (one
 //   cuMemUnmap per mapping): whether one call may span several mappings is not relied on.
 vmm_status host_vmm::unmap_ranges(std::span<const vmm_range> ranges) noexcept {
