@@ -82,8 +82,14 @@ std::unique_ptr<planner> make_dtr_planner();
 // later segments read (its outputs).
 [[nodiscard]] std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs);
 
-// Greedy drop-set search as a function (reforward's other starting point).
-[[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget);
+// How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
+// by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by
+// its footprint once planned (its own pages). Per second of its recipe, either way.
+enum class greedy_rank { bytes_freed, footprint };
+
+// Greedy drop-set search as a function (reforward's other starting points).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget,
+                                                                       greedy_rank rank = greedy_rank::bytes_freed);
 
 // Chen's budgeted segmentation with its grid search, as a function (reforward's third
 // starting point): the cheapest grid plan within `budget`, or nothing.

@@ -13,11 +13,11 @@
 //     and global max, so each decision costs O(log launches);
 //   - compute: every launch of a dropped candidate's own recipe is replayed at least once.
 //   Leaves are built into plans and simulated exactly; the incumbent starts as the best
-//   of the chain solver's, the greedy planner's and Chen's grid plans (Chen's was added
-//   when a traced ResNet-218 at 0.5x showed reforward 4% dearer than chen with more
-//   room). When the search completes (up to a million nodes and 40,000 simulated leaves),
-//   the plan is optimal over drop sets, the same space the MILP oracle solves; tests
-//   check the two agree.
+//   of the chain solver's, the greedy planner's (ranked both ways, greedy_rank) and Chen's
+//   grid plans (Chen's was added when a traced ResNet-218 at 0.5x showed reforward 4%
+//   dearer than chen with more room). When the search completes (up to a million nodes
+//   and 40,000 simulated leaves), the plan is optimal over drop sets, the same space the
+//   MILP oracle solves; tests check the two agree.
 // Limitations: with more than 28 candidates, or when the node budget runs out, the
 //   result is the incumbent improved by a bounded pass that keeps candidates back (most
 //   expensive first) while the plan still fits: good, not proven optimal.
@@ -289,11 +289,12 @@ class reforward_planner final : public attempt_planner {
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
     std::optional<context::evaluation> best = solve_chain(ctx, budget);
-    for (auto* seed : {&solve_greedy, &solve_chen}) {
-      if (std::optional<context::evaluation> g = (*seed)(ctx, budget)) {
-        if (!best || g->sim.added_compute_s < best->sim.added_compute_s) best = std::move(g);
-      }
-    }
+    const auto consider = [&](std::optional<context::evaluation> e) {
+      if (e && (!best || e->sim.added_compute_s < best->sim.added_compute_s)) best = std::move(e);
+    };
+    consider(solve_greedy(ctx, budget, greedy_rank::bytes_freed));
+    consider(solve_greedy(ctx, budget, greedy_rank::footprint));
+    consider(solve_chen(ctx, budget));
     bool exact = false;
     if (ctx.candidates().size() <= exact_candidates) {
       branch_and_bound search(ctx, budget, branch_and_bound::goal::least_compute);
