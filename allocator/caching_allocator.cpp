@@ -14,6 +14,7 @@
 #include <cassert>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <span>
@@ -196,11 +197,36 @@ struct caching_allocator::impl {
     //   segment is the request rounded up to the granularity; later small requests still
     //   split it (best fit), and a wholly free one is released like any cached segment.
     //   On CUDA the granularity is the small segment size, so nothing changes there.
+    //   Best fit alone still let one tiny block pin a large segment: a 512-byte request
+    //   split a wholly free 576 KiB small segment and held all of it mapped while the
+    //   engine needed one page for a regeneration (stress of docs/runtime.md, after the
+    //   planners began filling their budgets). So in this mode a small request prefers a
+    //   free block in a segment that is already partly used (small_fit below). Making a
+    //   new exact segment rather than splitting a wholly free larger one was tried too: it
+    //   grew the unbudgeted traced iteration's cache (19.88 -> 21.38 MiB mapped in the
+    //   demo) and with it the planning margin, so it is not done.
     // Limitations: more, smaller segments: a map call per page of small requests the first
     //   time they are needed (the chunk pool serves later ones).
     if (rounded <= opts.small_size) return opts.exact_small_segments ? round_up(rounded, granularity) : opts.small_segment;
     if (rounded < opts.min_large_alloc) return opts.large_segment;
     return round_up(rounded, opts.round_large);
+  }
+
+  // The free block a small request takes (Note [Exact small segments]): best fit, except
+  // that with exact_small_segments a wholly free segment larger than the request's own
+  // pages is split only when no partly used segment has room (among the next 32
+  // candidates in size order). set.end(): make a new segment.
+  free_set::iterator small_fit(free_set& set, std::size_t rounded) {
+    auto best = set.lower_bound(by_size_key::type{rounded, nullptr});
+    if (!opts.exact_small_segments || best == set.end()) return best;
+    const std::size_t own = round_up(rounded, granularity);
+    const auto whole_and_larger = [&](const block& b) { return b.prev == nullptr && b.next == nullptr && b.size > own; };
+    if (!whole_and_larger(*best)) return best;
+    auto it = best;
+    for (int looked = 0; it != set.end() && looked < 32; ++it, ++looked) {
+      if (!whole_and_larger(*it)) return it;
+    }
+    return best;
   }
 
   bool should_split(const block& b, std::size_t size) const {
@@ -679,7 +705,7 @@ struct caching_allocator::impl {
       std::size_t rounded = round_size(size);
       pool_kind kind = rounded <= opts.small_size ? pool_kind::small : pool_kind::large;
       free_set& set = pool.of(kind);
-      auto it = set.lower_bound(by_size_key::type{rounded, nullptr});
+      auto it = kind == pool_kind::small ? small_fit(set, rounded) : set.lower_bound(by_size_key::type{rounded, nullptr});
       bool borrowed = false;
       if (it != set.end()) {
         b = &*it;
@@ -987,12 +1013,30 @@ void caching_allocator::set_pressure_handler(pressure_handler handler) {
 
 void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool evictable) {
   allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
+  const bool asked_evictable = evictable;
   if (obs != nullptr && !evictable && size != 0) evictable = obs->place_evictable(size, stream);
   void* ptr = nullptr;
-  with_pressure_valve([&] {
+  try {
+    with_pressure_valve([&] {
+      std::lock_guard lock(impl_->mutex);
+      ptr = impl_->allocate(size, stream, evictable);
+    });
+  } catch (const out_of_memory&) {
+    if (!evictable || asked_evictable) throw;
+    // The observer wanted pages of its own for a plain request and there is no room even
+    // after the valve: a free block of a shared segment will do, resident for good (Note
+    // [Strict budget]). Failing that, the first error
+    // (with what the valve could not do) is the one to report.
+    const std::exception_ptr first = std::current_exception();
     std::lock_guard lock(impl_->mutex);
-    ptr = impl_->allocate(size, stream, evictable);
-  });
+    try {
+      ptr = impl_->allocate(size, stream, false);
+    } catch (const out_of_memory&) {
+      std::rethrow_exception(first);
+    }
+    evictable = false;
+    ++impl_->st.shared_placements;
+  }
   if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, evictable);
   return ptr;
 }

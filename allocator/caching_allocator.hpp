@@ -59,9 +59,13 @@
 // from a free block of the stream's other size class. If it still does not fit and a
 // pressure handler is installed (the replay engine's, Note [Pressure valve] in
 // runtime/engine.hpp), the handler is asked, outside the lock, to evict more, and the
-// request is retried for as long as the handler frees something. Otherwise throw
-// out_of_memory naming requested, mapped, reserved, budget and the largest free block,
-// and what the handler could not do.
+// request is retried for as long as the handler frees something. A request the observer
+// chose to place evictable (allocation_observer::place_evictable) that still finds no room
+// for its own pages is then served as the caller asked, from a free block of a shared
+// segment: not evictable (on_allocate says so, and evict() refuses it), but training goes
+// on. Otherwise throw out_of_memory naming
+// requested, mapped, reserved, budget and the largest free block, and what the handler
+// could not do.
 #pragma once
 
 #include <cstddef>
@@ -133,6 +137,7 @@ struct stats {
   std::uint64_t budget_waits = 0;  // times the budget forced a wait on a pending event
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
+  std::uint64_t shared_placements = 0; // observer-evictable requests placed in a shared segment (Note [Strict budget])
   std::uint64_t idle_releases = 0;   // free exact large segments given back before a new one (Note [Exact large segments])
   std::uint64_t oom_errors = 0;
   // mapped / allocated at their peaks: 1.0 means no page is wasted.
@@ -159,7 +164,8 @@ class allocation_observer {
  public:
   virtual ~allocation_observer() = default;
   // Before an allocation of `size` bytes that the caller did not mark evictable:
-  // return true to place it as evictable (Note [Evictable blocks]).
+  // return true to place it as evictable (Note [Evictable blocks]). Under a budget with no
+  // room for its pages it may still be placed shared; on_allocate's `evictable` says.
   virtual bool place_evictable(std::size_t /*size*/, stream_handle /*stream*/) { return false; }
   virtual void on_allocate(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/, bool /*evictable*/) {}
   virtual void on_free(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/) {}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs `sublinear demo` at several budgets and planners, a few runs at a time, and reports
-# which ones ran out of memory or met pressure the plan did not foresee. This is the
+# which ones ran out of memory or met pressure the plan did not foresee (pressure: the
+# valve's calls; kept: planned evictions the allocator could not give pages of their own). This is the
 # reproduction behind docs/runtime.md, "Budget arithmetic": a margin that is one page too
 # tight shows up here as a run that fails, far more often than in one run on an idle
 # machine, because runs side by side shift the stream's timing.
@@ -37,12 +38,13 @@ for p in $policies; do
 done
 wait
 failed=0
-printf '%-10s %-7s %-7s %-9s %s\n' policy budget status pressure "time against the baseline"
+printf '%-10s %-7s %-7s %-9s %-5s %s\n' policy budget status pressure kept "time against the baseline"
 for p in $policies; do
   for b in $budgets; do
     log="$out/$p-$b.log"
     rc=$(cat "$out/$p-$b.rc")
     pressure=$(grep -c "pressure at launch" "$log")
+    kept=$(grep -c "kept resident in a shared segment" "$log")
     ratio=$(grep "against the baseline time" "$log" | awk '{print $NF}')
     if grep -q "is infeasible" "$log"; then
       status=infeasible
@@ -52,7 +54,7 @@ for p in $policies; do
       status="failed($rc)"
       failed=1
     fi
-    printf '%-10s %-7s %-7s %-9s %s\n' "$p" "$b" "$status" "$pressure" "${ratio:--}"
+    printf '%-10s %-7s %-7s %-9s %-5s %s\n' "$p" "$b" "$status" "$pressure" "$kept" "${ratio:--}"
     if [[ "$rc" != 0 ]]; then grep -m1 "out of memory\|error" "$log" | cut -c1-300; fi
   done
 done

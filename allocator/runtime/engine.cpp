@@ -145,6 +145,7 @@ struct engine::impl {
   std::vector<char*> addr;                               // buffer -> address this iteration
   std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
   std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
+  std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
   std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
                                                          // evict a buffer more than once)
   std::unordered_map<const void*, buffer_id> buffer_at;  // live address -> buffer
@@ -403,6 +404,7 @@ struct engine::impl {
       addr.assign(g.buffers.size(), nullptr);
       evicted.assign(g.buffers.size(), 0);
       freed.assign(g.buffers.size(), 0);
+      kept_resident.assign(g.buffers.size(), 0);
       active_entry.assign(g.buffers.size(), -1);
       version.assign(g.buffers.size(), 0);
       last_write.assign(g.buffers.size(), none);
@@ -544,7 +546,7 @@ struct engine::impl {
 
   // `planned`: at the plan's evict point (validation keeps a copy); otherwise the valve's.
   void evict_buffer(buffer_id b, std::size_t entry_index, allocator::stream_handle stream, bool planned) {
-    if (addr[b] == nullptr || freed[b] || evicted[b]) return;
+    if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b]) return;
     const std::size_t size = graph().buffers[b].size;
     if (planned && st == engine_state::validate) {
       auto& copy = backups[b];
@@ -949,7 +951,8 @@ struct engine::impl {
     std::vector<candidate> found;
     std::size_t considered = 0;
     for (buffer_id b = 0; b < g.buffers.size(); ++b) {
-      if (!buffer_evictable[b] || addr[b] == nullptr || freed[b] || evicted[b] || pins[b] != 0) continue;
+      if (!buffer_evictable[b] || kept_resident[b] || addr[b] == nullptr || freed[b] || evicted[b] || pins[b] != 0)
+        continue;
       ++considered;
       const auto& u = uses[b];
       auto it = std::lower_bound(u.begin(), u.end(), static_cast<launch_id>(pos));
@@ -1301,6 +1304,14 @@ void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle s
   if (m.graph().buffers[b].size != size) return;  // place_evictable already diverged
   m.addr[b] = static_cast<char*>(ptr);
   m.buffer_at[ptr] = b;
+  if (m.buffer_evictable[b] != 0 && !evictable && ptr != nullptr) {
+    // No room for its own pages even after the valve: the allocator placed it in a shared
+    // segment, so it stays resident this iteration (Note [Pressure valve]).
+    m.kept_resident[b] = 1;
+    ++m.current.kept_resident;
+    m.log_info("iteration " + std::to_string(m.iteration_index) + ": buffer " + std::to_string(b) + " (" +
+               format_bytes(size) + ") found no room for pages of its own; kept resident in a shared segment");
+  }
 }
 
 void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {

@@ -110,8 +110,13 @@
 //   its next use: the launch entering now does not touch it, its plan entry's recipe has
 //   run in this iteration and was its last writer, and nothing the recipe reads or writes
 //   is written between now and that next use (the trace says who writes what). The
-//   buffer comes back through the ENTER safety net. If nothing qualifies the allocator
-//   fails with out_of_memory naming the budget, the shortfall and what the engine tried.
+//   buffer comes back through the ENTER safety net. If nothing qualifies and the request
+//   was for a buffer the plan places evictable, the allocator serves it from a free block
+//   of a shared segment instead (Note [Strict budget]): the engine then keeps it resident
+//   for the iteration, skipping its planned eviction (its recipes still run for the other
+//   buffers they carry and rewrite it with the bytes it holds), and counts it in
+//   iteration_report::kept_resident. Otherwise the allocator fails with out_of_memory
+//   naming the budget, the shortfall and what the engine tried.
 // Limitations: only buffers the plan placed evictable (dedicated pages) can go; pressure
 //   from buffers the plan keeps resident still fails.
 #pragma once
@@ -185,6 +190,8 @@ struct iteration_report {
   double stall_s = 0.0;             // time launches waited for regeneration at ENTER
   std::size_t prefetched = 0;       // regenerations done ahead of their restore point
   std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
+  std::size_t kept_resident = 0;    // planned evictions not made: no room for the buffer's own pages, so
+                                    // the allocator placed it in a shared segment (Note [Pressure valve])
   std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)
   std::size_t offloaded_bytes = 0;  // their bytes
   std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch

@@ -159,6 +159,7 @@ report_totals totals(const run_report& r) {
     t.offloaded_bytes += it.offloaded_bytes;
     t.prefetched += it.prefetched;
     t.pressure_evictions += it.pressure_evictions;
+    t.kept_resident += it.kept_resident;
     t.evictions += it.evictions;
     t.evicted_bytes += it.evicted_bytes;
     t.recomputed_launches += it.recomputed_launches;
@@ -236,6 +237,7 @@ std::string to_json(const run_report& r) {
     w.member("stall_s", it.stall_s);
     w.member("prefetched", it.prefetched);
     w.member("pressure_evictions", it.pressure_evictions);
+    w.member("kept_resident", it.kept_resident);
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
     w.member("offload_restores", it.offload_restores);
@@ -353,6 +355,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     // Optional: reports written before these existed have none.
     ir.prefetched = size_or(it, "prefetched");
     ir.pressure_evictions = size_or(it, "pressure_evictions");
+    ir.kept_resident = size_or(it, "kept_resident");
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
     ir.offload_restores = size_or(it, "offload_restores");
@@ -455,6 +458,9 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.prefetched > 0) out << "  prefetched         " << t.prefetched << " regenerations ahead of their consumer\n";
   if (t.pressure_evictions > 0)
     out << "  pressure valve     " << t.pressure_evictions << " evictions the plan did not foresee\n";
+  if (t.kept_resident > 0)
+    out << "  kept resident      " << t.kept_resident
+        << " planned evictions not made: no room for the buffer's own pages\n";
   if (t.diverged > 0) out << "  diverged           " << t.diverged << " iterations differed from the trace and were traced again\n";
   if (t.validation_mismatches > 0)
     out << "  validation         " << t.validation_mismatches << " regenerated buffers differed; they are no longer evicted\n";

@@ -106,6 +106,7 @@ struct report_totals {
   std::size_t offloaded_bytes = 0;
   std::size_t prefetched = 0;
   std::size_t pressure_evictions = 0;
+  std::size_t kept_resident = 0;
 };
 [[nodiscard]] report_totals totals(const run_report& r);
 

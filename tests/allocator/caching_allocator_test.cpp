@@ -181,6 +181,29 @@ TEST_F(CachingAllocator, ExactSmallSegmentsTakeWholePagesNotASmallSegment) {
   b.deallocate(p);
 }
 
+TEST_F(CachingAllocator, ExactSmallSegmentsPreferAPartlyUsedSegmentToSplittingAWhollyFreeOne) {
+  // Note [Exact small segments]: best fit would put a small request in a wholly free
+  // segment and keep all of it mapped for one small block.
+  auto a = make();
+  a.set_exact_small_segments(true);
+  void* s = a.allocate(500 * KiB, nullptr);  // a 512 KiB segment
+  void* t = a.allocate(10 * KiB, nullptr);   // the rest of it
+  void* w = a.allocate(100 * KiB, nullptr);  // its own 128 KiB segment
+  ASSERT_NE(static_cast<char*>(w), static_cast<char*>(s) + 500 * KiB);
+  a.deallocate(w);  // a wholly free 128 KiB segment: the best fit for 64 KiB
+  a.deallocate(s);  // 500 KiB free in a segment that t keeps
+  const std::size_t segments = a.get_stats().segments_created;
+  void* x = a.allocate(64 * KiB, nullptr);
+  EXPECT_EQ(x, s) << "split the wholly free segment instead of the partly used one";
+  EXPECT_EQ(a.get_stats().segments_created, segments);
+  // The wholly free segment stayed whole, so a budget can give it back.
+  a.set_budget(512 * KiB);
+  EXPECT_EQ(a.get_stats().mapped, 512 * KiB);
+  a.deallocate(t);
+  a.deallocate(x);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, SplitsAndMergesSoAFreedSegmentIsWholeAgain) {
   auto a = make();
   void* x = a.allocate(100 * KiB, nullptr);
@@ -622,6 +645,51 @@ TEST_F(CachingAllocator, UnderPressureThePressureHandlerEvictsMoreAndTheRequestS
   a.set_pressure_handler({});
   a.deallocate(x);
   a.deallocate(victim);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, AnEvictableRequestWithNoRoomForItsPagesIsPlacedInASharedSegment) {
+  // Under the budget there is no room for a new page, but a shared small segment has free
+  // bytes: the request is served there, not evictable, instead of failing training.
+  auto a = make(4 * MiB);
+  void* held = a.allocate(3 * MiB + 576 * KiB, nullptr);  // an exact segment
+  void* small = a.allocate(400 * KiB, nullptr);  // a 2 MiB small segment does not fit; 448 KiB does
+  ASSERT_EQ(a.get_stats().mapped, 4 * MiB);      // 48 KiB of it free
+  // The replay engine's part: it asks for pages of their own for a plain request.
+  struct observer final : allocation_observer {
+    bool evictable = true;
+    bool place_evictable(std::size_t, stream_handle) override { return true; }
+    void on_allocate(void*, std::size_t, stream_handle, bool e) override { evictable = e; }
+  } seen;
+  a.set_observer(&seen);
+  void* x = a.allocate(40 * KiB, nullptr);  // its own page would exceed the budget
+  a.set_observer(nullptr);
+  ASSERT_NE(x, nullptr);
+  EXPECT_FALSE(a.find(x)->evictable);
+  EXPECT_FALSE(seen.evictable) << "the observer was told the block is evictable";
+  EXPECT_EQ(a.get_stats().shared_placements, 1u);
+  EXPECT_LE(a.get_stats().mapped_peak, 4 * MiB);
+  EXPECT_THROW(a.evict(x), config_error);
+  EXPECT_TRUE(a.validate());
+  for (void* p : {held, small, x}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, AnExplicitlyEvictableRequestIsNeverPlacedShared) {
+  // The same situation, but the caller itself asked for an evictable block: it gets one or
+  // an error, and the error is about the pages it needed.
+  auto a = make(4 * MiB);
+  void* held = a.allocate(3 * MiB + 576 * KiB, nullptr);
+  void* small = a.allocate(400 * KiB, nullptr);
+  try {
+    (void)a.allocate(40 * KiB, nullptr, true);
+    FAIL() << "allocated past the budget";
+  } catch (const out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("mapping 64.00 KiB"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(a.get_stats().shared_placements, 0u);
+  a.deallocate(small);
+  a.deallocate(held);
   EXPECT_TRUE(a.validate());
 }
 

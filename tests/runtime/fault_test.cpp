@@ -127,9 +127,11 @@ struct chain_model {
 
   // One iteration with `layers` activations of `n` floats; the first one comes from the
   // counter kernel when `unsafe_first`.
-  // `during_backward(l)` runs before the backward launch of layer l.
+  // `during_backward(l)` runs before the backward launch of layer l, `before_layer(l)`
+  // before the allocation of activation l (l >= 1) in the forward.
   void iteration(int layers, std::int64_t n, bool unsafe_first, const std::function<void()>& between = {},
-                 const std::function<void(int)>& during_backward = {}) {
+                 const std::function<void(int)>& during_backward = {},
+                 const std::function<void(int)>& before_layer = {}) {
     std::vector<float*> acts;
     // A large side buffer from the fill kernel, needed only at the very end: the first
     // thing any planner drops.
@@ -141,6 +143,7 @@ struct chain_model {
     dev.launch(fill_kernel(), {}, nullptr, &fp);
     acts.push_back(first);
     for (int l = 1; l < layers; ++l) {
+      if (before_layer) before_layer(l);
       auto* next = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
       scale_params sp{next, acts.back(), n, 0.5f + 0.01f * static_cast<float>(l)};
       dev.launch(scale_kernel(), {}, nullptr, &sp);
@@ -342,6 +345,50 @@ TEST(EngineFaults, AnAllocationThePlanDidNotForeseeSucceedsByEvictingMore) {
     }
   }
   EXPECT_GT(valve, 0u) << "the unforeseen allocation fitted without evicting more: it did not squeeze";
+}
+
+TEST(EngineFaults, AnActivationWithNoRoomForItsOwnPagesIsKeptResidentAndTrainingStaysExact) {
+  // In one planned iteration the device has no physical memory left for new chunks, but
+  // a shared segment has a free block: planned-evictable activations are then placed
+  // there (not evictable), the engine skips their evictions, and the result is unchanged.
+  auto run = [](bool with_engine, std::vector<iteration_report>* reports) {
+    chain_model m;
+    std::unique_ptr<host_runtime> rt;
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.9x", "sqrtn"));
+    for (int it = 0; it < 5; ++it) {
+      std::vector<void*> keepers;
+      auto squeeze = [&](int layer) {
+        m.vmm.exhausted = false;
+        if (it != 3 || (layer != 5 && layer != 6)) return;
+        // Hidden from the engine and the tracer: not the model's allocations.
+        allocator::allocation_observer* observer = m.alloc.set_observer(nullptr);
+        m.dev.synchronize();
+        m.alloc.empty_cache();  // no cached segment or pooled chunk to fall back on
+        // A shared segment with a free block of one activation: 2 activations' worth,
+        // freed, then half of it taken by a plain block.
+        void* two = m.alloc.allocate(2 * kFloats * sizeof(float), nullptr);
+        m.alloc.deallocate(two);
+        keepers.push_back(m.alloc.allocate(kFloats * sizeof(float), nullptr));
+        m.alloc.set_observer(observer);
+        m.vmm.exhausted = true;  // the activation allocated next finds no new chunk
+      };
+      m.iteration(12, kFloats, false, {}, {}, squeeze);
+      m.vmm.exhausted = false;
+      for (void* k : keepers) m.alloc.deallocate(k);
+      if (rt) rt->mark_iteration();
+    }
+    if (rt) *reports = rt->get().iterations();
+    return m.result();
+  };
+  std::vector<iteration_report> reports;
+  const auto expected = run(false, nullptr);
+  const auto got = run(true, &reports);
+  EXPECT_EQ(got, expected) << "keeping activations resident changed the result";
+  ASSERT_EQ(reports.size(), 5u);
+  EXPECT_GT(reports[3].kept_resident, 0u) << "no planned eviction was kept resident: the squeeze did not bite";
+  EXPECT_LT(reports[3].evictions, reports[4].evictions) << "the kept activations were evicted anyway";
+  EXPECT_EQ(reports[4].kept_resident, 0u);
+  for (const auto& r : reports) EXPECT_FALSE(r.diverged) << r.index;
 }
 
 TEST(EngineFaults, PressureThatNothingCanRelieveFailsNamingTheBudgetAndWhatWasTried) {

@@ -596,13 +596,14 @@ run_report offloading_report(std::size_t traced_peak) {
   its[2].state = engine_state::steady;
   its[2].prefetched = 5;
   its[2].pressure_evictions = 2;
+  its[2].kept_resident = 1;
   settings config;
   report_metadata meta;
   meta.model = "offloading";
   return make_report(config, meta, plan_summary{"reforward", 4u << 20, 3u << 20, ""}, its, {}, {});
 }
 
-TEST(ReportJson, OffloadPrefetchAndValveCountsRoundTrip) {
+TEST(ReportJson, OffloadPrefetchValveAndKeptResidentCountsRoundTrip) {
   const run_report r = offloading_report(4u << 20);
   const run_report back = parse_report(to_json(r), "o.json");
   ASSERT_EQ(back.iterations.size(), 3u);
@@ -611,9 +612,11 @@ TEST(ReportJson, OffloadPrefetchAndValveCountsRoundTrip) {
   EXPECT_EQ(back.iterations[1].offload_restores, 3u);
   EXPECT_EQ(back.iterations[2].prefetched, 5u);
   EXPECT_EQ(back.iterations[2].pressure_evictions, 2u);
+  EXPECT_EQ(back.iterations[2].kept_resident, 1u);
   const std::string text = render_text(back);
   EXPECT_NE(text.find("offloaded          6 blocks"), std::string::npos) << text;
   EXPECT_NE(text.find("pressure valve     2"), std::string::npos) << text;
+  EXPECT_NE(text.find("kept resident      1"), std::string::npos) << text;
 }
 
 TEST(ReportTotals, ATracedIterationAboveItsAbsoluteBudgetIsNotWithinBudget) {
