@@ -183,22 +183,35 @@ engine_options options_for(const std::string& budget, const std::string& policy 
 
 constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations: whole granules
 
-TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
-  auto run = [](bool with_engine, std::vector<iteration_report>* reports) {
+// The same training twice, without and then with the engine (budget, planner): `step(m,
+// it)` runs iteration `it`. The results to compare, and the engine's iteration reports.
+struct twice {
+  std::vector<float> without, with;
+  std::vector<iteration_report> reports;
+};
+twice train_twice(const std::string& budget, const std::string& policy, int iterations,
+                  const std::function<void(chain_model&, int)>& step) {
+  twice out;
+  for (bool with_engine : {false, true}) {
     chain_model m;
     std::unique_ptr<host_runtime> rt;
-    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.5x", "chain"));
-    for (int it = 0; it < 8; ++it) {
-      m.iteration(12, it < 4 ? kFloats : kFloats / 2, false);  // the "batch" halves at iteration 4
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(budget, policy));
+    for (int it = 0; it < iterations; ++it) {
+      step(m, it);
       if (rt) rt->mark_iteration();
     }
-    if (rt) *reports = rt->get().iterations();
-    return m.result();
-  };
-  std::vector<iteration_report> reports;
-  const auto expected = run(false, nullptr);
-  const auto got = run(true, &reports);
-  EXPECT_EQ(got, expected);
+    if (rt) out.reports = rt->get().iterations();
+    (with_engine ? out.with : out.without) = m.result();
+  }
+  return out;
+}
+
+TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
+  const twice t = train_twice("0.5x", "chain", 8, [](chain_model& m, int it) {
+    m.iteration(12, it < 4 ? kFloats : kFloats / 2, false);  // the "batch" halves at iteration 4
+  });
+  const auto& reports = t.reports;
+  EXPECT_EQ(t.with, t.without);
   ASSERT_EQ(reports.size(), 8u);
   EXPECT_GT(reports[2].evictions, 0u) << "the first shape was planned and evicted";
   EXPECT_TRUE(reports[4].diverged) << "the new shape is detected in the iteration it appears";
@@ -351,39 +364,29 @@ TEST(EngineFaults, AnActivationWithNoRoomForItsOwnPagesIsKeptResidentAndTraining
   // In one planned iteration the device has no physical memory left for new chunks, but
   // a shared segment has a free block: planned-evictable activations are then placed
   // there (not evictable), the engine skips their evictions, and the result is unchanged.
-  auto run = [](bool with_engine, std::vector<iteration_report>* reports) {
-    chain_model m;
-    std::unique_ptr<host_runtime> rt;
-    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.9x", "sqrtn"));
-    for (int it = 0; it < 5; ++it) {
-      std::vector<void*> keepers;
-      auto squeeze = [&](int layer) {
-        m.vmm.exhausted = false;
-        if (it != 3 || (layer != 5 && layer != 6)) return;
-        // Hidden from the engine and the tracer: not the model's allocations.
-        allocator::allocation_observer* observer = m.alloc.set_observer(nullptr);
-        m.dev.synchronize();
-        m.alloc.empty_cache();  // no cached segment or pooled chunk to fall back on
-        // A shared segment with a free block of one activation: 2 activations' worth,
-        // freed, then half of it taken by a plain block.
-        void* two = m.alloc.allocate(2 * kFloats * sizeof(float), nullptr);
-        m.alloc.deallocate(two);
-        keepers.push_back(m.alloc.allocate(kFloats * sizeof(float), nullptr));
-        m.alloc.set_observer(observer);
-        m.vmm.exhausted = true;  // the activation allocated next finds no new chunk
-      };
-      m.iteration(12, kFloats, false, {}, {}, squeeze);
+  const twice t = train_twice("0.9x", "sqrtn", 5, [](chain_model& m, int it) {
+    std::vector<void*> keepers;
+    auto squeeze = [&](int layer) {
       m.vmm.exhausted = false;
-      for (void* k : keepers) m.alloc.deallocate(k);
-      if (rt) rt->mark_iteration();
-    }
-    if (rt) *reports = rt->get().iterations();
-    return m.result();
-  };
-  std::vector<iteration_report> reports;
-  const auto expected = run(false, nullptr);
-  const auto got = run(true, &reports);
-  EXPECT_EQ(got, expected) << "keeping activations resident changed the result";
+      if (it != 3 || (layer != 5 && layer != 6)) return;
+      // Hidden from the engine and the tracer: not the model's allocations.
+      allocator::allocation_observer* observer = m.alloc.set_observer(nullptr);
+      m.dev.synchronize();
+      m.alloc.empty_cache();  // no cached segment or pooled chunk to fall back on
+      // A shared segment with a free block of one activation: 2 activations' worth,
+      // freed, then half of it taken by a plain block.
+      void* two = m.alloc.allocate(2 * kFloats * sizeof(float), nullptr);
+      m.alloc.deallocate(two);
+      keepers.push_back(m.alloc.allocate(kFloats * sizeof(float), nullptr));
+      m.alloc.set_observer(observer);
+      m.vmm.exhausted = true;  // the activation allocated next finds no new chunk
+    };
+    m.iteration(12, kFloats, false, {}, {}, squeeze);
+    m.vmm.exhausted = false;
+    for (void* k : keepers) m.alloc.deallocate(k);
+  });
+  EXPECT_EQ(t.with, t.without) << "keeping activations resident changed the result";
+  const auto& reports = t.reports;
   ASSERT_EQ(reports.size(), 5u);
   EXPECT_GT(reports[3].kept_resident, 0u) << "no planned eviction was kept resident: the squeeze did not bite";
   EXPECT_LT(reports[3].evictions, reports[4].evictions) << "the kept activations were evicted anyway";
