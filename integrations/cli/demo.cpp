@@ -207,13 +207,15 @@ void print_summary(std::span<const run_column> runs) {
   std::printf("\n");
   row("peak mapped memory", [](const wl::training_figures& f) { return bytes(f.peak_mapped_bytes()); });
   row("feature-map memory", [](const wl::training_figures& f) { return bytes(f.feature_map_bytes()); });
-  row("peak allocated memory", [](const wl::training_figures& f) { return bytes(f.peak_allocated_bytes()); });
+  row("peak allocated, any state", [](const wl::training_figures& f) { return bytes(f.peak_allocated_bytes()); });
   row("persistent memory", [](const wl::training_figures& f) { return bytes(f.persistent_bytes); });
   row("iteration time (median)", [](const wl::training_figures& f) { return seconds(f.iteration_seconds()); });
   row("final loss", [](const wl::training_figures& f) { return loss_text(f.iterations.back().loss); });
   std::printf(
       "\nfeature-map memory = peak resident (allocated and not evicted) - persistent memory:\n"
       "activations, activation gradients, the batch and temporaries (docs/workloads.md).\n"
+      "Peak allocated counts every live block at its rounded size, evicted ones too (an\n"
+      "evicted block keeps its address range, in whole pages): address space, not memory.\n"
       "The median leaves out iteration 1, which maps the allocator's first segments; the\n"
       "sublinear column counts its traced iterations too (planned figures are below).\n");
 }
