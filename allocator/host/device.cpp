@@ -46,6 +46,8 @@
 #include <utility>
 #include <vector>
 
+#include <pthread.h>
+
 #include "sublinear/error.hpp"
 
 namespace sublinear::host {
@@ -290,6 +292,9 @@ void execute(work_item& w, std::uint32_t stream_id) noexcept {
 }
 
 void worker_loop(stream& s) {
+  // Named so that profilers (perf report --sort comm) tell the stream's kernels from the
+  // host thread's work.
+  pthread_setname_np(pthread_self(), "sl-stream");
   std::unique_lock lock(s.mutex_);
   for (;;) {
     if (s.queue_.empty() && !s.stopping_) {

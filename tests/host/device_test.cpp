@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <array>
@@ -74,6 +75,15 @@ TEST(HostStream, KernelsRunOnAWorkerThreadNotTheCaller) {
   dev.synchronize();
   EXPECT_NE(ran_on, std::this_thread::get_id());
   EXPECT_NE(ran_on, std::thread::id{});
+}
+
+TEST(HostStream, TheWorkerThreadIsNamedForProfilers) {
+  // perf report --sort comm tells the stream's kernels from the host thread's work.
+  device dev;
+  std::array<char, 16> name{};
+  dev.host_func(nullptr, [&] { pthread_getname_np(pthread_self(), name.data(), name.size()); });
+  dev.synchronize();
+  EXPECT_STREQ(name.data(), "sl-stream");
 }
 
 TEST(HostStream, StreamsRunIndependently) {
