@@ -1025,8 +1025,8 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
     if (!evictable || asked_evictable) throw;
     // The observer wanted pages of its own for a plain request and there is no room even
     // after the valve: a free block of a shared segment will do, resident for good (Note
-    // [Strict budget]). Failing that, the first error
-    // (with what the valve could not do) is the one to report.
+    // [Strict budget]). Failing that, the first error (with what the valve could not do)
+    // is the one to report.
     const std::exception_ptr first = std::current_exception();
     std::lock_guard lock(impl_->mutex);
     try {
