@@ -10,10 +10,11 @@
 #   JOBS=2 BUDGETS="0.5x 0.6x" POLICIES=greedy scripts/demo-stress.sh --model transformer
 #
 # Extra arguments go to every `sublinear demo`. Uses build/bin/sublinear as built by
-# scripts/demo.sh or scripts/test.sh. Exit status 1 if any run failed.
+# scripts/demo.sh or scripts/test.sh, or the program DEMO_STRESS_BIN names (to compare
+# builds). Exit status 1 if any run failed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bin="$root/build/bin/sublinear"
+bin="${DEMO_STRESS_BIN:-$root/build/bin/sublinear}"
 if [[ ! -x "$bin" ]]; then
   echo "demo-stress: $bin is missing; build it first with scripts/demo.sh --help" >&2
   exit 2
