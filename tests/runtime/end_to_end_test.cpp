@@ -57,6 +57,9 @@ outcome train(model_kind kind, const std::string& policy, const std::string& bud
   workloads::host_session_options so;
   so.scaled_size_classes = true;  // 2 MiB segments would swamp these megabyte-sized models
   workloads::host_session session(so);
+  // As in a real process (and `sublinear demo`): the engine's allocator settings hold from
+  // the first allocation, so the parameters get exact small segments too.
+  if (!budget.empty()) session.allocator().set_exact_small_segments(true);
   auto ctx = session.make_context();
   auto model = workloads::models::make_model(config_for(kind));
   model->init(ctx, 7);
