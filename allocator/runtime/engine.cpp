@@ -1196,8 +1196,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
       impl_->trace_budget_bytes = 0;
     }
   }
-  alloc.set_exact_large_segments(true);
-  alloc.set_exact_small_segments(true);
+  use_engine_allocator_settings(alloc);
   recorder.set_next(this);
   impl_->previous_observer = alloc.set_observer(&recorder);
   // Blocks allocated before the engine existed (parameters, optimizer state) must be known
@@ -1231,8 +1230,12 @@ engine::~engine() {
   }
   impl_->alloc.set_observer(impl_->previous_observer);
   impl_->rec.set_next(nullptr);
-  impl_->alloc.set_exact_large_segments(false);
-  impl_->alloc.set_exact_small_segments(false);
+  use_engine_allocator_settings(impl_->alloc, false);
+}
+
+void use_engine_allocator_settings(allocator::caching_allocator& alloc, bool on) {
+  alloc.set_exact_large_segments(on);
+  alloc.set_exact_small_segments(on);
 }
 
 void engine::before_launch(const launch_view& op) {

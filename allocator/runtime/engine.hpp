@@ -289,6 +289,15 @@ struct traced_memory {
 // `planner_bytes`: what to tell a user whose budget was infeasible.
 [[nodiscard]] std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& traced);
 
+// The allocator settings the engine runs with (`on`; off restores PyTorch's): exact
+// segments for large and small requests, so that mapped bytes follow live bytes (Note
+// [Exact small segments] in caching_allocator.cpp). The engine applies them when it starts
+// and lifts them when it stops. A program on the host device that allocates its model
+// before starting the engine applies them first, as sublinear's allocator in a real
+// process has them from its first allocation: parameters left in a 2 MiB small segment
+// cost a budget of a few MiB more than it can spare.
+void use_engine_allocator_settings(allocator::caching_allocator& alloc, bool on = true);
+
 class engine final : public allocator::allocation_observer {
  public:
   // The engine installs itself as the allocator's observer (forwarding to the recorder)

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "allocator/runtime/engine.hpp"
 #include "allocator/runtime/host/host_runtime.hpp"
 #include "benchmarks/workloads/host_session.hpp"
 #include "policy/budget.hpp"
@@ -238,13 +239,10 @@ struct budgeted_run {
 budgeted_run run_budgeted(const demo_options& o, const std::vector<std::vector<float>>& baseline_params) {
   budgeted_run out;
   wl::host_session session;
-  // What sublinear's allocator does from the start in a real process (the preload library
-  // and sublinear.torch.enable() install it before anything allocates): the parameters
-  // allocated below must not sit in PyTorch-sized 2 MiB small segments, which a budget of
-  // a few MiB cannot afford to keep mapped once the activations move to their own pages
-  // (Note [Exact small segments]; without this the Transformer and LSTM demos ran out of
-  // memory at 0.5x-0.65x).
-  session.allocator().set_exact_small_segments(true);
+  // As sublinear's allocator is from its first allocation in a real process: without this
+  // the Transformer and LSTM demos ran out of memory at 0.5x-0.65x (their parameters sat
+  // in a 2 MiB small segment).
+  runtime::use_engine_allocator_settings(session.allocator());
   wl::context ctx = session.make_context();
   auto m = models::make_model(o.model);
   m->init(ctx, o.seed);  // the engine starts once the model exists, as in a framework

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "allocator/runtime/engine.hpp"
 #include "allocator/runtime/host/host_runtime.hpp"
 #include "benchmarks/workloads/host_session.hpp"
 #include "benchmarks/workloads/models/registry.hpp"
@@ -58,8 +59,8 @@ outcome train(model_kind kind, const std::string& policy, const std::string& bud
   so.scaled_size_classes = true;  // 2 MiB segments would swamp these megabyte-sized models
   workloads::host_session session(so);
   // As in a real process (and `sublinear demo`): the engine's allocator settings hold from
-  // the first allocation, so the parameters get exact small segments too.
-  if (!budget.empty()) session.allocator().set_exact_small_segments(true);
+  // the first allocation, the parameters' included.
+  if (!budget.empty()) use_engine_allocator_settings(session.allocator());
   auto ctx = session.make_context();
   auto model = workloads::models::make_model(config_for(kind));
   model->init(ctx, 7);
