@@ -1047,6 +1047,24 @@ void caching_allocator::deallocate(void* ptr) noexcept {
   std::size_t size = 0;
   stream_handle stream = nullptr;
   bool freed = false;
+  if (obs != nullptr) {
+    // Asked outside the lock, as every callback is; a free racing another free of the
+    // same pointer is the caller's double free either way.
+    bool live = false;
+    {
+      std::lock_guard lock(impl_->mutex);
+      if (block* b = impl_->live_block(ptr); b != nullptr) {
+        size = b->requested;
+        stream = b->stream;
+        live = true;
+      }
+    }
+    try {
+      if (live && obs->defer_free(ptr, size, stream)) return;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sublinear: allocation observer failed before the free of %p: %s\n", ptr, e.what());
+    }
+  }
   {
     std::lock_guard lock(impl_->mutex);
     try {

@@ -169,6 +169,11 @@ class allocation_observer {
   virtual bool place_evictable(std::size_t /*size*/, stream_handle /*stream*/) { return false; }
   virtual void on_allocate(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/, bool /*evictable*/) {}
   virtual void on_free(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/) {}
+  // Before a free the caller asked for: return true to keep the block allocated (its
+  // bytes and address stay as they are; on_free is not called). The observer frees it
+  // later with deallocate, from a call in which this returns false (Note [Retention] in
+  // policy/retention.hpp: the runtime keeps small freed inputs of recipes alive).
+  virtual bool defer_free(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/) { return false; }
 };
 
 class caching_allocator {

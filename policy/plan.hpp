@@ -48,10 +48,18 @@ struct eviction {
   std::vector<buffer_id> also_regenerates;
 };
 
+// A buffer freed within the iteration whose free the runtime defers until before launch
+// release_before, so that recipes read it in place (Note [Retention] in retention.hpp).
+struct retention {
+  buffer_id buffer = none;
+  launch_id release_before = none;
+};
+
 struct plan {
   std::string planner;
   std::size_t budget = 0;            // bytes the plan was made for
   std::vector<eviction> evictions;
+  std::vector<retention> retentions;  // simulate on with_retentions(iteration, retentions)
   // Filled by the simulator:
   std::size_t predicted_peak = 0;    // peak mapped bytes at page granularity
   double added_compute_s = 0.0;      // cost of every recipe launch

@@ -2,10 +2,12 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "policy/planner_detail.hpp"
+#include "policy/retention.hpp"
 
 namespace sublinear::policy {
 
@@ -43,27 +45,59 @@ std::size_t planner::context::unplanned_peak() {
 
 // ---- the contract -----------------------------------------------------------------------
 
-plan planner::make_plan(const iteration& it, std::size_t budget) const {
+plan planner::make_plan(const iteration& it, std::size_t budget, const options& o) const {
   if (const std::string problem = check_iteration(it); !problem.empty()) {
     throw config_error("sublinear: the analysed iteration is malformed: " + problem);
   }
+  const auto checked = [&](plan p, const simulation& s) {
+    if (!s.valid) {
+      throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) +
+                             "' produced an invalid plan: " + s.error);
+    }
+    if (s.peak > budget) {
+      throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) + "' returned a plan of " +
+                             describe_bytes(s.peak) + " for a budget of " + describe_bytes(budget));
+    }
+    p.planner = std::string(name());
+    p.budget = budget;
+    p.predicted_peak = s.peak;
+    p.added_compute_s = s.added_compute_s;
+    p.recomputed_launches = s.recomputed_launches;
+    return p;
+  };
   context ctx(it);
-  plan p = search(ctx, budget);
-  p.planner = std::string(name());
-  p.budget = budget;
-  const simulation s = ctx.sim().run(p);
-  if (!s.valid) {
-    throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) +
-                           "' produced an invalid plan: " + s.error);
+  std::optional<plan> best;
+  std::optional<infeasible_budget> refused;
+  try {
+    plan p = search(ctx, budget);
+    p.retentions.clear();
+    const simulation s = ctx.sim().run(p);
+    best = checked(std::move(p), s);
+  } catch (const infeasible_budget& e) {
+    refused = e;
   }
-  if (s.peak > budget) {
-    throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) + "' returned a plan of " +
-                           describe_bytes(s.peak) + " for a budget of " + describe_bytes(budget));
+  // Note [Retention]: plan again with every option applied; keep it if it fits where the
+  // first did not, or adds less compute.
+  std::vector<retention> offered;
+  if (o.retention && !(best && best->evictions.empty())) offered = retention_options(ctx.candidates());
+  if (!offered.empty()) {
+    const iteration kept = with_retentions(it, offered);
+    context with(kept);
+    try {
+      plan q = search(with, budget);
+      q.retentions = std::move(offered);
+      trim_retentions(q, it);
+      const simulation s = simulate(it, q);
+      if (!best || (s.valid && s.peak <= budget && s.added_compute_s < best->added_compute_s * (1.0 - 1e-9)))
+        best = checked(std::move(q), s);
+    } catch (const infeasible_budget& e) {
+      if (!best && refused)
+        refused.emplace(name(), budget, std::min(refused->smallest_feasible(), e.smallest_feasible()),
+                        std::min(refused->lower_bound(), e.lower_bound()));
+    }
   }
-  p.predicted_peak = s.peak;
-  p.added_compute_s = s.added_compute_s;
-  p.recomputed_launches = s.recomputed_launches;
-  return p;
+  if (best) return std::move(*best);
+  throw *refused;
 }
 
 plan attempt_planner::search(context& ctx, std::size_t budget) const {

@@ -50,9 +50,15 @@ class planner {
 
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
 
+  struct options {
+    // Also plan with retentions (Note [Retention] in retention.hpp) and keep the cheaper.
+    bool retention = true;
+  };
+
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the
   // planner cannot meet the budget, config_error when the iteration is malformed.
-  [[nodiscard]] plan make_plan(const iteration& it, std::size_t budget) const;
+  [[nodiscard]] plan make_plan(const iteration& it, std::size_t budget) const { return make_plan(it, budget, options{}); }
+  [[nodiscard]] plan make_plan(const iteration& it, std::size_t budget, const options& o) const;
 
   // What a search knows about one iteration (defined in planner_detail.hpp).
   class context;

@@ -1,5 +1,7 @@
 #include "policy/simulator.hpp"
 
+#include "policy/retention.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -183,6 +185,15 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
 simulation simulator::run(const plan& p) const {
   const iteration& it = *it_;
   simulation out;
+  // A plan's retentions must already be applied to the iteration this simulator was made
+  // for (simulate() does that): the lifetimes are what the rules below check.
+  for (const retention& r : p.retentions) {
+    if (r.buffer >= it.buffers.size() || it.buffers[r.buffer].free_at != r.release_before) {
+      out.error = "retention of buffer " + std::to_string(r.buffer) +
+                  " is not applied to the iteration (simulate on with_retentions)";
+      return out;
+    }
+  }
   prepared s;
   if (!prepare(p, s, out.error)) return out;
   const std::size_t n = it.launches.size();
@@ -416,7 +427,15 @@ std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& rec
   return round_up(static_cast<std::size_t>(most), granularity_of(it));
 }
 
-simulation simulate(const iteration& it, const plan& p) { return simulator(it).run(p); }
+simulation simulate(const iteration& it, const plan& p) {
+  if (p.retentions.empty()) return simulator(it).run(p);
+  if (std::string problem = check_retentions(it, p.retentions); !problem.empty()) {
+    simulation out;
+    out.error = std::move(problem);
+    return out;
+  }
+  return simulator(with_retentions(it, p.retentions)).run(p);
+}
 
 simulation simulate_into(const iteration& it, plan& p) {
   simulation s = simulate(it, p);

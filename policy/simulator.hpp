@@ -85,7 +85,8 @@ class simulator {
 [[nodiscard]] std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
                                         const std::vector<buffer_id>& temporaries);
 
-// One-shot simulation.
+// One-shot simulation, on the iteration with the plan's retentions applied
+// (with_retentions). simulator::run refuses a plan whose retentions are not applied.
 [[nodiscard]] simulation simulate(const iteration& it, const plan& p);
 
 // Simulates and records the result in p.predicted_peak, p.added_compute_s and

@@ -129,6 +129,11 @@ bool recorder::place_evictable(std::size_t size, allocator::stream_handle stream
   return next != nullptr && next->place_evictable(size, stream);
 }
 
+bool recorder::defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) {
+  allocation_observer* next = next_.load(std::memory_order_acquire);
+  return next != nullptr && next->defer_free(ptr, size, stream);
+}
+
 void recorder::on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) {
   {
     std::lock_guard lock(impl_->mutex);

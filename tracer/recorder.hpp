@@ -81,6 +81,7 @@ class recorder final : public allocator::allocation_observer {
   bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
   void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
   void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
+  bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
   // Another observer to forward every callback to (the runtime's placement). Not owned.
   void set_next(allocation_observer* next) noexcept { next_.store(next, std::memory_order_release); }
 

@@ -134,6 +134,11 @@ struct engine::impl {
   std::vector<std::pair<std::uint32_t, std::uint32_t>> earlier_writing_slots;  // from earlier traced iterations
   std::vector<std::vector<launch_id>> uses;              // buffer -> launches touching it, ascending
   std::vector<std::vector<launch_id>> writers;           // buffer -> launches writing it, ascending
+  // Note [Retention] (policy/retention.hpp): the plan's retentions are applied to
+  // an.graph once it is planned; these restore the traced lifetimes before planning again.
+  std::vector<std::pair<buffer_id, launch_id>> traced_free_at;
+  std::vector<launch_id> retain_until;                   // buffer -> release_before, or none
+  std::vector<std::vector<buffer_id>> release_at;        // position -> retained buffers freed there
 
   // ---- this iteration -------------------------------------------------------------------
   std::size_t pos = 0;
@@ -146,6 +151,7 @@ struct engine::impl {
   std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
   std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
   std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
+  std::vector<std::uint8_t> held;                        // buffer -> freed by the program, kept by the engine
   std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
                                                          // evict a buffer more than once)
   std::unordered_map<const void*, buffer_id> buffer_at;  // live address -> buffer
@@ -286,6 +292,8 @@ struct engine::impl {
     plan_error.clear();
     budget_bytes = 0;
     auto& g = an.graph;
+    for (const auto& [b, f] : traced_free_at) g.buffers[b].free_at = f;
+    traced_free_at.clear();
     for (auto& b : g.buffers)
       if (b.alloc_index != none && never_evict_allocs.count(b.alloc_index) != 0) b.never_evict = true;
     if (opts.config.budget.empty()) {
@@ -300,7 +308,9 @@ struct engine::impl {
     const std::size_t overhead = planning_overhead(budget_bytes, tm);
     const std::size_t planner_budget = budget_bytes > overhead ? budget_bytes - overhead : 0;
     try {
-      plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget);
+      policy::planner::options po;
+      po.retention = opts.config.retention;
+      plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget, po);
     } catch (const policy::infeasible_budget& e) {
       // The planner speaks of the bytes it was given; the user set the whole budget.
       plan_error = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget +
@@ -313,6 +323,12 @@ struct engine::impl {
       budget_bytes = 0;
       alloc.set_budget(0);
       return;
+    }
+    // From here on the engine's graph has the retained lifetimes: recipes, the valve's
+    // checks and the simulator agree on them.
+    for (const policy::retention& r : plan.retentions) {
+      traced_free_at.emplace_back(r.buffer, g.buffers[r.buffer].free_at);
+      g.buffers[r.buffer].free_at = r.release_before;
     }
     index_plan();
     try {
@@ -363,6 +379,12 @@ struct engine::impl {
       for (buffer_id b : plan.evictions[i].also_regenerates)
         if (entry_of[b] < 0 || plan.evictions[static_cast<std::size_t>(entry_of[b])].recipe.empty())
           entry_of[b] = static_cast<std::int32_t>(i);
+    retain_until.assign(g.buffers.size(), none);
+    release_at.assign(n + 1, {});
+    for (const policy::retention& r : plan.retentions) {
+      retain_until[r.buffer] = r.release_before;
+      release_at[r.release_before].push_back(r.buffer);
+    }
     uses.assign(g.buffers.size(), {});
     writers.assign(g.buffers.size(), {});
     for (launch_id l = 0; l < n; ++l) {
@@ -405,6 +427,7 @@ struct engine::impl {
       evicted.assign(g.buffers.size(), 0);
       freed.assign(g.buffers.size(), 0);
       kept_resident.assign(g.buffers.size(), 0);
+      held.assign(g.buffers.size(), 0);
       active_entry.assign(g.buffers.size(), -1);
       version.assign(g.buffers.size(), 0);
       last_write.assign(g.buffers.size(), none);
@@ -435,6 +458,7 @@ struct engine::impl {
 
   void end_iteration() {
     flush_memory_op();
+    release_held(none);
     if (st == engine_state::validate || st == engine_state::steady) {
       // Anything still evicted is never used again this iteration; nothing to do but
       // forget it (its block is freed or will be, and the allocator keeps it consistent).
@@ -526,6 +550,56 @@ struct engine::impl {
   }
 
   bool active() const { return have_plan && !diverged && (st == engine_state::validate || st == engine_state::steady); }
+
+  // ---- retention (Note [Retention]) -------------------------------------------------------------
+  // Whether the program's free of `ptr` is deferred: a retained buffer freed before its
+  // release point.
+  bool hold(const void* ptr) {
+    if (!active() || held.empty()) return false;
+    auto it = buffer_at.find(ptr);
+    if (it == buffer_at.end()) return false;
+    const buffer_id b = it->second;
+    if (retain_until[b] == none || pos >= retain_until[b] || evicted[b]) return false;
+    held[b] = 1;
+    ++current.retained;
+    return true;
+  }
+
+  // Frees the held buffers due before launch `at` (none: every one).
+  void release_held(launch_id at) {
+    if (held.empty()) return;
+    const auto release = [&](buffer_id b) {
+      if (!held[b]) return;
+      held[b] = 0;
+      char* p = addr[b];
+      {
+        engine_scope scope;  // this free is the engine's: on_free and defer_free leave it alone
+        alloc.deallocate(p);
+      }
+      forget_freed(p);
+      if (opts.record_timeline) note_block(timeline_event::kind::release, dev.now_s(), p, graph().buffers[b].size, {});
+    };
+    if (at != none) {
+      if (at < release_at.size())
+        for (buffer_id b : release_at[at]) release(b);
+      return;
+    }
+    for (buffer_id b = 0; b < held.size(); ++b) release(b);
+  }
+
+  // The program's view of a freed block, for the plan's bookkeeping.
+  void forget_freed(const void* ptr) {
+    if (!have_plan) return;
+    auto it = buffer_at.find(ptr);
+    if (it == buffer_at.end()) return;
+    const buffer_id b = it->second;
+    buffer_at.erase(it);
+    if (b < freed.size()) {
+      freed[b] = 1;
+      if (evicted[b]) evicted_ranges.erase(addr[b]);
+      backups.erase(b);
+    }
+  }
 
   // ---- divergence -----------------------------------------------------------------------------
   void diverge(const std::string& why) {
@@ -917,8 +991,8 @@ struct engine::impl {
           if (evicted[t] && !freed[t]) need += pages(t);
         if (need == 0) continue;
         for (buffer_id t : e.temporaries) need += pages(t);
-        const std::size_t held = s.mapped - s.pooled;  // pooled chunks can serve the targets
-        if (held + need + s.budget / 32 > s.budget) continue;
+        const std::size_t in_use = s.mapped - s.pooled;  // pooled chunks can serve the targets
+        if (in_use + need + s.budget / 32 > s.budget) continue;
         if (!recipe_valid(i, 0)) continue;
         // A prefetch is an optimisation: it must neither fail the launch nor make the
         // pressure valve evict others to make room for it.
@@ -1145,7 +1219,10 @@ struct engine::impl {
       }
       if (diverged) restore_everything(op.stream);
     }
-    if (!diverged) {
+    if (diverged) {
+      release_held(none);  // after restore_everything, whose recipes may read them
+    } else {
+      release_held(pos);
       for (std::size_t i : restore_at[pos]) regenerate(i, op.stream);
       if (opts.prefetch_launches > 0) prefetch(op.stream);
     }
@@ -1216,6 +1293,12 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
 engine::~engine() {
   if (impl_->st == engine_state::disabled) return;
   impl_->alloc.set_pressure_handler({});
+  try {
+    std::lock_guard lock(impl_->mutex);
+    impl_->release_held(none);  // the program freed them: free them now
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sublinear: cannot free a retained block at shutdown: %s\n", e.what());
+  }
   // Blocks still offloaded (state created while tracing and not touched since) must hold
   // their bytes for the program once the engine is gone.
   for (auto& [base, t] : impl_->blocks) {
@@ -1327,16 +1410,14 @@ void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {
     if (t->second.offloaded) --m.offloaded_live;  // its host copy goes with it
     m.blocks.erase(t);
   }
-  if (!m.have_plan) return;
-  auto it = m.buffer_at.find(ptr);
-  if (it == m.buffer_at.end()) return;
-  const buffer_id b = it->second;
-  m.buffer_at.erase(it);
-  if (b < m.freed.size()) {
-    m.freed[b] = 1;
-    if (m.evicted[b]) m.evicted_ranges.erase(m.addr[b]);
-    m.backups.erase(b);
-  }
+  m.forget_freed(ptr);
+}
+
+bool engine::defer_free(void* ptr, std::size_t, allocator::stream_handle) {
+  if (inside_engine) return false;
+  std::lock_guard lock(impl_->mutex);
+  impl_->flush_memory_op();
+  return impl_->hold(ptr);
 }
 
 engine_state engine::state() const {

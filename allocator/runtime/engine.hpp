@@ -192,6 +192,8 @@ struct iteration_report {
   std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
   std::size_t kept_resident = 0;    // planned evictions not made: no room for the buffer's own pages, so
                                     // the allocator placed it in a shared segment (Note [Pressure valve])
+  std::size_t retained = 0;         // frees the engine deferred so recipes read the block in place
+                                    // (Note [Retention] in policy/retention.hpp)
   std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)
   std::size_t offloaded_bytes = 0;  // their bytes
   std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch
@@ -318,6 +320,7 @@ class engine final : public allocator::allocation_observer {
   bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
   void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
   void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
+  bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
 
   [[nodiscard]] engine_state state() const;
   [[nodiscard]] std::vector<iteration_report> iterations() const;

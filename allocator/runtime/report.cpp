@@ -160,6 +160,7 @@ report_totals totals(const run_report& r) {
     t.prefetched += it.prefetched;
     t.pressure_evictions += it.pressure_evictions;
     t.kept_resident += it.kept_resident;
+    t.retained += it.retained;
     t.evictions += it.evictions;
     t.evicted_bytes += it.evicted_bytes;
     t.recomputed_launches += it.recomputed_launches;
@@ -238,6 +239,7 @@ std::string to_json(const run_report& r) {
     w.member("prefetched", it.prefetched);
     w.member("pressure_evictions", it.pressure_evictions);
     w.member("kept_resident", it.kept_resident);
+    w.member("retained", it.retained);
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
     w.member("offload_restores", it.offload_restores);
@@ -356,6 +358,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.prefetched = size_or(it, "prefetched");
     ir.pressure_evictions = size_or(it, "pressure_evictions");
     ir.kept_resident = size_or(it, "kept_resident");
+    ir.retained = size_or(it, "retained");
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
     ir.offload_restores = size_or(it, "offload_restores");
@@ -461,6 +464,8 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.kept_resident > 0)
     out << "  kept resident      " << t.kept_resident
         << " planned evictions not made: no room for the buffer's own pages\n";
+  if (t.retained > 0)
+    out << "  retained           " << t.retained << " frees deferred so that recipes read the block in place\n";
   if (t.diverged > 0) out << "  diverged           " << t.diverged << " iterations differed from the trace and were traced again\n";
   if (t.validation_mismatches > 0)
     out << "  validation         " << t.validation_mismatches << " regenerated buffers differed; they are no longer evicted\n";

@@ -107,6 +107,7 @@ struct report_totals {
   std::size_t prefetched = 0;
   std::size_t pressure_evictions = 0;
   std::size_t kept_resident = 0;
+  std::size_t retained = 0;             // frees deferred (Note [Retention])
 };
 [[nodiscard]] report_totals totals(const run_report& r);
 

@@ -91,6 +91,7 @@ std::string_view report_schema() {
           "prefetched": {"$ref": "#/$defs/count", "description": "Regenerations done ahead of the launch that needed them."},
           "pressure_evictions": {"$ref": "#/$defs/count", "description": "Evictions the plan did not foresee, made by the pressure valve."},
           "kept_resident": {"$ref": "#/$defs/count", "description": "Planned evictions not made: the buffer found no room for pages of its own (under the budget, or on the device) and was placed in a shared segment, resident for the iteration."},
+          "retained": {"$ref": "#/$defs/count", "description": "Frees of the program the engine deferred so that recipes read the block in place (retentions of the plan)."},
           "offloads": {"$ref": "#/$defs/count", "description": "Blocks copied to host memory and evicted while tracing under an absolute budget."},
           "offloaded_bytes": {"$ref": "#/$defs/bytes"},
           "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},

@@ -73,6 +73,9 @@ const std::vector<entry>& entries() {
       {{"SUBLINEAR_VALIDATE", "first", "off, first, always",
         "Hash every regenerated buffer and compare with the original: never, in the first iterations with evictions, or always.", false},
        [](settings& s, const std::string& n, const std::string& v) { s.validate = parse_validate_mode(n, v); }},
+      {{"SUBLINEAR_RETENTION", "1", "1/true/yes/on or 0/false/no/off",
+        "Let plans keep small buffers the program frees alive until recipes have read them (docs/policy.md, \"Retention\"); 0 plans drop sets only.", true},
+       [](settings& s, const std::string& n, const std::string& v) { s.retention = parse_bool(n, v); }},
       {{"SUBLINEAR_TRACE", "", "a file path", "Write the traced iterations to this trace file (docs/trace-format.md).", false},
        [](settings& s, const std::string&, const std::string& v) { s.trace = v; }},
       {{"SUBLINEAR_TRACE_ITERATIONS", "2", "1 or 2", "Iterations traced before planning; the second sees writes the first could not (zero-initialised biases).", false},
@@ -173,6 +176,7 @@ std::string describe(const settings& s) {
       << "SUBLINEAR_REPORT=" << s.report << "\n"
       << "SUBLINEAR_LOG=" << levels[static_cast<int>(s.log)] << (s.log_file.empty() ? "" : ":" + s.log_file) << "\n"
       << "SUBLINEAR_VALIDATE=" << validates[static_cast<int>(s.validate)] << "\n"
+      << "SUBLINEAR_RETENTION=" << (s.retention ? "1" : "0") << "\n"
       << "SUBLINEAR_TRACE=" << s.trace << "\n"
       << "SUBLINEAR_TRACE_ITERATIONS=" << s.trace_iterations << "\n"
       << "SUBLINEAR_ITERATION=" << (s.iteration == iteration_mode::marker ? "marker" : "auto") << "\n"

@@ -25,6 +25,7 @@ struct settings {
   log_level log = log_level::warn;
   std::string log_file;            // "" = stderr
   validate_mode validate = validate_mode::first;
+  bool retention = true;           // plans may keep freed buffers alive (Note [Retention])
   std::string trace;               // trace file path ("" = none)
   int trace_iterations = 2;        // iterations traced before planning (1 or 2)
   iteration_mode iteration = iteration_mode::marker;

@@ -716,7 +716,9 @@ sweep_result depth_sweep(const bench_options& o, const progress_fn& progress) {
   s.id = "depth";
   s.title = "Memory against depth: ResNet, baseline vs sqrtn and the best planner at <= 1 extra forward";
   const std::vector<std::int64_t> depths =
-      o.quick ? std::vector<std::int64_t>{32, 56, 110} : std::vector<std::int64_t>{32, 56, 110, 218, 434, 1202};
+      !o.depths.empty() ? o.depths
+      : o.quick         ? std::vector<std::int64_t>{32, 56, 110}
+                        : std::vector<std::int64_t>{32, 56, 110, 218, 434, 1202};
   std::map<std::int64_t, probe_result> probes;
   std::string planner = resolve_planner(o);
   if (planner == "auto") {
@@ -760,8 +762,9 @@ sweep_result lstm_sweep(const bench_options& o, const progress_fn& progress) {
   sweep_result s;
   s.id = "lstm";
   s.title = "LSTM length: reduction against the best non-recompute run";
-  const std::vector<std::int64_t> lengths = o.quick ? std::vector<std::int64_t>{64, 128, 256}
-                                                    : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048};
+  const std::vector<std::int64_t> lengths = !o.lengths.empty() ? o.lengths
+                                            : o.quick           ? std::vector<std::int64_t>{64, 128, 256}
+                                                                : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048};
   std::map<std::int64_t, probe_result> probes;
   std::string planner = resolve_planner(o);
   if (planner == "auto") {
@@ -1545,7 +1548,7 @@ std::string bench_help(std::string_view prog) {
   const std::string pad(p.size(), ' ');
   return "usage: " + p + " [--sweep depth|lstm|budget|reforward|all] [--quick] [--iterations K]\n" + "       " + pad +
          " [--repeats R] [--planner P|auto] [--json PATH] [--csv PATH] [--plots DIR]\n" + "       " + pad +
-         " [--no-progress] [--log LEVEL]\n"
+         " [--depths LIST] [--lengths LIST] [--no-progress] [--log LEVEL]\n"
          "\n"
          "Measures what recomputation buys on the host device, every configuration side by side\n"
          "in this process (docs/benchmarks.md):\n"
@@ -1563,6 +1566,9 @@ std::string bench_help(std::string_view prog) {
          "                  (default 3; --quick 2)\n"
          "  --repeats R     rounds of every side-by-side group; times are medians over all rounds'\n"
          "                  iterations (default 2; --quick 1)\n"
+         "  --depths LIST   the depth sweep's ResNet depths, comma-separated (default\n"
+         "                  32,56,110,218,434,1202; --quick 32,56,110)\n"
+         "  --lengths LIST  the lstm sweep's lengths (default 64,...,2048; --quick 64,128,256)\n"
          "  --planner P     the planner of the depth and lstm sweeps (none, sqrtn, chen, chain,\n"
          "                  reforward, greedy, dtr), or auto: the lowest predicted peak at <= 1\n"
          "                  extra forward at the largest size (default auto)\n"
@@ -1614,6 +1620,27 @@ bench_options parse_bench_args(std::span<const std::string_view> args, std::stri
       o.iterations = count(flag, next());
     } else if (flag == "--repeats") {
       o.repeats = count(flag, next());
+    } else if (flag == "--depths" || flag == "--lengths") {
+      // A comma-separated list of sizes, each checked by building the model it names.
+      const bool depth = flag == "--depths";
+      std::vector<std::int64_t>& sizes = depth ? o.depths : o.lengths;
+      sizes.clear();
+      std::string_view list = next();
+      while (true) {
+        const auto comma = list.find(',');
+        const std::int64_t n = count(flag, list.substr(0, comma));
+        try {
+          (void)models::make_model(depth ? models::model_config{models::model_kind::resnet, n, 0, 0}
+                                         : models::model_config{models::model_kind::lstm, 0, n, 0});
+        } catch (const config_error& e) {
+          bad(std::string(flag) + ": " + e.what());
+        }
+        sizes.push_back(n);
+        if (comma == std::string_view::npos) break;
+        list = list.substr(comma + 1);
+      }
+      std::sort(sizes.begin(), sizes.end());
+      sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
     } else if (flag == "--planner") {
       o.planner = std::string(next());
       if (o.planner != "auto") {

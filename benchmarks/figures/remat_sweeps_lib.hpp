@@ -53,6 +53,8 @@ struct bench_options {
   std::int64_t iterations = 0;      // measured (steady) iterations per run; 0: 3 (quick: 2)
   std::int64_t repeats = 0;         // rounds of every side-by-side group; 0: 2 (quick: 1)
   std::string planner = "auto";     // the planner of the depth and lstm sweeps, or auto
+  std::vector<std::int64_t> depths;   // the depth sweep's ResNet depths; empty: the defaults
+  std::vector<std::int64_t> lengths;  // the lstm sweep's lengths; empty: the defaults
   std::string json_path;
   std::string csv_path;
   std::string plots_dir;

@@ -232,6 +232,7 @@ struct budgeted_run {
   double iter_s = 0.0;    // median over the planned iterations
   std::size_t evictions = 0;
   std::size_t recomputed = 0;
+  std::size_t retained = 0;  // frees deferred so that recipes read the block in place
   bool bit_identical = false;
   std::string plan_error;
 };
@@ -268,6 +269,7 @@ budgeted_run run_budgeted(const demo_options& o, const std::vector<std::vector<f
     const auto& r = out.reports[i];
     out.evictions += r.evictions;
     out.recomputed += r.recomputed_launches;
+    out.retained += r.retained;
     if (r.state == runtime::engine_state::trace) continue;
     out.peak = std::max(out.peak, r.peak_mapped);
     if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
@@ -302,6 +304,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("  against the baseline time", ratio(b.iter_s, baseline.iteration_seconds()));
   row("evictions (all iterations)", std::to_string(b.evictions));
   row("recomputed launches", std::to_string(b.recomputed));
+  if (b.retained > 0) row("frees deferred (retained)", std::to_string(b.retained));
   row("parameters bit-identical", b.bit_identical ? "yes" : "NO");
   if (!o.budget.empty() && o.budget.back() == 'x') {
     std::printf(

@@ -675,6 +675,36 @@ TEST_F(CachingAllocator, AnEvictableRequestWithNoRoomForItsPagesIsPlacedInAShare
   EXPECT_TRUE(a.validate());
 }
 
+TEST_F(CachingAllocator, AnObserverCanDeferAFreeAndReleaseTheBlockLater) {
+  // The runtime keeps a freed input of a recipe alive (Note [Retention]): the program's
+  // free leaves the block allocated, its bytes untouched, until the observer frees it.
+  auto a = make(8 * MiB);
+  struct observer final : allocation_observer {
+    void* keep = nullptr;
+    bool releasing = false;
+    int frees_seen = 0;
+    bool defer_free(void* p, std::size_t, stream_handle) override { return p == keep && !releasing; }
+    void on_free(void*, std::size_t, stream_handle) override { ++frees_seen; }
+  } seen;
+  void* x = a.allocate(100 * KiB, nullptr);
+  std::memset(x, 0x5A, 100 * KiB);
+  seen.keep = x;
+  a.set_observer(&seen);
+  a.deallocate(x);  // the program's free
+  EXPECT_EQ(seen.frees_seen, 0);
+  ASSERT_TRUE(a.find(x).has_value()) << "the deferred block was freed";
+  void* y = a.allocate(100 * KiB, nullptr);  // must not reuse the kept block
+  EXPECT_NE(y, x);
+  EXPECT_EQ(static_cast<unsigned char*>(x)[100 * KiB - 1], 0x5A);
+  seen.releasing = true;
+  a.deallocate(x);  // the observer's own release
+  EXPECT_EQ(seen.frees_seen, 1);
+  EXPECT_FALSE(a.find(x).has_value());
+  a.deallocate(y);
+  a.set_observer(nullptr);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, AnExplicitlyEvictableRequestIsNeverPlacedShared) {
   // The same situation, but the caller itself asked for an evictable block: it gets one or
   // an error, and the error is about the pages it needed.

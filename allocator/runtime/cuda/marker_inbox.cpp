@@ -38,6 +38,11 @@ void marker_inbox::on_allocate(void* ptr, std::size_t size, allocator::stream_ha
   if (next_ != nullptr) next_->on_allocate(ptr, size, stream, evictable);
 }
 
+bool marker_inbox::defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) {
+  poll();
+  return next_ != nullptr && next_->defer_free(ptr, size, stream);
+}
+
 void marker_inbox::on_free(void* ptr, std::size_t size, allocator::stream_handle stream) {
   poll();
   if (next_ != nullptr) next_->on_free(ptr, size, stream);

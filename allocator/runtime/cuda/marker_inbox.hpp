@@ -48,6 +48,7 @@ class marker_inbox final : public allocator::allocation_observer {
   bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
   void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
   void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
+  bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
 
   // While alive, this thread is inside the engine and poll() delivers nothing. Nests.
   class engine_scope {

@@ -1,0 +1,74 @@
+// Note [Retention] (retention.hpp).
+#include "policy/retention.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+namespace sublinear::policy {
+
+std::vector<retention> retention_options(const candidate_set& cs) {
+  const iteration& it = cs.graph();
+  std::map<buffer_id, launch_id> until;
+  for (const candidate& c : cs.all()) {
+    for (launch_id w : it.buffers[c.buffer].users) {
+      if (w > c.evict_after) break;
+      const launch& l = it.launches[w];
+      if (!std::binary_search(l.written.begin(), l.written.end(), c.buffer)) continue;
+      for (buffer_id b : l.touched) {
+        if (std::binary_search(l.written.begin(), l.written.end(), b)) continue;
+        const buffer& in = it.buffers[b];
+        if (in.persistent() || in.never_evict || in.free_at > cs.turning_point()) continue;
+        if (2 * in.size > c.unplanned_bytes) continue;
+        launch_id& u = until[b];
+        u = std::max<launch_id>(u, c.restore_before + 1);
+      }
+    }
+  }
+  std::vector<retention> out;
+  out.reserve(until.size());
+  for (const auto& [b, u] : until) out.push_back({b, u});
+  return out;
+}
+
+std::string check_retentions(const iteration& it, std::span<const retention> r) {
+  std::vector<std::uint8_t> seen(it.buffers.size(), 0);
+  for (const retention& x : r) {
+    const std::string who = "retention of buffer " + std::to_string(x.buffer);
+    if (x.buffer >= it.buffers.size()) return who + ": no such buffer";
+    const buffer& b = it.buffers[x.buffer];
+    if (b.persistent()) return who + ": the buffer is not freed within the iteration";
+    if (seen[x.buffer]++ != 0) return who + ": retained twice";
+    if (x.release_before <= b.free_at || x.release_before > it.launches.size())
+      return who + ": release_before must be after its free and at most the number of launches";
+  }
+  return {};
+}
+
+iteration with_retentions(const iteration& it, std::span<const retention> r) {
+  if (const std::string problem = check_retentions(it, r); !problem.empty()) throw std::invalid_argument(problem);
+  iteration out = it;
+  for (const retention& x : r) out.buffers[x.buffer].free_at = x.release_before;
+  return out;
+}
+
+void trim_retentions(plan& p, const iteration& it) {
+  if (p.retentions.empty()) return;
+  std::map<buffer_id, launch_id> last;  // retained buffer -> last restore point reading it
+  for (const retention& x : p.retentions) last[x.buffer] = none;
+  for (const eviction& e : p.evictions) {
+    for (launch_id l : e.recipe) {
+      for (buffer_id b : it.launches[l].touched) {
+        auto found = last.find(b);
+        if (found == last.end()) continue;
+        if (found->second == none || found->second < e.restore_before) found->second = e.restore_before;
+      }
+    }
+  }
+  std::vector<retention> kept;
+  for (const auto& [b, r] : last)
+    if (r != none && r >= it.buffers[b].free_at) kept.push_back({b, r + 1});  // else alive at r anyway
+  p.retentions = std::move(kept);
+}
+
+}  // namespace sublinear::policy
