@@ -231,8 +231,17 @@ TEST(DisableSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_DISABLE", v, "1, true, yes, on, 0, false, no, off");
 }
 
-TEST(DisableSetting, IsTheOnlySwitch) {
-  for (const auto& o : options_table()) EXPECT_EQ(o.boolean, std::string(o.name) == "SUBLINEAR_DISABLE") << o.name;
+TEST(DisableSetting, AndRetentionAreTheOnlySwitches) {
+  for (const auto& o : options_table())
+    EXPECT_EQ(o.boolean, std::string(o.name) == "SUBLINEAR_DISABLE" || std::string(o.name) == "SUBLINEAR_RETENTION")
+        << o.name;
+}
+
+TEST(RetentionSetting, IsOnByDefaultAndTakesTheBooleanForms) {
+  EXPECT_TRUE(read({}).retention);
+  for (const char* v : {"0", "false", "no", "off"}) EXPECT_FALSE(read({{"SUBLINEAR_RETENTION", v}}).retention) << v;
+  for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_RETENTION", v}}).retention) << v;
+  expect_refused("SUBLINEAR_RETENTION", "sometimes", "1, true, yes, on, 0, false, no, off");
 }
 
 // ---- unknown variables ----------------------------------------------------------------------------------
