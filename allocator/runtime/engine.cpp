@@ -805,6 +805,11 @@ struct engine::impl {
       patch(op, params, moves);
       touch_and_restore(op, stream);  // a block offloaded while tracing that the recipe reads
       dev.replay(op, stream);
+      // A retained input is freed later by the engine, on its own stream's order: make that
+      // free wait for this replay too when it runs on another stream.
+      for (buffer_id u : g.launches[l].touched)
+        if (!retain_until.empty() && retain_until[u] != none && !temps.count(u) && addr[u] != nullptr)
+          alloc.record_stream(addr[u], stream);
       ++current.recomputed_launches;
       current.recompute_s += g.launches[l].cost_s;
       for (buffer_id w : g.launches[l].written) regenerated.insert(w);

@@ -122,6 +122,14 @@ TEST(EndToEndRetention, ADenseNetKeepsFreedFeaturesForItsRecipesAndTrainsBitIden
     EXPECT_LE(r.peak_mapped, run.budget) << "iteration " << r.index;
     EXPECT_EQ(r.validation_mismatches, 0u) << "iteration " << r.index;
   }
+  // With the upload and the optimizer step on a second stream the deferred frees are
+  // ordered after the replays that read the blocks, whatever stream those ran on.
+  const outcome two = train(model_kind::densenet, "reforward", budget, 2);
+  ASSERT_EQ(two.plan_error, "");
+  EXPECT_GT(two.retained, 0u);
+  ASSERT_EQ(two.params.size(), baseline.size());
+  for (std::size_t i = 0; i < two.params.size(); ++i)
+    ASSERT_TRUE(two.params[i] == baseline[i]) << "two streams: parameter tensor " << i << " differs";
 }
 
 struct cell {
