@@ -152,6 +152,7 @@ struct engine::impl {
   std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
   std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
   std::vector<std::uint8_t> held;                        // buffer -> freed by the program, kept by the engine
+  std::size_t held_count = 0;                            // of `held`: set now
   std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
                                                          // evict a buffer more than once)
   std::unordered_map<const void*, buffer_id> buffer_at;  // live address -> buffer
@@ -428,6 +429,7 @@ struct engine::impl {
       freed.assign(g.buffers.size(), 0);
       kept_resident.assign(g.buffers.size(), 0);
       held.assign(g.buffers.size(), 0);
+      held_count = 0;
       active_entry.assign(g.buffers.size(), -1);
       version.assign(g.buffers.size(), 0);
       last_write.assign(g.buffers.size(), none);
@@ -561,16 +563,18 @@ struct engine::impl {
     const buffer_id b = it->second;
     if (retain_until[b] == none || pos >= retain_until[b] || evicted[b]) return false;
     held[b] = 1;
+    ++held_count;
     ++current.retained;
     return true;
   }
 
   // Frees the held buffers due before launch `at` (none: every one).
   void release_held(launch_id at) {
-    if (held.empty()) return;
+    if (held_count == 0) return;
     const auto release = [&](buffer_id b) {
       if (!held[b]) return;
       held[b] = 0;
+      --held_count;
       char* p = addr[b];
       {
         engine_scope scope;  // this free is the engine's: on_free and defer_free leave it alone
@@ -584,7 +588,7 @@ struct engine::impl {
         for (buffer_id b : release_at[at]) release(b);
       return;
     }
-    for (buffer_id b = 0; b < held.size(); ++b) release(b);
+    for (buffer_id b = 0; b < held.size() && held_count > 0; ++b) release(b);
   }
 
   // The program's view of a freed block, for the plan's bookkeeping.
