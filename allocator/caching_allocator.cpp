@@ -1044,13 +1044,13 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
 void caching_allocator::deallocate(void* ptr) noexcept {
   if (ptr == nullptr) return;
   allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
+  // Only an observer needs the block's size and stream: it is asked before the free
+  // (defer_free) and told after it (on_free), both outside the lock. A free racing
+  // another free of the same pointer is the caller's double free either way.
   std::size_t size = 0;
   stream_handle stream = nullptr;
-  bool freed = false;
+  bool live = false;
   if (obs != nullptr) {
-    // Asked outside the lock, as every callback is; a free racing another free of the
-    // same pointer is the caller's double free either way.
-    bool live = false;
     {
       std::lock_guard lock(impl_->mutex);
       if (block* b = impl_->live_block(ptr); b != nullptr) {
@@ -1068,17 +1068,12 @@ void caching_allocator::deallocate(void* ptr) noexcept {
   {
     std::lock_guard lock(impl_->mutex);
     try {
-      if (block* b = impl_->live_block(ptr); b != nullptr) {
-        size = b->requested;
-        stream = b->stream;
-        freed = true;
-      }
       impl_->deallocate(ptr);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "sublinear: error while freeing %p: %s\n", ptr, e.what());
     }
   }
-  if (obs != nullptr && freed) {
+  if (obs != nullptr && live) {
     try {
       obs->on_free(ptr, size, stream);
     } catch (const std::exception& e) {

@@ -70,7 +70,6 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
   std::optional<infeasible_budget> refused;
   try {
     plan p = search(ctx, budget);
-    p.retentions.clear();
     const simulation s = ctx.sim().run(p);
     best = checked(std::move(p), s);
   } catch (const infeasible_budget& e) {
@@ -88,7 +87,8 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
       q.retentions = std::move(offered);
       trim_retentions(q, it);
       const simulation s = simulate(it, q);
-      if (!best || (s.valid && s.peak <= budget && s.added_compute_s < best->added_compute_s * (1.0 - 1e-9)))
+      // An invalid plan goes through checked() too: it is a bug, and says so.
+      if (!best || !s.valid || s.added_compute_s < best->added_compute_s * (1.0 - 1e-9))
         best = checked(std::move(q), s);
     } catch (const infeasible_budget& e) {
       if (!best && refused)

@@ -12,6 +12,7 @@
 #include "allocator/runtime/engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +138,9 @@ struct engine::impl {
   // Note [Retention] (policy/retention.hpp): the plan's retentions are applied to
   // an.graph once it is planned; these restore the traced lifetimes before planning again.
   std::vector<std::pair<buffer_id, launch_id>> traced_free_at;
+  // Whether the plan retains anything: every free asks defer_free, and without retentions
+  // the answer needs no lock.
+  std::atomic<bool> retaining{false};
   std::vector<launch_id> retain_until;                   // buffer -> release_before, or none
   std::vector<std::vector<buffer_id>> release_at;        // position -> retained buffers freed there
 
@@ -295,6 +299,7 @@ struct engine::impl {
     auto& g = an.graph;
     for (const auto& [b, f] : traced_free_at) g.buffers[b].free_at = f;
     traced_free_at.clear();
+    retaining = false;
     for (auto& b : g.buffers)
       if (b.alloc_index != none && never_evict_allocs.count(b.alloc_index) != 0) b.never_evict = true;
     if (opts.config.budget.empty()) {
@@ -331,6 +336,7 @@ struct engine::impl {
       traced_free_at.emplace_back(r.buffer, g.buffers[r.buffer].free_at);
       g.buffers[r.buffer].free_at = r.release_before;
     }
+    retaining = !plan.retentions.empty();
     index_plan();
     try {
       alloc.set_budget(budget_bytes);
@@ -1423,7 +1429,7 @@ void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {
 }
 
 bool engine::defer_free(void* ptr, std::size_t, allocator::stream_handle) {
-  if (inside_engine) return false;
+  if (inside_engine || !impl_->retaining.load(std::memory_order_relaxed)) return false;
   std::lock_guard lock(impl_->mutex);
   impl_->flush_memory_op();
   return impl_->hold(ptr);
