@@ -137,11 +137,18 @@ candidate_set::candidate_set(const dataflow& df) : df_(&df) {
 // ---- drop_plan_builder -------------------------------------------------------------------
 
 drop_plan_builder::drop_plan_builder(const candidate_set& cs)
-    : cs_(&cs), recipes_(cs.flow()), evicted_(cs.flow().buffer_count(), 0) {}
+    : cs_(&cs), recipes_(cs.flow()), evicted_(cs.flow().buffer_count(), 0),
+      regenerate_from_(cs.flow().buffer_count(), none) {}
 
-drop_plan_builder::outcome drop_plan_builder::build(std::span<const std::uint8_t> dropped) {
+drop_plan_builder::outcome drop_plan_builder::build(std::span<const std::uint8_t> dropped,
+                                                    std::span<const launch_id> horizons) {
   outcome out;
   const candidate_set& cs = *cs_;
+  if (!horizons.empty() && horizons.size() != cs.size()) {
+    out.error = "the drop set's horizons have " + std::to_string(horizons.size()) + " entries for " +
+                std::to_string(cs.size()) + " candidates";
+    return out;
+  }
   std::vector<std::uint32_t> set;
   for (std::uint32_t i = 0; i < cs.size() && i < dropped.size(); ++i) {
     if (dropped[i] != 0) set.push_back(i);
@@ -160,6 +167,10 @@ drop_plan_builder::outcome drop_plan_builder::build(std::span<const std::uint8_t
     return cs[a].evict_after != cs[b].evict_after ? cs[a].evict_after < cs[b].evict_after : a < b;
   });
   std::vector<std::uint8_t> regenerated(cs.size(), 0);
+  const bool held = !horizons.empty();
+  if (held) {
+    for (std::uint32_t c : set) regenerate_from_[cs[c].buffer] = horizons[c];
+  }
   std::vector<buffer_id> targets;
   std::size_t next_e = 0;
   for (std::size_t pos = 0; pos < by_r.size();) {
@@ -173,7 +184,8 @@ drop_plan_builder::outcome drop_plan_builder::build(std::span<const std::uint8_t
       if (regenerated[by_r[pos]] == 0) targets.push_back(cs[by_r[pos]].buffer);
     }
     if (targets.empty()) continue;
-    recipe_result rr = recipes_.build(targets, t, evicted_, evicted_inputs::regenerate);
+    recipe_result rr = recipes_.build(targets, t, evicted_, evicted_inputs::regenerate,
+                                      held ? std::span<const launch_id>(regenerate_from_) : std::span<const launch_id>());
     if (!rr.ok) {
       out.error = "dropping buffer " + std::to_string(targets.front()) + ": " + rr.error;
       break;
@@ -200,7 +212,10 @@ drop_plan_builder::outcome drop_plan_builder::build(std::span<const std::uint8_t
       out.result.evictions.push_back(std::move(own));
     }
   }
-  for (std::uint32_t c : set) evicted_[cs[c].buffer] = 0;
+  for (std::uint32_t c : set) {
+    evicted_[cs[c].buffer] = 0;
+    regenerate_from_[cs[c].buffer] = none;
+  }
   if (out.error.empty()) out.ok = true;
   return out;
 }

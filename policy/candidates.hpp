@@ -19,7 +19,7 @@
 //   pass.
 // Limitations: one gap per buffer (the one around the turning point) and no repeated
 //   recomputation (Rotor's multi-pass schedules); the online `dtr` planner is not bound by
-//   either. The turning point is the iteration's (the live-byte peak), or computed from the
+//   either, and horizons (Note [Multi-pass] in planner_multipass.cpp) lift the second. The turning point is the iteration's (the live-byte peak), or computed from the
 //   live bytes when the iteration gives 0.
 #pragma once
 
@@ -83,13 +83,17 @@ class drop_plan_builder {
     std::string error;
     plan result;
   };
-  // `dropped` has one entry per candidate index; nonzero drops it.
-  [[nodiscard]] outcome build(std::span<const std::uint8_t> dropped);
+  // `dropped` has one entry per candidate index; nonzero drops it. `horizons` is empty or
+  // has one entry per candidate: a dropped candidate is rebuilt in scratch by the recipes
+  // that restore before its entry and regenerated at its own address by those at or after
+  // it (Note [Multi-pass] in planner_multipass.cpp); `none` is the drop set's rule (regenerate at the first).
+  [[nodiscard]] outcome build(std::span<const std::uint8_t> dropped, std::span<const launch_id> horizons = {});
 
  private:
   const candidate_set* cs_;
   recipe_builder recipes_;
-  std::vector<std::uint8_t> evicted_;  // per buffer
+  std::vector<std::uint8_t> evicted_;         // per buffer
+  std::vector<launch_id> regenerate_from_;  // per buffer
 };
 
 }  // namespace sublinear::policy

@@ -13,14 +13,16 @@ namespace sublinear::policy {
 
 // ---- context ----------------------------------------------------------------------------
 
-planner::context::context(const iteration& it)
-    : it_(&it), flow_(it), candidates_(flow_), sim_(it), drops_(candidates_) {}
+planner::context::context(const iteration& it, bool multi_pass)
+    : it_(&it), flow_(it), candidates_(flow_), sim_(it), drops_(candidates_), multi_pass_(multi_pass) {}
 
-planner::context::evaluation planner::context::evaluate(std::span<const std::uint8_t> dropped) {
+planner::context::evaluation planner::context::evaluate(std::span<const std::uint8_t> dropped,
+                                                        std::span<const launch_id> horizons) {
   evaluation e;
   e.dropped.assign(dropped.begin(), dropped.end());
   e.dropped.resize(candidates_.size(), 0);
-  drop_plan_builder::outcome built = drops_.build(e.dropped);
+  e.horizons.assign(horizons.begin(), horizons.end());
+  drop_plan_builder::outcome built = drops_.build(e.dropped, e.horizons);
   if (!built.ok) {
     e.error = std::move(built.error);
     return e;
@@ -65,7 +67,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     p.recomputed_launches = s.recomputed_launches;
     return p;
   };
-  context ctx(it);
+  context ctx(it, o.multi_pass);
   std::optional<plan> best;
   std::optional<infeasible_budget> refused;
   try {
@@ -81,7 +83,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
   if (o.retention && !(best && best->evictions.empty())) offered = retention_options(ctx.candidates());
   if (!offered.empty()) {
     const iteration kept = with_retentions(it, offered);
-    context with(kept);
+    context with(kept, o.multi_pass);
     try {
       plan q = search(with, budget);
       q.retentions = std::move(offered);

@@ -53,6 +53,9 @@ class planner {
   struct options {
     // Also plan with retentions (Note [Retention] in retention.hpp) and keep the cheaper.
     bool retention = true;
+    // chain and reforward: when no drop set meets the budget, try two-level schedules that
+    // recompute some buffers more than once (Note [Multi-pass] in planner_multipass.cpp).
+    bool multi_pass = true;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

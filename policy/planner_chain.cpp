@@ -361,6 +361,7 @@ class chain_planner final : public attempt_planner {
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
     std::optional<context::evaluation> e = solve_chain(ctx, budget);
+    if (!e) e = solve_two_level(ctx, budget);  // Note [Multi-pass]: below every drop set
     if (!e) return std::nullopt;
     return std::move(e->result);
   }
@@ -405,6 +406,20 @@ std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs)
   std::vector<std::vector<std::uint32_t>> out;
   for (const chain_node& nd : build_chain(cs, max_segments)) {
     if (!nd.internal) out.push_back(nd.members);
+  }
+  return out;
+}
+
+std::vector<chain_segment> chain_segments(const candidate_set& cs) {
+  std::vector<chain_segment> out;
+  std::vector<std::uint32_t> internal;
+  for (chain_node& nd : build_chain(cs, max_segments)) {
+    if (nd.internal) {
+      internal = std::move(nd.members);
+      continue;
+    }
+    out.push_back({std::move(internal), std::move(nd.members)});
+    internal.clear();
   }
   return out;
 }

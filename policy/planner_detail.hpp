@@ -20,18 +20,20 @@ namespace sublinear::policy {
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
  public:
-  explicit context(const iteration& it);
+  explicit context(const iteration& it, bool multi_pass = true);
 
   struct evaluation {
     bool ok = false;  // the plan could be built (recipes exist) and is valid
     std::string error;
     std::vector<std::uint8_t> dropped;  // the drop set it came from
+    std::vector<launch_id> horizons;    // and its horizons (Note [Multi-pass]); empty: none
     plan result;
     simulation sim;
     [[nodiscard]] bool fits(std::size_t budget) const noexcept { return ok && sim.peak <= budget; }
   };
-  // Builds and simulates the plan of a drop set (one entry per candidate index).
-  [[nodiscard]] evaluation evaluate(std::span<const std::uint8_t> dropped);
+  // Builds and simulates the plan of a drop set (one entry per candidate index), with
+  // horizons when given (drop_plan_builder::build).
+  [[nodiscard]] evaluation evaluate(std::span<const std::uint8_t> dropped, std::span<const launch_id> horizons = {});
 
   [[nodiscard]] const iteration& graph() const noexcept { return *it_; }
   [[nodiscard]] const dataflow& flow() const noexcept { return flow_; }
@@ -40,6 +42,8 @@ class planner::context {
   // Peak of the plan that evicts nothing.
   [[nodiscard]] std::size_t unplanned_peak();
   [[nodiscard]] std::size_t lower_bound() const noexcept { return candidates_.lower_bound_bytes(); }
+  // Whether plans beyond drop sets may be searched (planner::options::multi_pass).
+  [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
 
  private:
   const iteration* it_;
@@ -48,6 +52,7 @@ class planner::context {
   simulator sim_;
   drop_plan_builder drops_;
   std::optional<std::size_t> unplanned_peak_;
+  bool multi_pass_;
 };
 
 // Planners that can be asked "can you meet budget b?" repeatedly: the search on failure
@@ -81,6 +86,17 @@ std::unique_ptr<planner> make_dtr_planner();
 // The chain solver's segments (Note [Chain solver]), in order: per segment, the candidates
 // later segments read (its outputs).
 [[nodiscard]] std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs);
+
+// The same segments with their internal candidates too, in order.
+struct chain_segment {
+  std::vector<std::uint32_t> internal;  // read by no later segment
+  std::vector<std::uint32_t> outputs;   // read by later segments (the A node)
+};
+[[nodiscard]] std::vector<chain_segment> chain_segments(const candidate_set& cs);
+
+// Two-level plans beyond drop sets (Note [Multi-pass] in planner_multipass.cpp): the
+// cheapest within `budget`, or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget);
 
 // How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
 // by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by

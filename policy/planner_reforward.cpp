@@ -300,7 +300,12 @@ class reforward_planner final : public attempt_planner {
       branch_and_bound search(ctx, budget, branch_and_bound::goal::least_compute);
       exact = search.run(best);
     }
-    if (!best) return std::nullopt;
+    if (!best) {
+      // Note [Multi-pass]: no drop set fits; a two-level schedule may.
+      std::optional<context::evaluation> deeper = solve_two_level(ctx, budget);
+      if (!deeper) return std::nullopt;
+      return std::move(deeper->result);
+    }
     if (!exact) keep_back(ctx, budget, *best);
     return std::move(best->result);
   }
@@ -309,13 +314,15 @@ class reforward_planner final : public attempt_planner {
     if (ctx.unplanned_peak() <= budget) return plan{};
     if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
     if (ctx.candidates().size() <= exact_candidates) {
-      // The smallest feasible budget is the least peak over drop sets: search it directly
-      // rather than bisecting with repeated searches.
+      // The smallest feasible budget over drop sets is their least peak: search it
+      // directly rather than bisecting with repeated searches; below it only two-level
+      // schedules remain (Note [Multi-pass]).
       std::optional<context::evaluation> least;
       branch_and_bound search(ctx, ctx.unplanned_peak(), branch_and_bound::goal::least_peak);
       if (search.run(least)) {
-        const std::size_t smallest = least ? least->sim.peak : ctx.unplanned_peak();
-        throw infeasible_budget(name(), budget, std::max(smallest, ctx.lower_bound()), ctx.lower_bound());
+        const std::size_t smallest = std::max(least ? least->sim.peak : ctx.unplanned_peak(), ctx.lower_bound());
+        throw_smallest_feasible(ctx, name(), budget,
+                                [&](std::size_t b) { return b >= smallest || solve_two_level(ctx, b).has_value(); });
       }
     }
     throw_smallest_feasible(ctx, name(), budget,

@@ -100,12 +100,18 @@ void recipe_builder::require(buffer_id b, launch_id before) {
 }
 
 recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_id restore_before,
-                                    std::span<const std::uint8_t> evicted, evicted_inputs mode) {
+                                    std::span<const std::uint8_t> evicted, evicted_inputs mode,
+                                    std::span<const launch_id> regenerate_from) {
   const iteration& it = df_->graph();
   const launch_id r = restore_before;
   recipe_result out;
   if (r >= it.launches.size()) {
     out.error = "restore point " + std::to_string(r) + " is not a launch of the iteration";
+    return out;
+  }
+  if (!regenerate_from.empty() && regenerate_from.size() != it.buffers.size()) {
+    out.error = "the regeneration horizons have " + std::to_string(regenerate_from.size()) + " entries for " +
+                std::to_string(it.buffers.size()) + " buffers";
     return out;
   }
   if (!evicted.empty() && evicted.size() != it.buffers.size()) {
@@ -130,6 +136,9 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
 
   ++call_;
   const auto is_evicted = [&](buffer_id b) { return !evicted.empty() && evicted[b] != 0; };
+  const auto held_back = [&](buffer_id b) {
+    return !regenerate_from.empty() && regenerate_from[b] != none && regenerate_from[b] > r;
+  };
   std::vector<buffer_id> seen;     // every buffer given a role in this sweep
   std::vector<buffer_id> pulled;   // evicted inputs regenerated at their own address
   for (std::size_t attempt = 0; attempt <= it.buffers.size(); ++attempt) {
@@ -185,7 +194,7 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
               set_role(x, role::side);
             } else if (resident && !forced_scratch(x) && !df_->written_in(x, l, r)) {
               set_role(x, role::in_place);
-            } else if (mode == evicted_inputs::regenerate && is_evicted(x) && df_->allocated_at(x, r) &&
+            } else if (mode == evicted_inputs::regenerate && is_evicted(x) && !held_back(x) && df_->allocated_at(x, r) &&
                        !df_->written_in(x, l, r) && it.buffers[x].alloc_index != none && !forced_scratch(x)) {
               set_role(x, role::regenerated);
               pulled.push_back(x);

@@ -316,6 +316,7 @@ struct engine::impl {
     try {
       policy::planner::options po;
       po.retention = opts.config.retention;
+      po.multi_pass = opts.config.multi_pass;
       plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget, po);
     } catch (const policy::infeasible_budget& e) {
       // The planner speaks of the bytes it was given; the user set the whole budget.

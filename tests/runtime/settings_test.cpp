@@ -231,10 +231,18 @@ TEST(DisableSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_DISABLE", v, "1, true, yes, on, 0, false, no, off");
 }
 
-TEST(DisableSetting, AndRetentionAreTheOnlySwitches) {
-  for (const auto& o : options_table())
-    EXPECT_EQ(o.boolean, std::string(o.name) == "SUBLINEAR_DISABLE" || std::string(o.name) == "SUBLINEAR_RETENTION")
-        << o.name;
+TEST(DisableSetting, RetentionAndMultiPassAreTheOnlySwitches) {
+  for (const auto& o : options_table()) {
+    const std::string n = o.name;
+    EXPECT_EQ(o.boolean, n == "SUBLINEAR_DISABLE" || n == "SUBLINEAR_RETENTION" || n == "SUBLINEAR_MULTIPASS") << n;
+  }
+}
+
+TEST(MultiPassSetting, IsOnByDefaultAndTakesTheBooleanForms) {
+  EXPECT_TRUE(read({}).multi_pass);
+  for (const char* v : {"0", "false", "no", "off"}) EXPECT_FALSE(read({{"SUBLINEAR_MULTIPASS", v}}).multi_pass) << v;
+  for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_MULTIPASS", v}}).multi_pass) << v;
+  expect_refused("SUBLINEAR_MULTIPASS", "twice", "1, true, yes, on, 0, false, no, off");
 }
 
 TEST(RetentionSetting, IsOnByDefaultAndTakesTheBooleanForms) {
