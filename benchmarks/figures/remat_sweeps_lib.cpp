@@ -142,7 +142,7 @@ struct raw_run {
 // Trains `config` for `iterations` steps in a fresh host session: without sublinear when
 // `policy` is empty, otherwise under the replay engine with that planner and budget.
 raw_run train_run(const models::model_config& config, const std::string& policy, const std::string& budget,
-                  std::int64_t iterations, runtime::log_level log) {
+                  std::int64_t iterations, runtime::log_level log, bool multi_pass) {
   raw_run out;
   wl::host_session session(session_options());
   // The allocator configured as the engine configures it (exact segments for large
@@ -156,6 +156,7 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
     runtime::engine_options eo;
     eo.config.budget = budget;
     eo.config.policy = policy;
+    eo.config.multi_pass = multi_pass;
     eo.config.log = log;  // error by default: infeasible budgets are reported by the sweep
     eo.device_capacity = session.vmm().physical_capacity();
     // Traced unbudgeted, as the probe traces: the byte budgets here come from the probe's
@@ -261,9 +262,10 @@ probe_result run_probe(const models::model_config& config) {
 }
 
 // A plan at `budget` (planner bytes), or nothing when the planner cannot meet it.
-std::optional<policy::plan> try_plan(const policy::planner& pl, const policy::iteration& g, std::size_t budget) {
+std::optional<policy::plan> try_plan(const policy::planner& pl, const policy::iteration& g, std::size_t budget,
+                                     const policy::planner::options& o = {}) {
   try {
-    return pl.make_plan(g, budget);
+    return pl.make_plan(g, budget, o);
   } catch (const config_error&) {  // infeasible_budget, or a planner that gives up
     return std::nullopt;
   }
@@ -280,9 +282,10 @@ struct budget_choice {
 
 // The planner's smallest feasible budget, in planner bytes (0 with `error` set if the
 // planner failed otherwise).
-std::size_t smallest_planner_budget(const policy::planner& pl, const probe_result& p, std::string& error) {
+std::size_t smallest_planner_budget(const policy::planner& pl, const probe_result& p, std::string& error,
+                                    const policy::planner::options& o = {}) {
   try {
-    return pl.make_plan(p.graph, 1).predicted_peak;  // nothing fits in one byte; a planner may still say so
+    return pl.make_plan(p.graph, 1, o).predicted_peak;  // nothing fits in one byte; a planner may still say so
   } catch (const policy::infeasible_budget& e) {
     return e.smallest_feasible();
   } catch (const std::exception& e) {
@@ -294,10 +297,11 @@ std::size_t smallest_planner_budget(const policy::planner& pl, const probe_resul
 // The budget for `planner` on the probed iteration: its smallest feasible budget, or with
 // `one_forward` the smallest budget whose plan adds at most one forward's compute
 // (Chen et al.'s "one extra forward"), found by bisection above the smallest feasible.
-budget_choice choose_budget(const probe_result& p, std::string_view planner, bool one_forward) {
+budget_choice choose_budget(const probe_result& p, std::string_view planner, bool one_forward,
+                            const policy::planner::options& o = {}) {
   budget_choice c;
   const auto pl = policy::make_planner(planner);
-  const std::size_t smallest = smallest_planner_budget(*pl, p, c.error);
+  const std::size_t smallest = smallest_planner_budget(*pl, p, c.error, o);
   if (smallest == 0) return c;
   c.smallest = p.user_budget(smallest);
   // The reported smallest is what the planner's search found; step up a little if a plan
@@ -305,7 +309,7 @@ budget_choice choose_budget(const probe_result& p, std::string_view planner, boo
   std::size_t at = smallest;
   std::optional<policy::plan> plan;
   for (int tries = 0; tries < 4 && !plan; ++tries) {
-    plan = try_plan(*pl, p.graph, at);
+    plan = try_plan(*pl, p.graph, at, o);
     if (!plan) at += std::max<std::size_t>(p.graph.granularity, at / 100);
   }
   if (!plan) {
@@ -316,12 +320,12 @@ budget_choice choose_budget(const probe_result& p, std::string_view planner, boo
   if (one_forward && !within(*plan)) {
     std::size_t lo = at;
     std::size_t hi = std::max(at, p.graph.peak_bytes);
-    std::optional<policy::plan> best = try_plan(*pl, p.graph, hi);
+    std::optional<policy::plan> best = try_plan(*pl, p.graph, hi, o);
     if (best && within(*best)) {
       const std::size_t step = std::max<std::size_t>(p.graph.granularity, hi / 64);  // ~1.5% of the peak
       while (hi - lo > step) {
         const std::size_t mid = lo + (hi - lo) / 2;
-        auto q = try_plan(*pl, p.graph, mid);
+        auto q = try_plan(*pl, p.graph, mid, o);
         if (q && within(*q)) {
           hi = mid;
           best = std::move(q);
@@ -395,6 +399,7 @@ struct run_plan {
   // traced durations) refuses it, the run is retried at 2%, then 5% more.
   std::size_t retry_bytes = 0;
   double predicted_extra = -1.0;
+  bool multi_pass = true;  // SUBLINEAR_MULTIPASS of the run (Note [Multi-pass])
 };
 
 // The smallest feasible budget of a planner on the probed model (0: unknown), for the
@@ -461,7 +466,7 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
       if (st.done) continue;
       auto& r = st.result;
       const auto started = clock_type::now();
-      raw_run raw = train_run(config, st.plan.policy, st.plan.budget, iterations, gs.log);
+      raw_run raw = train_run(config, st.plan.policy, st.plan.budget, iterations, gs.log, st.plan.multi_pass);
       const auto infeasible = [&] {
         return !st.plan.policy.empty() && raw.failure.empty() && raw.plan_error.find("infeasible") != std::string::npos;
       };
@@ -471,7 +476,7 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
         if (gs.progress && *gs.progress) {
           (*gs.progress)(gs.sweep + " " + where + ": " + r.label + " infeasible at run time, retrying at " + mib(bytes));
         }
-        raw = train_run(config, st.plan.policy, bytes_budget(bytes), iterations, gs.log);
+        raw = train_run(config, st.plan.policy, bytes_budget(bytes), iterations, gs.log, st.plan.multi_pass);
         if (!infeasible()) {
           st.plan.budget = bytes_budget(bytes);
           st.plan.retry_bytes = 0;  // later rounds use the budget that worked
@@ -903,7 +908,21 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
   for (const auto& m : ms) {
     const probe_result p = probe_point(env, m.config);
     say(env, point_name(m.config) + m.suffix + ": choosing budgets");
-    const budget_choice c = choose_budget(p, "reforward", false);
+    // Re-forwarding's own plan space recomputes each activation once: drop sets. Its row
+    // is reforward's smallest budget there; a second row goes below with two-level
+    // schedules (Note [Multi-pass]).
+    policy::planner::options once;
+    once.multi_pass = false;
+    const budget_choice c = choose_budget(p, "reforward", false, once);
+    const budget_choice deeper = choose_budget(p, "reforward", false);
+    run_plan single = planned("reforward", c, "smallest feasible, drop sets");
+    single.multi_pass = false;
+    std::vector<run_plan> plans{baseline_plan(), single};
+    if (deeper.feasible && (!c.feasible || deeper.budget < c.budget)) {
+      run_plan two = planned("reforward", deeper, "smallest feasible, two-level");
+      two.label = "reforward (two-level)";
+      plans.push_back(two);
+    }
     point_result pt;
     pt.model = point_name(m.config) + m.suffix;
     pt.shape = m.shape;
@@ -911,8 +930,7 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
     pt.size = m.config.depth;
     pt.forward_launches = p.forward_launches;
     pt.forward_compute_s = p.forward_s;
-    pt.runs = measure_group(m.config, {baseline_plan(), planned("reforward", c, "smallest feasible")}, env.group,
-                            p.forward_launches, probe_smallest(p));
+    pt.runs = measure_group(m.config, plans, env.group, p.forward_launches, probe_smallest(p));
     const auto& base = pt.runs[0];
     const auto& sub = pt.runs[1];
     if (base.status == "ok" && sub.status == "ok" && base.peak_bytes > 0) {
@@ -926,6 +944,13 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
       s.figures.push_back({pt.model + "_time_overhead", pt.model + ": time overhead (CPU time)", sub.cpu_ratio - 1.0});
       s.figures.push_back({pt.model + "_wall_time_overhead", pt.model + ": time overhead (wall time)", sub.time_ratio - 1.0});
     }
+    if (pt.runs.size() > 2 && base.status == "ok" && pt.runs[2].status == "ok" && base.peak_bytes > 0) {
+      const auto& two = pt.runs[2];
+      s.figures.push_back({pt.model + "_two_level_memory_cut", pt.model + ": peak mapped cut, two-level",
+                           1.0 - static_cast<double>(two.peak_bytes) / static_cast<double>(base.peak_bytes)});
+      s.figures.push_back({pt.model + "_two_level_wall_time_overhead", pt.model + ": time overhead (wall time), two-level",
+                           two.time_ratio - 1.0});
+    }
     if (m.paper_cut >= 0.0) {
       s.figures.push_back({pt.model + "_paper_memory_cut", pt.model + ": Re-forwarding paper, memory cut", m.paper_cut});
       s.figures.push_back({pt.model + "_paper_time_overhead", pt.model + ": Re-forwarding paper, time overhead",
@@ -933,6 +958,8 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
     }
     s.points.push_back(std::move(pt));
   }
+  s.notes.push_back("reforward: drop sets, each activation recomputed at most once (Re-forwarding's plan space); "
+                    "reforward (two-level): below them, schedules that recompute some activations twice");
   s.notes.push_back("paper (Feng & Huang 2018, GPU, ImageNet-sized inputs): ResNet-152 80% cut at 39% overhead, "
                     "DenseNet-121 81% at 42%; VGG-19's row is not in our sources. Target: a larger cut at no more "
                     "overhead");
