@@ -107,8 +107,11 @@ plan attempt_planner::search(context& ctx, std::size_t budget) const {
   // conservative than the simulator about page rounding).
   if (ctx.unplanned_peak() <= budget) return plan{};
   if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
-  throw_smallest_feasible(ctx, name(), budget,
-                          [&](std::size_t b) { return ctx.unplanned_peak() <= b || attempt(ctx, b).has_value(); });
+  const std::size_t two = deepens() ? two_level_least_peak(ctx) : 0;
+  const single_pass_scope drop_sets_only(ctx);
+  throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
+    return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || attempt(ctx, b).has_value();
+  });
 }
 
 void throw_smallest_feasible(planner::context& ctx, std::string_view planner_name, std::size_t budget,

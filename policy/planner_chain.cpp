@@ -365,6 +365,7 @@ class chain_planner final : public attempt_planner {
     if (!e) return std::nullopt;
     return std::move(e->result);
   }
+  [[nodiscard]] bool deepens() const noexcept override { return true; }
 };
 
 }  // namespace

@@ -44,6 +44,9 @@ class planner::context {
   [[nodiscard]] std::size_t lower_bound() const noexcept { return candidates_.lower_bound_bytes(); }
   // Whether plans beyond drop sets may be searched (planner::options::multi_pass).
   [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
+  void set_multi_pass(bool on) noexcept { multi_pass_ = on; }
+  // two_level_least_peak's result, once some search has seen the whole grid.
+  std::optional<std::size_t> two_level_least;
 
  private:
   const iteration* it_;
@@ -61,6 +64,9 @@ class attempt_planner : public planner {
  protected:
   // A plan that fits `budget` per the simulator, or nothing.
   [[nodiscard]] virtual std::optional<plan> attempt(context& ctx, std::size_t budget) const = 0;
+  // Whether attempt() falls back on solve_two_level (the smallest budget then accounts
+  // for it without repeating its grid).
+  [[nodiscard]] virtual bool deepens() const noexcept { return false; }
   [[nodiscard]] plan search(context& ctx, std::size_t budget) const override;
 };
 
@@ -95,8 +101,25 @@ struct chain_segment {
 [[nodiscard]] std::vector<chain_segment> chain_segments(const candidate_set& cs);
 
 // Two-level plans beyond drop sets (Note [Multi-pass] in planner_multipass.cpp): the
-// cheapest within `budget`, or nothing.
+// cheapest within `budget`, or nothing (also when ctx.multi_pass() is off).
 [[nodiscard]] std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget);
+// The least peak over the same grid: solve_two_level meets a budget exactly when it is at
+// least this. 0 when it has no plan or ctx.multi_pass() is off.
+[[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
+
+// Turns ctx.multi_pass() off for a scope (the searches for the smallest budget, which
+// account for two-level plans by their least peak instead).
+class single_pass_scope {
+ public:
+  explicit single_pass_scope(planner::context& ctx) : ctx_(ctx), was_(ctx.multi_pass()) { ctx.set_multi_pass(false); }
+  ~single_pass_scope() { ctx_.set_multi_pass(was_); }
+  single_pass_scope(const single_pass_scope&) = delete;
+  single_pass_scope& operator=(const single_pass_scope&) = delete;
+
+ private:
+  planner::context& ctx_;
+  bool was_;
+};
 
 // How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
 // by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by

@@ -37,46 +37,75 @@
 
 namespace sublinear::policy {
 
+namespace {
+
+// The grid of Note [Multi-pass] over one iteration's segments.
+class two_level_grid {
+ public:
+  explicit two_level_grid(planner::context& ctx) : ctx_(ctx), segs_(chain_segments(ctx.candidates())) {
+    const candidate_set& cs = ctx.candidates();
+    const std::size_t m = segs_.size();
+    // When each segment's backward begins: the first restore point among its internals
+    // (its outputs when it has none).
+    begins_.assign(m, none);
+    for (std::size_t j = 0; j < m; ++j) {
+      const auto& members = segs_[j].internal.empty() ? segs_[j].outputs : segs_[j].internal;
+      for (std::uint32_t c : members) begins_[j] = std::min(begins_[j], cs[c].restore_before);
+    }
+    for (std::size_t k = 1; k <= m; k = k < 16 ? k + 1 : k + k / 4) spacings_.insert(k);
+    if (m > 0) spacings_.insert(m);
+    dropped_.resize(cs.size());
+    horizons_.resize(cs.size());
+  }
+
+  [[nodiscard]] bool usable() const noexcept { return ctx_.multi_pass() && segs_.size() >= 2; }
+  [[nodiscard]] const std::set<std::size_t>& spacings() const noexcept { return spacings_; }
+  static constexpr std::size_t sub[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+
+  // Top checkpoints every k segments, every s-th output of a run stored.
+  planner::context::evaluation evaluate(std::size_t k, std::size_t s) {
+    const std::size_t m = segs_.size();
+    std::fill(dropped_.begin(), dropped_.end(), std::uint8_t{1});
+    std::fill(horizons_.begin(), horizons_.end(), none);
+    std::size_t in_run = 0;  // position of the segment within its run of dropped outputs
+    for (std::size_t j = 0; j < m; ++j) {
+      for (std::uint32_t c : segs_[j].internal) horizons_[c] = begins_[j];
+      if ((j + 1) % k == 0) {
+        for (std::uint32_t c : segs_[j].outputs) dropped_[c] = 0;
+        in_run = 0;
+        continue;
+      }
+      ++in_run;
+      if (in_run % s == 0 || j + 1 == m) continue;  // stored by the first recipe that reads it
+      for (std::uint32_t c : segs_[j].outputs) horizons_[c] = begins_[j + 1];
+    }
+    return ctx_.evaluate(dropped_, horizons_);
+  }
+
+ private:
+  planner::context& ctx_;
+  std::vector<chain_segment> segs_;
+  std::vector<launch_id> begins_;
+  std::set<std::size_t> spacings_;
+  std::vector<std::uint8_t> dropped_;
+  std::vector<launch_id> horizons_;
+};
+
+}  // namespace
+
 std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget) {
   using evaluation = planner::context::evaluation;
   if (!ctx.multi_pass()) return std::nullopt;
-  const candidate_set& cs = ctx.candidates();
-  const std::vector<chain_segment> segs = chain_segments(cs);
-  const std::size_t m = segs.size();
-  if (m < 2) return std::nullopt;
-  // When each segment's backward begins: the first restore point among its internals (its
-  // outputs when it has none).
-  std::vector<launch_id> begins(m, none);
-  for (std::size_t j = 0; j < m; ++j) {
-    const auto& members = segs[j].internal.empty() ? segs[j].outputs : segs[j].internal;
-    for (std::uint32_t c : members) begins[j] = std::min(begins[j], cs[c].restore_before);
-  }
-  std::set<std::size_t> spacings;
-  for (std::size_t k = 1; k <= m; k = k < 16 ? k + 1 : k + k / 4) spacings.insert(k);
-  spacings.insert(m);
-  const std::size_t sub[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
-
+  if (ctx.two_level_least && (*ctx.two_level_least == 0 || budget < *ctx.two_level_least)) return std::nullopt;
+  two_level_grid grid(ctx);
+  if (!grid.usable()) return std::nullopt;
   std::optional<evaluation> best;
-  std::vector<std::uint8_t> dropped(cs.size());
-  std::vector<launch_id> horizons(cs.size());
-  for (std::size_t k : spacings) {
-    for (std::size_t s : sub) {
+  std::size_t least = 0;  // over every point evaluated: the whole grid when nothing fits
+  for (std::size_t k : grid.spacings()) {
+    for (std::size_t s : two_level_grid::sub) {
       if (s > k) break;
-      std::fill(dropped.begin(), dropped.end(), std::uint8_t{1});
-      std::fill(horizons.begin(), horizons.end(), none);
-      std::size_t in_run = 0;  // position of the segment within its run of dropped outputs
-      for (std::size_t j = 0; j < m; ++j) {
-        for (std::uint32_t c : segs[j].internal) horizons[c] = begins[j];
-        if ((j + 1) % k == 0) {
-          for (std::uint32_t c : segs[j].outputs) dropped[c] = 0;
-          in_run = 0;
-          continue;
-        }
-        ++in_run;
-        if (in_run % s == 0 || j + 1 == m) continue;  // stored by the first recipe that reads it
-        for (std::uint32_t c : segs[j].outputs) horizons[c] = begins[j + 1];
-      }
-      evaluation e = ctx.evaluate(dropped, horizons);
+      evaluation e = grid.evaluate(k, s);
+      if (e.ok && (least == 0 || e.sim.peak < least)) least = e.sim.peak;
       if (!e.fits(budget)) continue;
       if (!best || e.sim.added_compute_s < best->sim.added_compute_s ||
           (e.sim.added_compute_s == best->sim.added_compute_s && e.sim.peak < best->sim.peak)) {
@@ -85,7 +114,25 @@ std::optional<planner::context::evaluation> solve_two_level(planner::context& ct
       break;  // a larger s for this k recomputes more
     }
   }
+  if (!best) ctx.two_level_least = least;
   return best;
+}
+
+std::size_t two_level_least_peak(planner::context& ctx) {
+  if (!ctx.multi_pass()) return 0;
+  if (ctx.two_level_least) return *ctx.two_level_least;
+  two_level_grid grid(ctx);
+  if (!grid.usable()) return 0;
+  std::size_t least = 0;
+  for (std::size_t k : grid.spacings()) {
+    for (std::size_t s : two_level_grid::sub) {
+      if (s > k) break;
+      const planner::context::evaluation e = grid.evaluate(k, s);
+      if (e.ok && (least == 0 || e.sim.peak < least)) least = e.sim.peak;
+    }
+  }
+  ctx.two_level_least = least;
+  return least;
 }
 
 }  // namespace sublinear::policy

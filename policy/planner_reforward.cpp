@@ -313,20 +313,24 @@ class reforward_planner final : public attempt_planner {
   [[nodiscard]] plan search(context& ctx, std::size_t budget) const override {
     if (ctx.unplanned_peak() <= budget) return plan{};
     if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
+    // Two-level schedules meet exactly the budgets from their least peak up (Note
+    // [Multi-pass]); the searches below look at drop sets only.
+    const std::size_t two = two_level_least_peak(ctx);
+    const single_pass_scope drop_sets_only(ctx);
     if (ctx.candidates().size() <= exact_candidates) {
       // The smallest feasible budget over drop sets is their least peak: search it
-      // directly rather than bisecting with repeated searches; below it only two-level
-      // schedules remain (Note [Multi-pass]).
+      // directly rather than bisecting with repeated searches.
       std::optional<context::evaluation> least;
       branch_and_bound search(ctx, ctx.unplanned_peak(), branch_and_bound::goal::least_peak);
       if (search.run(least)) {
-        const std::size_t smallest = std::max(least ? least->sim.peak : ctx.unplanned_peak(), ctx.lower_bound());
-        throw_smallest_feasible(ctx, name(), budget,
-                                [&](std::size_t b) { return b >= smallest || solve_two_level(ctx, b).has_value(); });
+        std::size_t smallest = least ? least->sim.peak : ctx.unplanned_peak();
+        if (two != 0) smallest = std::min(smallest, two);
+        throw infeasible_budget(name(), budget, std::max(smallest, ctx.lower_bound()), ctx.lower_bound());
       }
     }
-    throw_smallest_feasible(ctx, name(), budget,
-                            [&](std::size_t b) { return ctx.unplanned_peak() <= b || attempt(ctx, b).has_value(); });
+    throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
+      return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || attempt(ctx, b).has_value();
+    });
   }
 };
 
