@@ -100,6 +100,20 @@ outcome train(model_kind kind, const std::string& policy, const std::string& bud
   return out;
 }
 
+// The parameters equal the baseline's bit for bit; every planned iteration stayed within
+// the budget, did not diverge and validated every regenerated buffer.
+void expect_exact_within_budget(const outcome& run, const std::vector<std::vector<float>>& baseline) {
+  ASSERT_EQ(run.params.size(), baseline.size());
+  for (std::size_t i = 0; i < run.params.size(); ++i)
+    ASSERT_TRUE(run.params[i] == baseline[i]) << "parameter tensor " << i << " differs";
+  for (const auto& r : run.reports) {
+    if (r.state == engine_state::trace) continue;
+    EXPECT_FALSE(r.diverged) << "iteration " << r.index;
+    EXPECT_LE(r.peak_mapped, run.budget) << "iteration " << r.index;
+    EXPECT_EQ(r.validation_mismatches, 0u) << "iteration " << r.index;
+  }
+}
+
 TEST(EndToEndRetention, ADenseNetKeepsFreedFeaturesForItsRecipesAndTrainsBitIdentically) {
   // Note [Retention]: at a budget only plans that keep the dense features alive can meet
   // (0.8x of the traced peak: reforward's smallest without retention is 8.33 MiB, with it
@@ -114,15 +128,7 @@ TEST(EndToEndRetention, ADenseNetKeepsFreedFeaturesForItsRecipesAndTrainsBitIden
   ASSERT_EQ(run.plan_error, "");
   EXPECT_GT(run.retained, 0u) << "no free was deferred: the plan did not need retention";
   EXPECT_GT(run.evictions, 0u);
-  ASSERT_EQ(run.params.size(), baseline.size());
-  for (std::size_t i = 0; i < run.params.size(); ++i)
-    ASSERT_TRUE(run.params[i] == baseline[i]) << "parameter tensor " << i << " differs";
-  for (const auto& r : run.reports) {
-    if (r.state == engine_state::trace) continue;
-    EXPECT_FALSE(r.diverged) << "iteration " << r.index;
-    EXPECT_LE(r.peak_mapped, run.budget) << "iteration " << r.index;
-    EXPECT_EQ(r.validation_mismatches, 0u) << "iteration " << r.index;
-  }
+  expect_exact_within_budget(run, baseline);
   // With the upload and the optimizer step on a second stream the deferred frees are
   // ordered after the replays that read the blocks, whatever stream those ran on.
   const outcome two = train(model_kind::densenet, "reforward", budget, 2);
@@ -148,15 +154,7 @@ TEST(EndToEndMultiPass, AResNetBelowEveryDropSetRecomputesTwiceAndTrainsBitIdent
     const outcome run = train(model_kind::resnet, policy, budget);
     ASSERT_EQ(run.plan_error, "");
     EXPECT_GT(run.evictions, 0u);
-    ASSERT_EQ(run.params.size(), baseline.size());
-    for (std::size_t i = 0; i < run.params.size(); ++i)
-      ASSERT_TRUE(run.params[i] == baseline[i]) << "parameter tensor " << i << " differs";
-    for (const auto& r : run.reports) {
-      if (r.state == engine_state::trace) continue;
-      EXPECT_FALSE(r.diverged) << "iteration " << r.index;
-      EXPECT_LE(r.peak_mapped, run.budget) << "iteration " << r.index;
-      EXPECT_EQ(r.validation_mismatches, 0u) << "iteration " << r.index;
-    }
+    expect_exact_within_budget(run, baseline);
   }
   // Two streams: the upload and the optimizer step on the second.
   const outcome two = train(model_kind::resnet, "reforward", budget, 2);
