@@ -21,8 +21,7 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
   evaluation e;
   e.dropped.assign(dropped.begin(), dropped.end());
   e.dropped.resize(candidates_.size(), 0);
-  e.horizons.assign(horizons.begin(), horizons.end());
-  drop_plan_builder::outcome built = drops_.build(e.dropped, e.horizons);
+  drop_plan_builder::outcome built = drops_.build(e.dropped, horizons);
   if (!built.ok) {
     e.error = std::move(built.error);
     return e;
@@ -107,8 +106,9 @@ plan attempt_planner::search(context& ctx, std::size_t budget) const {
   // conservative than the simulator about page rounding).
   if (ctx.unplanned_peak() <= budget) return plan{};
   if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
+  // Two-level plans meet exactly the budgets from their least peak up; below it attempt()
+  // answers from the cached least peak without repeating their grid.
   const std::size_t two = deepens() ? two_level_least_peak(ctx) : 0;
-  const single_pass_scope drop_sets_only(ctx);
   throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
     return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || attempt(ctx, b).has_value();
   });
@@ -161,12 +161,12 @@ class sqrtn_planner final : public planner {
   [[nodiscard]] plan search(context& ctx, std::size_t budget) const override {
     const std::size_t k = ctx.candidates().size();
     std::vector<std::uint8_t> dropped(k, 1);
-    const std::vector<std::vector<std::uint32_t>> outputs = segment_outputs(ctx.candidates());
+    const std::vector<chain_segment> segments = chain_segments(ctx.candidates());
     std::size_t seg = 1;
-    while (seg * seg < outputs.size()) ++seg;
-    for (std::size_t i = 0; i < outputs.size(); ++i) {
+    while (seg * seg < segments.size()) ++seg;
+    for (std::size_t i = 0; i < segments.size(); ++i) {
       if ((i + 1) % seg != 0) continue;
-      for (std::uint32_t c : outputs[i]) dropped[c] = 0;
+      for (std::uint32_t c : segments[i].outputs) dropped[c] = 0;
     }
     context::evaluation e = ctx.evaluate(dropped);
     if (!e.ok) throw std::logic_error("sublinear: internal error: sqrtn: " + e.error);

@@ -403,14 +403,6 @@ std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, s
   return best;
 }
 
-std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs) {
-  std::vector<std::vector<std::uint32_t>> out;
-  for (const chain_node& nd : build_chain(cs, max_segments)) {
-    if (!nd.internal) out.push_back(nd.members);
-  }
-  return out;
-}
-
 std::vector<chain_segment> chain_segments(const candidate_set& cs) {
   std::vector<chain_segment> out;
   std::vector<std::uint32_t> internal;

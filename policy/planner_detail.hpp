@@ -26,7 +26,6 @@ class planner::context {
     bool ok = false;  // the plan could be built (recipes exist) and is valid
     std::string error;
     std::vector<std::uint8_t> dropped;  // the drop set it came from
-    std::vector<launch_id> horizons;    // and its horizons (Note [Multi-pass]); empty: none
     plan result;
     simulation sim;
     [[nodiscard]] bool fits(std::size_t budget) const noexcept { return ok && sim.peak <= budget; }
@@ -44,8 +43,8 @@ class planner::context {
   [[nodiscard]] std::size_t lower_bound() const noexcept { return candidates_.lower_bound_bytes(); }
   // Whether plans beyond drop sets may be searched (planner::options::multi_pass).
   [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
-  void set_multi_pass(bool on) noexcept { multi_pass_ = on; }
-  // two_level_least_peak's result, once some search has seen the whole grid.
+  // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
+  // then answers every budget below it at once).
   std::optional<std::size_t> two_level_least;
 
  private:
@@ -55,7 +54,7 @@ class planner::context {
   simulator sim_;
   drop_plan_builder drops_;
   std::optional<std::size_t> unplanned_peak_;
-  bool multi_pass_;
+  const bool multi_pass_;
 };
 
 // Planners that can be asked "can you meet budget b?" repeatedly: the search on failure
@@ -89,11 +88,7 @@ std::unique_ptr<planner> make_dtr_planner();
 // finds for `budget` (already simulated), or nothing.
 [[nodiscard]] std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, std::size_t budget);
 
-// The chain solver's segments (Note [Chain solver]), in order: per segment, the candidates
-// later segments read (its outputs).
-[[nodiscard]] std::vector<std::vector<std::uint32_t>> segment_outputs(const candidate_set& cs);
-
-// The same segments with their internal candidates too, in order.
+// The chain solver's segments (Note [Chain solver]), in order.
 struct chain_segment {
   std::vector<std::uint32_t> internal;  // read by no later segment
   std::vector<std::uint32_t> outputs;   // read by later segments (the A node)
@@ -106,20 +101,6 @@ struct chain_segment {
 // The least peak over the same grid: solve_two_level meets a budget exactly when it is at
 // least this. 0 when it has no plan or ctx.multi_pass() is off.
 [[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
-
-// Turns ctx.multi_pass() off for a scope (the searches for the smallest budget, which
-// account for two-level plans by their least peak instead).
-class single_pass_scope {
- public:
-  explicit single_pass_scope(planner::context& ctx) : ctx_(ctx), was_(ctx.multi_pass()) { ctx.set_multi_pass(false); }
-  ~single_pass_scope() { ctx_.set_multi_pass(was_); }
-  single_pass_scope(const single_pass_scope&) = delete;
-  single_pass_scope& operator=(const single_pass_scope&) = delete;
-
- private:
-  planner::context& ctx_;
-  bool was_;
-};
 
 // How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
 // by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by

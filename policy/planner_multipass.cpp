@@ -58,7 +58,7 @@ class two_level_grid {
     horizons_.resize(cs.size());
   }
 
-  [[nodiscard]] bool usable() const noexcept { return ctx_.multi_pass() && segs_.size() >= 2; }
+  [[nodiscard]] bool usable() const noexcept { return segs_.size() >= 2; }
   [[nodiscard]] const std::set<std::size_t>& spacings() const noexcept { return spacings_; }
   static constexpr std::size_t sub[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
 
@@ -98,7 +98,10 @@ std::optional<planner::context::evaluation> solve_two_level(planner::context& ct
   if (!ctx.multi_pass()) return std::nullopt;
   if (ctx.two_level_least && (*ctx.two_level_least == 0 || budget < *ctx.two_level_least)) return std::nullopt;
   two_level_grid grid(ctx);
-  if (!grid.usable()) return std::nullopt;
+  if (!grid.usable()) {
+    ctx.two_level_least = 0;
+    return std::nullopt;
+  }
   std::optional<evaluation> best;
   std::size_t least = 0;  // over every point evaluated: the whole grid when nothing fits
   for (std::size_t k : grid.spacings()) {
@@ -120,19 +123,8 @@ std::optional<planner::context::evaluation> solve_two_level(planner::context& ct
 
 std::size_t two_level_least_peak(planner::context& ctx) {
   if (!ctx.multi_pass()) return 0;
-  if (ctx.two_level_least) return *ctx.two_level_least;
-  two_level_grid grid(ctx);
-  if (!grid.usable()) return 0;
-  std::size_t least = 0;
-  for (std::size_t k : grid.spacings()) {
-    for (std::size_t s : two_level_grid::sub) {
-      if (s > k) break;
-      const planner::context::evaluation e = grid.evaluate(k, s);
-      if (e.ok && (least == 0 || e.sim.peak < least)) least = e.sim.peak;
-    }
-  }
-  ctx.two_level_least = least;
-  return least;
+  if (!ctx.two_level_least) (void)solve_two_level(ctx, 0);  // fits nothing: sees the whole grid
+  return ctx.two_level_least.value_or(0);
 }
 
 }  // namespace sublinear::policy

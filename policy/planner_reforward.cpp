@@ -314,9 +314,8 @@ class reforward_planner final : public attempt_planner {
     if (ctx.unplanned_peak() <= budget) return plan{};
     if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
     // Two-level schedules meet exactly the budgets from their least peak up (Note
-    // [Multi-pass]); the searches below look at drop sets only.
+    // [Multi-pass]); below it attempt() answers from the cached least peak at once.
     const std::size_t two = two_level_least_peak(ctx);
-    const single_pass_scope drop_sets_only(ctx);
     if (ctx.candidates().size() <= exact_candidates) {
       // The smallest feasible budget over drop sets is their least peak: search it
       // directly rather than bisecting with repeated searches.
