@@ -244,7 +244,8 @@ std::unique_ptr<planner> make_chen_planner() { return std::make_unique<chen_plan
 
 namespace {
 
-constexpr std::array<std::string_view, 7> names{"none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr"};
+constexpr std::array<std::string_view, 8> names{"none",   "sqrtn",  "chen", "chain",
+                                                "tiered", "reforward", "greedy", "dtr"};
 
 }  // namespace
 
@@ -255,6 +256,7 @@ std::unique_ptr<planner> make_planner(std::string_view name) {
   if (name == "sqrtn") return make_sqrtn_planner();
   if (name == "chen") return make_chen_planner();
   if (name == "chain") return make_chain_planner();
+  if (name == "tiered") return make_tiered_planner();
   if (name == "reforward") return make_reforward_planner();
   if (name == "greedy") return make_greedy_planner();
   if (name == "dtr") return make_dtr_planner();

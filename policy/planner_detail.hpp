@@ -46,6 +46,9 @@ class planner::context {
   // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
   // then answers every budget below it at once).
   std::optional<std::size_t> two_level_least;
+  // solve_tiered's least peak, once a search of it found nothing (lower budgets are
+  // answered at once).
+  std::optional<std::size_t> tiered_least;
 
  private:
   const iteration* it_;
@@ -83,6 +86,7 @@ std::unique_ptr<planner> make_chain_planner();
 std::unique_ptr<planner> make_reforward_planner();
 std::unique_ptr<planner> make_greedy_planner();
 std::unique_ptr<planner> make_dtr_planner();
+std::unique_ptr<planner> make_tiered_planner();
 
 // The chain solver as a function, for reforward's starting point: the best drop set it
 // finds for `budget` (already simulated), or nothing.
@@ -101,6 +105,11 @@ struct chain_segment {
 // The least peak over the same grid: solve_two_level meets a budget exactly when it is at
 // least this. 0 when it has no plan or ctx.multi_pass() is off.
 [[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
+
+// Tiered drop sets (Note [Tiered drop sets] in planner_tiered.cpp): cheap internal
+// activations dropped everywhere, every k-th segment output kept, the cheapest segments
+// dropped whole; the cheapest fitting point of a small grid, or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, std::size_t budget);
 
 // How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
 // by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by

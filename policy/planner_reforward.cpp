@@ -13,9 +13,10 @@
 //     and global max, so each decision costs O(log launches);
 //   - compute: every launch of a dropped candidate's own recipe is replayed at least once.
 //   Leaves are built into plans and simulated exactly; the incumbent starts as the best
-//   of the chain solver's, the greedy planner's (ranked both ways, greedy_rank) and Chen's
+//   of the chain solver's, the greedy planner's (ranked both ways, greedy_rank), Chen's
 //   grid plans (Chen's was added when a traced ResNet-218 at 0.5x showed reforward 4%
-//   dearer than chen with more room). When the search completes (up to a million nodes
+//   dearer than chen with more room) and the tiered grid's (Note [Tiered drop sets]).
+//   When the search completes (up to a million nodes
 //   and 40,000 simulated leaves), the plan is optimal over drop sets, the same space the
 //   MILP oracle solves; tests check the two agree.
 // Limitations: with more than 28 candidates, or when the node budget runs out, the
@@ -295,6 +296,7 @@ class reforward_planner final : public attempt_planner {
     consider(solve_greedy(ctx, budget, greedy_rank::bytes_freed));
     consider(solve_greedy(ctx, budget, greedy_rank::footprint));
     consider(solve_chen(ctx, budget));
+    consider(solve_tiered(ctx, budget));
     bool exact = false;
     if (ctx.candidates().size() <= exact_candidates) {
       branch_and_bound search(ctx, budget, branch_and_bound::goal::least_compute);

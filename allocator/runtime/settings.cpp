@@ -43,7 +43,7 @@ const std::vector<entry>& entries() {
          }
          s.budget = v;
        }},
-      {{"SUBLINEAR_POLICY", "reforward", "none, sqrtn, chen, chain, reforward, greedy, dtr",
+      {{"SUBLINEAR_POLICY", "reforward", "none, sqrtn, chen, chain, tiered, reforward, greedy, dtr",
         "The planner that chooses what to evict.", false},
        [](settings& s, const std::string& n, const std::string& v) {
          const auto names = policy::planner_names();

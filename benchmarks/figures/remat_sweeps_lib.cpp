@@ -1599,7 +1599,7 @@ std::string bench_help(std::string_view prog) {
          "                  32,56,110,218,434,1202; --quick 32,56,110)\n"
          "  --lengths LIST  the lstm sweep's lengths (default 64,...,2048; --quick 64,128,256)\n"
          "  --planner P     the planner of the depth and lstm sweeps (none, sqrtn, chen, chain,\n"
-         "                  reforward, greedy, dtr), or auto: the lowest predicted peak at <= 1\n"
+         "                  tiered, reforward, greedy, dtr), or auto: the lowest predicted peak at <= 1\n"
          "                  extra forward at the largest size (default auto)\n"
          "  --json PATH     write every figure as JSON\n"
          "  --csv PATH      write one row per run as CSV\n"

@@ -62,7 +62,7 @@ constexpr const char* kHelp =
     "  --budget B        the budget: bytes (8MiB), a share of device memory (60%), a\n"
     "                    multiple of the traced peak (0.5x), or 'none' for the baseline\n"
     "                    only (default 0.5x)\n"
-    "  --policy P        the planner: none, sqrtn, chen, chain, reforward, greedy, dtr\n"
+    "  --policy P        the planner: none, sqrtn, chen, chain, tiered, reforward, greedy, dtr\n"
     "                    (default reforward)\n"
     "  --json PATH       also write the figures as JSON to PATH\n"
     "\n"

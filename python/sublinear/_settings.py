@@ -23,7 +23,7 @@ BUDGET_FORMS = (
     "bytes with a unit (8GiB, 512MiB, 1.5GB, 1048576), a share of device memory (60%), or a "
     "multiple of the traced peak (0.5x)"
 )
-POLICIES = ("none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr")
+POLICIES = ("none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr")
 BOOL_TRUE = ("1", "true", "yes", "on")
 BOOL_FALSE = ("0", "false", "no", "off")
 

@@ -126,7 +126,7 @@ def enable(budget: Optional[_settings.Value] = None, policy: Optional[str] = Non
     """Makes sublinear PyTorch's CUDA allocator. Call it first, before CUDA is used.
 
     budget: "8GiB", 8 * 2**30 (bytes), "60%" (of device memory) or "0.5x" (of the traced peak).
-    policy: none, sqrtn, chen, chain, reforward (default), greedy or dtr.
+    policy: none, sqrtn, chen, chain, tiered, reforward (default), greedy or dtr.
     report: a path; the JSON report is written there at exit (or call write_report()).
     settings: any other setting of docs/settings.md by its name without SUBLINEAR_, e.g.
       log="info", validate="always", trace="run.trace", iteration="auto", disable=True.

@@ -145,7 +145,7 @@ TEST(Planner, UnknownNameIsAConfigErrorListingTheValidOnes) {
 TEST(Planner, NamesAreTheDocumentedSeven) {
   std::vector<std::string> names;
   for (std::string_view n : planner_names()) names.emplace_back(n);
-  EXPECT_THAT(names, ::testing::ElementsAre("none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr"));
+  EXPECT_THAT(names, ::testing::ElementsAre("none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr"));
   for (std::string_view n : planner_names()) EXPECT_EQ(make_planner(n)->name(), n);
 }
 

@@ -31,6 +31,7 @@ struct outcome {
   std::size_t evictions = 0;
   std::size_t recomputed = 0;
   std::size_t retained = 0;
+  std::map<std::string, std::size_t> evicted_by_producer;  // distinct evicted buffers
 };
 
 constexpr int kIterations = 4;
@@ -95,6 +96,7 @@ outcome train(model_kind kind, const std::string& policy, const std::string& bud
       out.recomputed += r.recomputed_launches;
       out.retained += r.retained;
     }
+    for (const auto& e : rt->get().evictions()) ++out.evicted_by_producer[e.producer];
   }
   model->release();
   return out;
@@ -162,6 +164,31 @@ TEST(EndToEndMultiPass, AResNetBelowEveryDropSetRecomputesTwiceAndTrainsBitIdent
   ASSERT_EQ(two.params.size(), baseline.size());
   for (std::size_t i = 0; i < two.params.size(); ++i)
     ASSERT_TRUE(two.params[i] == baseline[i]) << "two streams: parameter tensor " << i << " differs";
+}
+
+TEST(EndToEndTiered, AResNetKeepsItsConvolutionsDropsTheCheapTierAndTrainsBitIdentically) {
+  // Note [Tiered drop sets]: the tiered plan drops the BatchNorm outputs of every block and
+  // keeps most convolution outputs, where the chain solver drops whole blocks; the runtime
+  // replays its many short recipes exactly, with one stream and with two.
+  const std::vector<std::vector<float>> baseline = train(model_kind::resnet, "none", "").params;
+  for (const std::string budget : {"0.75x", "0.6x"}) {
+    SCOPED_TRACE(budget);
+    const outcome chain = train(model_kind::resnet, "chain", budget);
+    ASSERT_EQ(chain.plan_error, "");
+    const outcome run = train(model_kind::resnet, "tiered", budget);
+    ASSERT_EQ(run.plan_error, "");
+    EXPECT_GT(run.evictions, 0u);
+    expect_exact_within_budget(run, baseline);
+    const auto evicted = [](const outcome& o, const std::string& producer) {
+      const auto it = o.evicted_by_producer.find(producer);
+      return it == o.evicted_by_producer.end() ? std::size_t{0} : it->second;
+    };
+    EXPECT_GT(evicted(run, "batchnorm_fwd_train_f32"), 0u);
+    EXPECT_LT(evicted(run, "gemm_nn_f32"), evicted(chain, "gemm_nn_f32"));
+    const outcome two = train(model_kind::resnet, "tiered", budget, 2);
+    ASSERT_EQ(two.plan_error, "");
+    expect_exact_within_budget(two, baseline);
+  }
 }
 
 struct cell {

@@ -139,14 +139,14 @@ TEST(BudgetSetting, AnEmptyBudgetMeansNone) { EXPECT_EQ(read({{"SUBLINEAR_BUDGET
 // ---- SUBLINEAR_POLICY -----------------------------------------------------------------------------------
 
 TEST(PolicySetting, AcceptsEveryPlanner) {
-  for (const char* v : {"none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr"})
+  for (const char* v : {"none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr"})
     EXPECT_EQ(read({{"SUBLINEAR_POLICY", v}}).policy, v);
 }
 
 TEST(PolicySetting, RefusesUnknownNamesListingThePlanners) {
   for (const char* v : {"magic", "Chen ", "", "chen,greedy", "CHEN2"}) expect_refused("SUBLINEAR_POLICY", v, "chen");
   const std::string e = error_for({{"SUBLINEAR_POLICY", "magic"}});
-  for (const char* p : {"none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr"})
+  for (const char* p : {"none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr"})
     EXPECT_NE(e.find(p), std::string::npos) << p << " not listed in: " << e;
 }
 
