@@ -167,8 +167,8 @@ TEST(EndToEndMultiPass, AResNetBelowEveryDropSetRecomputesTwiceAndTrainsBitIdent
 }
 
 TEST(EndToEndTiered, AResNetKeepsItsConvolutionsDropsTheCheapTierAndTrainsBitIdentically) {
-  // Note [Tiered drop sets]: the tiered plan drops the BatchNorm outputs of every block and
-  // keeps most convolution outputs, where the chain solver drops whole blocks; the runtime
+  // Note [Tiered drop sets]: the tiered plan drops BatchNorm outputs and keeps more
+  // convolution outputs than the chain solver, which drops whole blocks; the runtime
   // replays its many short recipes exactly, with one stream and with two.
   const std::vector<std::vector<float>> baseline = train(model_kind::resnet, "none", "").params;
   for (const std::string budget : {"0.75x", "0.6x"}) {
