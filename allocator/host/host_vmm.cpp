@@ -73,6 +73,7 @@ bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 host_vmm::host_vmm(host_vmm_options options)
     : granularity_(options.granularity),
       capacity_(options.physical_capacity),
+      populate_(options.populate_on_access),
       ledger_(options.granularity) {
   if (!is_power_of_two(granularity_) || granularity_ % page_size() != 0) {
     throw config_error("host_vmm: granularity " + std::to_string(granularity_) +
@@ -259,7 +260,6 @@ vmm_status host_vmm::release_chunk(chunk_handle handle) noexcept {
     // Should merging run out of memory, the range is lost to this host_vmm, never
     // handed out twice: the ledger forgets the chunk first.
     ledger_.remove_chunk(handle);
-    touched_.erase(handle);
     give_back_range(chunk.backing, chunk.size);
     return vmm_status::ok;
   });
@@ -303,15 +303,10 @@ vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
       set_errno_error("set_access: mprotect", errno);
       return vmm_status::device_error;
     }
-    // Chunks mapped before keep their pages in the file: fill the page tables in one call
-    // (Note [Host VMM]). Deliberately unchecked: a failure only means page faults later.
-    const auto begin = reinterpret_cast<std::uintptr_t>(address);
-    const auto& maps = ledger_.mappings();
-    for (auto it = maps.lower_bound(begin); it != maps.end() && it->first < begin + size; ++it) {
-      if (!touched_.insert(it->second.handle).second) {
-        (void)::madvise(reinterpret_cast<void*>(it->first), it->second.size, MADV_POPULATE_WRITE);
-      }
-    }
+    // Commit the pages and fill the page tables here, on the thread that maps, as a GPU's
+    // map call does (Note [Host VMM]). Deliberately unchecked: a failure only means page
+    // faults later, in the kernel that first writes the range.
+    if (populate_) (void)::madvise(address, size, MADV_POPULATE_WRITE);
     return vmm_status::ok;
   });
 }

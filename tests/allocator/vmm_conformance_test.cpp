@@ -8,6 +8,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdlib>
@@ -605,6 +608,45 @@ TEST(HostVmm, LastErrorIsPerThread) {
   EXPECT_EQ(device.last_error(), mine);
   EXPECT_NE(theirs, mine);
   EXPECT_THAT(theirs, HasSubstr("unknown chunk handle"));
+}
+
+// Pages of [p, p + size) in memory now, by mincore (which leaves them untouched).
+std::size_t resident_pages(void* p, std::size_t size) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in(size / page);
+  if (::mincore(p, size, in.data()) != 0) return ~std::size_t{0};
+  std::size_t n = 0;
+  for (unsigned char c : in) n += c & 1u;
+  return n;
+}
+
+// A GPU commits a chunk's memory at create and fills its page tables at map: set_access
+// does both, so the stream worker's first write takes no page fault.
+TEST(HostVmm, SetAccessCommitsEveryPageBeforeTheFirstWrite) {
+  const std::size_t g = 64 * kib;
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  for (bool populate : {true, false}) {
+    SCOPED_TRACE(populate ? "populate_on_access" : "faulted on first write");
+    host_vmm device(host_vmm_options{g, 16 * g, populate});
+    void* base = nullptr;
+    ASSERT_EQ(device.reserve(2 * g, &base), vmm_status::ok);
+    chunk_handle h = 0;
+    ASSERT_EQ(device.create_chunk(2 * g, &h), vmm_status::ok);
+    ASSERT_EQ(device.map(base, 2 * g, h), vmm_status::ok);
+    ASSERT_EQ(device.set_access(base, 2 * g), vmm_status::ok);
+    EXPECT_EQ(resident_pages(base, 2 * g), populate ? 2 * g / page : 0u);
+    // Mapped again after an unmap (the chunk pool), the chunk keeps its pages and bytes
+    // either way (mincore counts the file's pages, not page-table entries).
+    std::memset(base, 0x5a, 2 * g);
+    ASSERT_EQ(device.unmap(base, 2 * g), vmm_status::ok);
+    ASSERT_EQ(device.map(base, 2 * g, h), vmm_status::ok);
+    ASSERT_EQ(device.set_access(base, 2 * g), vmm_status::ok);
+    EXPECT_EQ(resident_pages(base, 2 * g), 2 * g / page);
+    EXPECT_EQ(static_cast<unsigned char*>(base)[2 * g - 1], 0x5a);
+    ASSERT_EQ(device.unmap(base, 2 * g), vmm_status::ok);
+    ASSERT_EQ(device.release_chunk(h), vmm_status::ok);
+    ASSERT_EQ(device.release(base, 2 * g), vmm_status::ok);
+  }
 }
 
 TEST(HostVmm, ConcurrentCyclesKeepEveryChunkIntact) {
