@@ -5,6 +5,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -12,10 +13,12 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -127,6 +130,62 @@ std::string point_name(const models::model_config& c) {
 // would only measure plain caching.
 struct stop_after_trace {};
 
+// Note [Paired timing]
+// Rationale: this machine's speed drifts by up to 30% within minutes (other tenants of the
+//   host), so a baseline timed a minute before a planned run gives ratios whose noise is
+//   larger than the effects under study: in one sweep the same sqrtn plan measured 1.52x
+//   at one budget and 2.13x at another.
+// Approach: every planned run trains beside a baseline twin (same model, seed and
+//   batches) in its own session that leaves the process-default allocator alone
+//   (host_session_options::install_default), on a second thread. A pacer hands the turn
+//   over after each iteration, so exactly one of the two runs at any time (each
+//   iteration ends with a device synchronize, so the idle side's stream workers are idle
+//   too) and iteration i of both lies within a second or two. A run's ratio is the
+//   median over its steady iterations of its time over its twin's same iteration, for
+//   wall and for CPU time.
+// Limitations: every planned run costs a baseline run more. Planning happens in the
+//   run's turn, so the twin waits for it and it is not timed. When the run ends early
+//   (no plan), its twin ends once it has caught up.
+class pacer {
+ public:
+  // Side 0 (the run) goes first.
+  void wait_turn(int side) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return turn_ == side || done_[1 - side]; });
+  }
+  void pass(int side) {
+    {
+      const std::lock_guard lock(mutex_);
+      turn_ = 1 - side;
+    }
+    cv_.notify_all();
+  }
+  void finish(int side) {
+    {
+      const std::lock_guard lock(mutex_);
+      done_[side] = true;
+      turn_ = 1 - side;
+    }
+    cv_.notify_all();
+  }
+  void completed_one(int side) {
+    const std::lock_guard lock(mutex_);
+    ++completed_[side];
+  }
+  // The other side has finished and this one has run as many iterations as it did.
+  [[nodiscard]] bool caught_up_with_finished(int side) {
+    const std::lock_guard lock(mutex_);
+    return done_[1 - side] && completed_[side] >= completed_[1 - side];
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int turn_ = 0;
+  bool done_[2] = {false, false};
+  std::int64_t completed_[2] = {0, 0};
+};
+
 struct raw_run {
   wl::training_figures figures;
   std::vector<runtime::iteration_report> reports;
@@ -141,10 +200,24 @@ struct raw_run {
 
 // Trains `config` for `iterations` steps in a fresh host session: without sublinear when
 // `policy` is empty, otherwise under the replay engine with that planner and budget.
+// With a pacer, takes turns with the other side (Note [Paired timing]); `side` 1 is the
+// baseline twin.
 raw_run train_run(const models::model_config& config, const std::string& policy, const std::string& budget,
-                  std::int64_t iterations, runtime::log_level log, bool multi_pass) {
+                  std::int64_t iterations, runtime::log_level log, bool multi_pass, pacer* pace = nullptr,
+                  int side = 0) {
+  // Declared first, so destroyed last: the turn passes once this session is gone.
+  struct finish_turns {
+    pacer* p;
+    int side;
+    ~finish_turns() {
+      if (p != nullptr) p->finish(side);
+    }
+  } turns{pace, side};
+  if (pace != nullptr) pace->wait_turn(side);
   raw_run out;
-  wl::host_session session(session_options());
+  wl::host_session_options so = session_options();
+  so.install_default = pace == nullptr;
+  wl::host_session session(so);
   // The allocator configured as the engine configures it (exact segments for large
   // allocations), for the baseline too: memory differences are then recomputation's alone.
   session.allocator().set_exact_large_segments(true);
@@ -173,7 +246,7 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
   // The CPU clock is read around the hook, so planning at the marker is not counted; what
   // is counted besides the step is making the next batch, the same in every run.
   double cpu_mark = process_cpu_s();
-  t.on_iteration_end = [&](const wl::iteration_figures&) {
+  t.on_iteration_end = [&](const wl::iteration_figures& f) {
     out.cpu_s.push_back(process_cpu_s() - cpu_mark);
     if (rt) {
       const bool tracing = rt->get().state() == runtime::engine_state::trace;
@@ -182,6 +255,14 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
       if (tracing && rt->get().state() != runtime::engine_state::trace) {  // it planned at this marker
         out.planning_s = seconds_since(started);
         if (!rt->get().plan_error().empty()) throw stop_after_trace{};
+      }
+    }
+    if (pace != nullptr) {
+      pace->completed_one(side);
+      if (f.index + 1 < iterations) {  // after the last one, finish_turns passes the turn
+        pace->pass(side);
+        pace->wait_turn(side);
+        if (side == 1 && pace->caught_up_with_finished(side)) throw stop_after_trace{};
       }
     }
     cpu_mark = process_cpu_s();
@@ -200,6 +281,28 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
     out.plan_error = rt->get().plan_error();
   }
   return out;
+}
+
+// A planned run and its baseline twin, taking turns iteration by iteration (Note [Paired
+// timing]). Returns the run; the twin's figures come back in `twin`.
+raw_run paired_run(const models::model_config& config, const std::string& policy, const std::string& budget,
+                   std::int64_t iterations, runtime::log_level log, bool multi_pass, raw_run& twin) {
+  pacer pace;
+  std::thread other([&] {
+    try {
+      twin = train_run(config, "", "", iterations, log, true, &pace, 1);
+    } catch (const std::exception& e) {
+      twin.failure = e.what();
+    }
+  });
+  raw_run run;
+  try {
+    run = train_run(config, policy, budget, iterations, log, multi_pass, &pace, 0);
+  } catch (const std::exception& e) {
+    run.failure = e.what();
+  }
+  other.join();
+  return run;
 }
 
 // ---- the probe: one traced iteration, analysed as the engine analyses it -----------------------
@@ -466,7 +569,14 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
       if (st.done) continue;
       auto& r = st.result;
       const auto started = clock_type::now();
-      raw_run raw = train_run(config, st.plan.policy, st.plan.budget, iterations, gs.log, st.plan.multi_pass);
+      // A planned run trains beside its baseline twin (Note [Paired timing]).
+      raw_run twin;
+      const auto run = [&](const std::string& budget) {
+        return st.plan.policy.empty()
+                   ? train_run(config, "", "", iterations, gs.log, st.plan.multi_pass)
+                   : paired_run(config, st.plan.policy, budget, iterations, gs.log, st.plan.multi_pass, twin);
+      };
+      raw_run raw = run(st.plan.budget);
       const auto infeasible = [&] {
         return !st.plan.policy.empty() && raw.failure.empty() && raw.plan_error.find("infeasible") != std::string::npos;
       };
@@ -476,7 +586,7 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
         if (gs.progress && *gs.progress) {
           (*gs.progress)(gs.sweep + " " + where + ": " + r.label + " infeasible at run time, retrying at " + mib(bytes));
         }
-        raw = train_run(config, st.plan.policy, bytes_budget(bytes), iterations, gs.log, st.plan.multi_pass);
+        raw = run(bytes_budget(bytes));
         if (!infeasible()) {
           st.plan.budget = bytes_budget(bytes);
           st.plan.retry_bytes = 0;  // later rounds use the budget that worked
@@ -551,6 +661,11 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
             continue;
           if (i < f.iterations.size()) r.iteration_s.push_back(f.iterations[i].seconds);
           if (i < raw.cpu_s.size()) r.iteration_cpu_s.push_back(raw.cpu_s[i]);
+          const auto& tw = twin.figures.iterations;
+          if (i < f.iterations.size() && i < tw.size() && tw[i].seconds > 0.0)
+            r.paired_wall.push_back(f.iterations[i].seconds / tw[i].seconds);
+          if (i < raw.cpu_s.size() && i < twin.cpu_s.size() && twin.cpu_s[i] > 0.0)
+            r.paired_cpu.push_back(raw.cpu_s[i] / twin.cpu_s[i]);
           ++steady;
           evictions += rep.evictions;
           recomputed += rep.recomputed_launches;
@@ -593,8 +708,12 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
     out.push_back(r);
   }
   for (auto& r : out) {
-    if (r.status == "ok" && baseline_s > 0.0) r.time_ratio = r.iter_s / baseline_s;
-    if (r.status == "ok" && baseline_cpu_s > 0.0) r.cpu_ratio = r.cpu_s / baseline_cpu_s;
+    if (r.status != "ok") continue;
+    // Paired with the twin's same iterations where there is one (Note [Paired timing]).
+    if (!r.paired_wall.empty()) r.time_ratio = median(r.paired_wall);
+    else if (baseline_s > 0.0) r.time_ratio = r.iter_s / baseline_s;
+    if (!r.paired_cpu.empty()) r.cpu_ratio = median(r.paired_cpu);
+    else if (baseline_cpu_s > 0.0) r.cpu_ratio = r.cpu_s / baseline_cpu_s;
   }
   return out;
 }
@@ -1108,6 +1227,10 @@ void json_run(std::ostream& out, const run_result& r) {
   for (std::size_t i = 0; i < r.iteration_s.size(); ++i) out << (i ? ", " : "") << num(r.iteration_s[i]);
   out << "], \"iteration_cpu_s\": [";
   for (std::size_t i = 0; i < r.iteration_cpu_s.size(); ++i) out << (i ? ", " : "") << num(r.iteration_cpu_s[i]);
+  out << "], \"paired_wall\": [";
+  for (std::size_t i = 0; i < r.paired_wall.size(); ++i) out << (i ? ", " : "") << num(r.paired_wall[i]);
+  out << "], \"paired_cpu\": [";
+  for (std::size_t i = 0; i < r.paired_cpu.size(); ++i) out << (i ? ", " : "") << num(r.paired_cpu[i]);
   out << "]}";
 }
 

@@ -77,9 +77,12 @@ struct run_result {
   std::size_t feature_map_bytes = 0;        // peak_bytes - persistent_bytes (mapped feature maps)
   std::size_t resident_feature_map_bytes = 0;   // peak of (allocated - evicted) - persistent (Note [Feature-map memory])
   double iter_s = 0.0;                      // median of the steady iterations, pooled over rounds
-  double time_ratio = 0.0;                  // iter_s / the baseline's iter_s in the same group
+  double time_ratio = 0.0;                  // median of paired ratios (Note [Paired timing]); else
+                                            // iter_s / the baseline's iter_s in the same group
   double cpu_s = 0.0;                       // median CPU seconds of the steady iterations (every thread)
-  double cpu_ratio = 0.0;                   // cpu_s / the baseline's cpu_s in the same group
+  double cpu_ratio = 0.0;                   // the same for CPU time
+  std::vector<double> paired_wall;          // per steady iteration: wall / its baseline twin's
+  std::vector<double> paired_cpu;           // and CPU / the twin's
   double evictions = 0.0;                   // per steady iteration
   double recomputed_launches = 0.0;         // per steady iteration
   double extra_forwards = 0.0;              // recomputed launches / forward launches

@@ -14,11 +14,21 @@ namespace sublinear::workloads {
 // Where workloads get device memory. The production implementation goes through the
 // sublinear C entry points (sublinear_alloc / sublinear_free), exactly as PyTorch's
 // pluggable allocator would; tests may pass any other.
+// The allocator figures training reports per iteration.
+struct memory_stats {
+  std::size_t allocated = 0, allocated_peak = 0, mapped_peak = 0, resident_peak = 0;
+};
+
 class memory {
  public:
   virtual ~memory() = default;
   virtual void* alloc(std::size_t bytes, host::stream* s) = 0;
   virtual void free(void* ptr, std::size_t bytes, host::stream* s) = 0;
+  // The serving allocator's figures, and the start of a new peak. By default those of the
+  // process-default allocator (sublinear_get_stats, sublinear_reset_peaks); zeros when
+  // none is installed.
+  [[nodiscard]] virtual memory_stats stats() const;
+  virtual void reset_peaks();
 };
 
 // A float32 device tensor. Plain data: ownership is the training loop's business

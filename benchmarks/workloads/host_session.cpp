@@ -40,8 +40,14 @@ allocator::options allocator_options(const host_session_options& o) {
 host_session::host_session(host_session_options options)
     : vmm_(vmm_options(options)),
       device_(host::device_options{options.synchronous}),
-      allocator_(vmm_, device_, allocator_options(options)),
-      installed_(allocator_) {}
+      allocator_(vmm_, device_, allocator_options(options)) {
+  if (options.install_default) {
+    installed_.emplace(allocator_);
+    memory_ = std::make_unique<c_api_memory>();
+  } else {
+    memory_ = std::make_unique<allocator_memory>(allocator_);
+  }
+}
 
 host_session::~host_session() {
   // Queued work may still touch blocks the allocator is about to give back.

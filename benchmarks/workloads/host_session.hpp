@@ -11,12 +11,15 @@
 //   default is uninstalled before the allocator dies, and the allocator (which may wait on
 //   events for deferred unmaps) dies before the device. The destructor first drains every
 //   stream, so no queued kernel outlives the memory it touches.
-// Limitations: one session at a time per process (the default allocator is a single
-//   slot; a nested session shadows the outer one until it ends). Not copyable or movable:
+// Limitations: one installing session at a time per process (the default allocator is a
+//   single slot; a nested session shadows the outer one until it ends); sessions with
+//   install_default = false do not touch the slot and may coexist. Not copyable or movable:
 //   the allocator holds references to the VMM and the device.
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <optional>
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/default_allocator.hpp"
@@ -41,6 +44,11 @@ struct host_session_options {
   // Every segment one page (`granularity`), so mapped bytes follow live bytes: tests whose
   // models hold a few MiB use it to leave room for budgets below the traced peak.
   bool page_segments = false;
+  // Install the allocator as the process default, so that sublinear_alloc/sublinear_free
+  // reach it and memory() goes through them. Off, memory() calls the allocator directly
+  // and the session leaves the default slot alone: several such sessions may run side by
+  // side, each on its own thread (remat_sweeps' paired timing).
+  bool install_default = true;
 };
 
 class host_session {
@@ -54,16 +62,16 @@ class host_session {
   [[nodiscard]] allocator::caching_allocator& allocator() noexcept { return allocator_; }
   [[nodiscard]] allocator::host_vmm& vmm() noexcept { return vmm_; }
   // Memory through sublinear_alloc / sublinear_free, i.e. through allocator().
-  [[nodiscard]] workloads::memory& memory() noexcept { return memory_; }
+  [[nodiscard]] workloads::memory& memory() noexcept { return *memory_; }
   // An op context on `s` (nullptr: the default stream) using memory().
-  [[nodiscard]] context make_context(host::stream* s = nullptr) { return context{device_, s, memory_}; }
+  [[nodiscard]] context make_context(host::stream* s = nullptr) { return context{device_, s, *memory_}; }
 
  private:
   allocator::host_vmm vmm_;
   host::device device_;
   allocator::caching_allocator allocator_;
-  allocator::scoped_default_allocator installed_;
-  c_api_memory memory_;
+  std::optional<allocator::scoped_default_allocator> installed_;
+  std::unique_ptr<workloads::memory> memory_;
 };
 
 }  // namespace sublinear::workloads

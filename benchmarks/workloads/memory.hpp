@@ -1,8 +1,10 @@
-// Device memory for the workloads through sublinear's C entry points.
+// Device memory for the workloads: through sublinear's C entry points, or straight over one
+// allocator.
 #pragma once
 
 #include <cstddef>
 
+#include "allocator/caching_allocator.hpp"
 #include "benchmarks/workloads/context.hpp"
 
 namespace sublinear::workloads {
@@ -19,6 +21,21 @@ class c_api_memory final : public memory {
   // sublinear_last_error()'s.
   void* alloc(std::size_t bytes, host::stream* s) override;
   void free(void* ptr, std::size_t bytes, host::stream* s) override;
+};
+
+// A workloads::memory straight over one caching allocator, bypassing the process-default
+// slot: for sessions that run side by side in one process (host_session_options::
+// install_default = false), each on its own thread.
+class allocator_memory final : public memory {
+ public:
+  explicit allocator_memory(allocator::caching_allocator& a) : alloc_(a) {}
+  void* alloc(std::size_t bytes, host::stream* s) override;
+  void free(void* ptr, std::size_t bytes, host::stream* s) override;
+  [[nodiscard]] memory_stats stats() const override;
+  void reset_peaks() override;
+
+ private:
+  allocator::caching_allocator& alloc_;
 };
 
 }  // namespace sublinear::workloads

@@ -16,17 +16,6 @@
 namespace sublinear::workloads {
 namespace {
 
-struct memory_stats {
-  std::size_t allocated = 0, allocated_peak = 0, mapped_peak = 0, resident_peak = 0;
-};
-
-memory_stats read_stats() {
-  sublinear_stats s{};
-  if (sublinear_get_stats(&s) != 0) return {};
-  return memory_stats{static_cast<std::size_t>(s.allocated), static_cast<std::size_t>(s.allocated_peak),
-                      static_cast<std::size_t>(s.mapped_peak), static_cast<std::size_t>(s.resident_peak)};
-}
-
 // The streams and events of a two-stream run, created and destroyed with the run.
 class side_stream {
  public:
@@ -75,7 +64,7 @@ void copy_to_device(context& ctx, host::stream* s, const tensor& t, const std::v
 
 iteration_figures run_iteration(context& ctx, side_stream* side, models::model& m, const models::host_batch& hb,
                                 std::int64_t index, std::size_t persistent) {
-  sublinear_reset_peaks();
+  ctx.mem.reset_peaks();
   const auto start = std::chrono::steady_clock::now();
 
   models::batch b;
@@ -110,7 +99,7 @@ iteration_figures run_iteration(context& ctx, side_stream* side, models::model& 
   ctx.dev.synchronize();
   const auto stop = std::chrono::steady_clock::now();
 
-  const memory_stats st = read_stats();
+  const memory_stats st = ctx.mem.stats();
   iteration_figures f;
   f.index = index;
   f.seconds = std::chrono::duration<double>(stop - start).count();
@@ -169,7 +158,7 @@ training_figures train(context& ctx, models::model& m, const training_options& o
   out.model = m.name();
   out.description = m.description();
   out.parameter_count = m.parameter_count();
-  out.persistent_bytes = read_stats().allocated;
+  out.persistent_bytes = ctx.mem.stats().allocated;
 
   std::unique_ptr<side_stream> side;
   if (options.streams == 2) side = std::make_unique<side_stream>(ctx);
