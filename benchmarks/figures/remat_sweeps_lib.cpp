@@ -5,7 +5,6 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -13,7 +12,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <ostream>
 #include <sstream>
@@ -24,6 +22,7 @@
 
 #include "allocator/runtime/host/host_runtime.hpp"
 #include "benchmarks/workloads/host_session.hpp"
+#include "benchmarks/workloads/paired.hpp"
 #include "benchmarks/workloads/models/registry.hpp"
 #include "benchmarks/workloads/training.hpp"
 #include "integrations/cli/args.hpp"
@@ -130,61 +129,7 @@ std::string point_name(const models::model_config& c) {
 // would only measure plain caching.
 struct stop_after_trace {};
 
-// Note [Paired timing]
-// Rationale: this machine's speed drifts by up to 30% within minutes (other tenants of the
-//   host), so a baseline timed a minute before a planned run gives ratios whose noise is
-//   larger than the effects under study: in one sweep the same sqrtn plan measured 1.52x
-//   at one budget and 2.13x at another.
-// Approach: every planned run trains beside a baseline twin (same model, seed and
-//   batches) in its own session that leaves the process-default allocator alone
-//   (host_session_options::install_default), on a second thread. A pacer hands the turn
-//   over after each iteration, so exactly one of the two runs at any time (each
-//   iteration ends with a device synchronize, so the idle side's stream workers are idle
-//   too) and iteration i of both lies within a second or two. A run's ratio is the
-//   median over its steady iterations of its time over its twin's same iteration, for
-//   wall and for CPU time.
-// Limitations: every planned run costs a baseline run more. Planning happens in the
-//   run's turn, so the twin waits for it and it is not timed. When the run ends early
-//   (no plan), its twin ends once it has caught up.
-class pacer {
- public:
-  // Side 0 (the run) goes first.
-  void wait_turn(int side) {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return turn_ == side || done_[1 - side]; });
-  }
-  void pass(int side) {
-    {
-      const std::lock_guard lock(mutex_);
-      turn_ = 1 - side;
-    }
-    cv_.notify_all();
-  }
-  void finish(int side) {
-    {
-      const std::lock_guard lock(mutex_);
-      done_[side] = true;
-      turn_ = 1 - side;
-    }
-    cv_.notify_all();
-  }
-  void completed_one(int side) {
-    const std::lock_guard lock(mutex_);
-    ++completed_[side];
-  }
-  // The other side has finished and this one has run as many iterations as it did.
-  [[nodiscard]] bool caught_up_with_finished(int side) {
-    const std::lock_guard lock(mutex_);
-    return done_[1 - side] && completed_[side] >= completed_[1 - side];
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int turn_ = 0;
-  bool done_[2] = {false, false};
-  std::int64_t completed_[2] = {0, 0};
-};
+// Note [Paired timing] is in benchmarks/workloads/paired.hpp.
 
 struct raw_run {
   wl::training_figures figures;
@@ -203,11 +148,11 @@ struct raw_run {
 // With a pacer, takes turns with the other side (Note [Paired timing]); `side` 1 is the
 // baseline twin.
 raw_run train_run(const models::model_config& config, const std::string& policy, const std::string& budget,
-                  std::int64_t iterations, runtime::log_level log, bool multi_pass, pacer* pace = nullptr,
+                  std::int64_t iterations, runtime::log_level log, bool multi_pass, wl::pacer* pace = nullptr,
                   int side = 0) {
   // Declared first, so destroyed last: the turn passes once this session is gone.
   struct finish_turns {
-    pacer* p;
+    wl::pacer* p;
     int side;
     ~finish_turns() {
       if (p != nullptr) p->finish(side);
@@ -287,7 +232,7 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
 // timing]). Returns the run; the twin's figures come back in `twin`.
 raw_run paired_run(const models::model_config& config, const std::string& policy, const std::string& budget,
                    std::int64_t iterations, runtime::log_level log, bool multi_pass, raw_run& twin) {
-  pacer pace;
+  wl::pacer pace;
   std::thread other([&] {
     try {
       twin = train_run(config, "", "", iterations, log, true, &pace, 1);
@@ -1181,8 +1126,9 @@ void print_sweep(std::FILE* to, const sweep_result& s) {
                "\n  columns: vs base = peak mapped / the baseline's; FM (feature maps) mapped = peak mapped -\n"
                "  persistent; FM resident = peak of (allocated - evicted) - persistent; FM cut = the baseline's\n"
                "  resident feature maps / this run's; iteration = median steady wall time; cpu, wall = median\n"
-               "  CPU (all threads) and wall time of a steady iteration / the baseline's, same group; x fwd =\n"
-               "  recomputed launches / forward launches.\n");
+               "  over the steady iterations of CPU (all threads) and wall time / the same iteration of a\n"
+               "  baseline twin trained in turn beside the run (paired timing); x fwd = recomputed launches /\n"
+               "  forward launches.\n");
   for (const auto& n : s.notes) std::fprintf(to, "  note: %s\n", n.c_str());
   std::fflush(to);
 }

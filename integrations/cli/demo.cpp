@@ -9,7 +9,12 @@
 //   error saying what would be right, exit status 2); build the model from the shared
 //   registry; train it in a host_session through the C entry points; print a header, the
 //   per-iteration table and the summary, one column (group) per run; write the same
-//   figures as JSON with write_figures_json. Today there is one run, "baseline".
+//   figures as JSON with write_figures_json. With a budget, the baseline trains beside
+//   the budgeted run, the two taking turns one iteration each (Note [Paired timing] in
+//   benchmarks/workloads/paired.hpp), and the time ratio is the median over the planned
+//   iterations of each one's ratio to the baseline's same iteration: this machine's speed
+//   drifts by up to 30% within minutes, which made two runs one after the other disagree
+//   by more than the overhead they measured.
 // Limitations: the host device is a CPU: times show how cost scales, not GPU speed.
 #include <algorithm>
 #include <charconv>
@@ -17,13 +22,16 @@
 #include <cstdio>
 #include <fstream>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "allocator/runtime/engine.hpp"
 #include "allocator/runtime/host/host_runtime.hpp"
 #include "benchmarks/workloads/host_session.hpp"
+#include "benchmarks/workloads/paired.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
 #include "benchmarks/workloads/models/registry.hpp"
@@ -230,6 +238,8 @@ struct budgeted_run {
   std::size_t predicted_peak = 0;
   std::size_t peak = 0;   // over the planned iterations
   double iter_s = 0.0;    // median over the planned iterations
+  double time_ratio = 0.0;  // median over the planned iterations of this run's / the baseline's same iteration
+  std::vector<std::vector<float>> params;
   std::size_t evictions = 0;
   std::size_t recomputed = 0;
   std::size_t retained = 0;  // frees deferred so that recipes read the block in place
@@ -237,7 +247,38 @@ struct budgeted_run {
   std::string plan_error;
 };
 
-budgeted_run run_budgeted(const demo_options& o, const std::vector<std::vector<float>>& baseline_params) {
+// The baseline: through the C entry points when it runs alone; beside the budgeted run
+// (`pace`), in a session of its own that leaves the process default to the budgeted run.
+struct baseline_run {
+  wl::training_figures figures;
+  std::vector<std::vector<float>> params;
+};
+
+// Hands the turn over after every iteration but the last (Note [Paired timing]).
+void take_turns(wl::pacer* pace, int side, const wl::iteration_figures& f, std::int64_t iterations) {
+  if (pace == nullptr || f.index + 1 >= iterations) return;
+  pace->pass(side);
+  pace->wait_turn(side);
+}
+
+baseline_run run_baseline(const demo_options& o, wl::pacer* pace) {
+  baseline_run out;
+  wl::host_session_options so;
+  so.install_default = pace == nullptr;
+  wl::host_session session(so);
+  wl::context ctx = session.make_context();
+  auto m = models::make_model(o.model);
+  wl::training_options t;
+  t.iterations = o.iterations;
+  t.seed = o.seed;
+  t.streams = o.streams;
+  t.on_iteration_end = [&](const wl::iteration_figures& f) { take_turns(pace, 1, f, o.iterations); };
+  out.figures = wl::train(ctx, *m, t);
+  out.params = wl::download_parameters(ctx, *m);
+  return out;
+}
+
+budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   budgeted_run out;
   wl::host_session session;
   // As sublinear's allocator is from its first allocation in a real process: without this
@@ -257,9 +298,12 @@ budgeted_run run_budgeted(const demo_options& o, const std::vector<std::vector<f
   t.iterations = o.iterations;
   t.seed = o.seed;
   t.streams = o.streams;
-  t.on_iteration_end = [&](const wl::iteration_figures&) { rt.mark_iteration(); };
+  t.on_iteration_end = [&](const wl::iteration_figures& f) {
+    rt.mark_iteration();
+    take_turns(&pace, 0, f, o.iterations);
+  };
   out.figures = wl::train(ctx, *m, t);
-  out.bit_identical = wl::download_parameters(ctx, *m) == baseline_params;
+  out.params = wl::download_parameters(ctx, *m);
   out.reports = rt.get().iterations();
   out.budget = rt.get().budget();
   out.predicted_peak = rt.get().predicted_peak();
@@ -301,11 +345,15 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("peak mapped (planned iterations)", bytes(b.peak));
   row("  against the baseline peak", ratio(static_cast<double>(b.peak), static_cast<double>(baseline.peak_mapped_bytes())));
   row("iteration time (planned, median)", seconds(b.iter_s));
-  row("  against the baseline time", ratio(b.iter_s, baseline.iteration_seconds()));
+  row("  against the baseline time", ratio(b.time_ratio, 1.0));
   row("evictions (all iterations)", std::to_string(b.evictions));
   row("recomputed launches", std::to_string(b.recomputed));
   if (b.retained > 0) row("frees deferred (retained)", std::to_string(b.retained));
   row("parameters bit-identical", b.bit_identical ? "yes" : "NO");
+  std::printf(
+      "\nThe two runs take turns, one iteration each, so that both meet the same machine; the\n"
+      "time ratio is the median over the planned iterations of each one's time over the\n"
+      "baseline's same iteration (Note [Paired timing]).\n");
   if (!o.budget.empty() && o.budget.back() == 'x') {
     std::printf(
         "\nThe traced iterations run without a budget (a multiple of the traced peak is known only\n"
@@ -332,6 +380,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"predicted_peak_bytes", std::to_string(b.predicted_peak)},
       {"peak_bytes", std::to_string(b.peak)},
       {"iter_s", num(b.iter_s)},
+      {"time_ratio", num(b.time_ratio)},
       {"evictions", std::to_string(b.evictions)},
       {"recomputed_launches", std::to_string(b.recomputed)},
       {"params_bit_identical", b.bit_identical ? "true" : "false"},
@@ -367,22 +416,48 @@ int demo_main(std::span<const std::string_view> args) {
     }
   }
 
-  wl::training_figures baseline;
-  std::vector<std::vector<float>> baseline_params;
-  {
-    wl::host_session session;
-    wl::context ctx = session.make_context();
-    auto m = models::make_model(o.model);
-    wl::training_options t;
-    t.iterations = o.iterations;
-    t.seed = o.seed;
-    t.streams = o.streams;
-    baseline = wl::train(ctx, *m, t);
-    baseline_params = wl::download_parameters(ctx, *m);
-  }
+  // With a budget, the baseline trains beside the budgeted run, one iteration each in
+  // turn, so that iteration i of both meets the same machine (Note [Paired timing]).
+  baseline_run base;
   budgeted_run budgeted;
   const bool with_budget = o.budget != "none";
-  if (with_budget) budgeted = run_budgeted(o, baseline_params);
+  if (with_budget) {
+    wl::pacer pace;
+    std::string baseline_failure;
+    std::thread beside([&] {
+      try {
+        pace.wait_turn(1);
+        base = run_baseline(o, &pace);
+      } catch (const std::exception& e) {
+        baseline_failure = e.what();
+      }
+      pace.finish(1);
+    });
+    try {
+      budgeted = run_budgeted(o, pace);
+    } catch (...) {
+      pace.finish(0);
+      beside.join();
+      throw;
+    }
+    pace.finish(0);
+    beside.join();
+    if (!baseline_failure.empty()) throw std::runtime_error("the baseline run failed: " + baseline_failure);
+    budgeted.bit_identical = budgeted.params == base.params;
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < budgeted.reports.size(); ++i) {
+      if (budgeted.reports[i].state == runtime::engine_state::trace) continue;
+      const auto& b = base.figures.iterations;
+      const auto& s = budgeted.figures.iterations;
+      if (i < b.size() && i < s.size() && b[i].seconds > 0.0) ratios.push_back(s[i].seconds / b[i].seconds);
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t n = ratios.size();
+    if (n > 0) budgeted.time_ratio = n % 2 == 1 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  } else {
+    base = run_baseline(o, nullptr);
+  }
+  const wl::training_figures& baseline = base.figures;
 
   std::vector<run_column> columns{{"baseline", &baseline}};
   if (with_budget) columns.push_back({"sublinear " + o.budget + " " + o.policy, &budgeted.figures});

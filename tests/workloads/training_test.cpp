@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -256,6 +257,66 @@ TEST(host_session, InstallsItsAllocatorAsTheDefaultForItsLifetime) {
     session.memory().free(p, 1000, nullptr);
   }
   EXPECT_EQ(allocator::default_allocator(), before);
+}
+
+// Sessions that leave the default slot alone train side by side on two threads (the paired
+// timing of remat_sweeps): each serves its own allocator, reports its own figures, and
+// trains the parameters a default session trains.
+TEST(host_session, SessionsWithoutTheDefaultTrainSideBySideWithTheirOwnFigures) {
+  std::uint64_t installed_hash = 0;
+  std::vector<std::vector<float>> installed;
+  training_figures installed_figures;
+  {
+    host_session session;
+    context ctx = session.make_context();
+    auto m = models::make_small_model(model_kind::resnet);
+    training_options o;
+    o.iterations = 3;
+    installed_figures = train(ctx, *m, o);
+    installed_hash = installed_figures.params_hash;
+    installed = download_parameters(ctx, *m);
+  }
+  allocator::caching_allocator* before = allocator::default_allocator();
+  struct side {
+    std::vector<std::vector<float>> params;
+    training_figures figures;
+    std::size_t allocated = 0;        // the allocator's own statistic after training
+    std::size_t memory_allocated = 1; // what memory().stats() reports then
+    bool default_untouched = false;
+  } sides[2];
+  const auto run = [&](side& out, model_kind kind) {
+    host_session_options so;
+    so.install_default = false;
+    host_session session(so);
+    out.default_untouched = allocator::default_allocator() == before;
+    context ctx = session.make_context();
+    auto m = models::make_small_model(kind);
+    training_options o;
+    o.iterations = 3;
+    out.figures = train(ctx, *m, o);
+    out.params = download_parameters(ctx, *m);
+    out.allocated = session.allocator().get_stats().allocated;
+    out.memory_allocated = session.memory().stats().allocated;
+  };
+  std::thread other([&] { run(sides[1], model_kind::transformer); });
+  run(sides[0], model_kind::resnet);
+  other.join();
+  EXPECT_EQ(allocator::default_allocator(), before);
+  for (const side& s : sides) {
+    EXPECT_TRUE(s.default_untouched);
+    EXPECT_EQ(s.memory_allocated, s.allocated);
+    EXPECT_EQ(s.allocated, s.figures.persistent_bytes);  // every iteration freed its own
+    ASSERT_EQ(s.figures.iterations.size(), 3u);
+    EXPECT_GT(s.figures.persistent_bytes, 0u);
+    EXPECT_GT(s.figures.feature_map_bytes(), 0u);
+  }
+  EXPECT_TRUE(same_bits(sides[0].params, installed));
+  EXPECT_EQ(sides[0].figures.params_hash, installed_hash);
+  // Its own allocator's figures, not the other session's: the same model's as a default
+  // session's.
+  EXPECT_EQ(sides[0].figures.persistent_bytes, installed_figures.persistent_bytes);
+  EXPECT_EQ(sides[0].figures.feature_map_bytes(), installed_figures.feature_map_bytes());
+  EXPECT_EQ(sides[0].figures.peak_mapped_bytes(), installed_figures.peak_mapped_bytes());
 }
 
 TEST(host_session, BudgetOptionReachesTheAllocator) {
