@@ -150,15 +150,7 @@ struct raw_run {
 raw_run train_run(const models::model_config& config, const std::string& policy, const std::string& budget,
                   std::int64_t iterations, runtime::log_level log, bool multi_pass, wl::pacer* pace = nullptr,
                   int side = 0) {
-  // Declared first, so destroyed last: the turn passes once this session is gone.
-  struct finish_turns {
-    wl::pacer* p;
-    int side;
-    ~finish_turns() {
-      if (p != nullptr) p->finish(side);
-    }
-  } turns{pace, side};
-  if (pace != nullptr) pace->wait_turn(side);
+  wl::pacer::turns turns(pace, side);  // before the session: the turn passes once it is gone
   raw_run out;
   wl::host_session_options so = session_options();
   so.install_default = pace == nullptr;
@@ -202,14 +194,8 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
         if (!rt->get().plan_error().empty()) throw stop_after_trace{};
       }
     }
-    if (pace != nullptr) {
-      pace->completed_one(side);
-      if (f.index + 1 < iterations) {  // after the last one, finish_turns passes the turn
-        pace->pass(side);
-        pace->wait_turn(side);
-        if (side == 1 && pace->caught_up_with_finished(side)) throw stop_after_trace{};
-      }
-    }
+    turns.after_iteration(f.index, iterations);
+    if (side == 1 && turns.caught_up_with_finished()) throw stop_after_trace{};
     cpu_mark = process_cpu_s();
   };
   try {

@@ -11,14 +11,14 @@
 
 namespace sublinear::workloads {
 
-// Where workloads get device memory. The production implementation goes through the
-// sublinear C entry points (sublinear_alloc / sublinear_free), exactly as PyTorch's
-// pluggable allocator would; tests may pass any other.
 // The allocator figures training reports per iteration.
 struct memory_stats {
   std::size_t allocated = 0, allocated_peak = 0, mapped_peak = 0, resident_peak = 0;
 };
 
+// Where workloads get device memory. The production implementation goes through the
+// sublinear C entry points (sublinear_alloc / sublinear_free), exactly as PyTorch's
+// pluggable allocator would; tests may pass any other.
 class memory {
  public:
   virtual ~memory() = default;

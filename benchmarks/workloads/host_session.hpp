@@ -61,7 +61,8 @@ class host_session {
   [[nodiscard]] host::device& device() noexcept { return device_; }
   [[nodiscard]] allocator::caching_allocator& allocator() noexcept { return allocator_; }
   [[nodiscard]] allocator::host_vmm& vmm() noexcept { return vmm_; }
-  // Memory through sublinear_alloc / sublinear_free, i.e. through allocator().
+  // Memory served by allocator(): through sublinear_alloc / sublinear_free when the
+  // session installed it as the default, directly otherwise.
   [[nodiscard]] workloads::memory& memory() noexcept { return *memory_; }
   // An op context on `s` (nullptr: the default stream) using memory().
   [[nodiscard]] context make_context(host::stream* s = nullptr) { return context{device_, s, *memory_}; }

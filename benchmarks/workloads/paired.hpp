@@ -28,6 +28,41 @@ namespace sublinear::workloads {
 
 class pacer {
  public:
+  // A side's share of the run: waits for its first turn at construction and gives the
+  // turn up for good at destruction (null: no pacing). Declare it before the session, so
+  // that the other side resumes only once this side's session is gone.
+  class turns {
+   public:
+    turns(pacer* p, int side) : p_(p), side_(side) {
+      if (p_ != nullptr) p_->wait_turn(side_);
+    }
+    ~turns() {
+      if (p_ != nullptr) p_->finish(side_);
+    }
+    turns(const turns&) = delete;
+    turns& operator=(const turns&) = delete;
+    // After iteration `index` of `iterations`: hands the turn over and waits for it back,
+    // except after the last, where the destructor passes it.
+    void after_iteration(std::int64_t index, std::int64_t iterations) {
+      if (p_ == nullptr) return;
+      p_->completed_one(side_);
+      if (index + 1 >= iterations) return;
+      p_->pass(side_);
+      p_->wait_turn(side_);
+    }
+    // The other side has finished and this one has run as many iterations as it did.
+    [[nodiscard]] bool caught_up_with_finished() {
+      if (p_ == nullptr) return false;
+      const std::lock_guard lock(p_->mutex_);
+      return p_->done_[1 - side_] && p_->completed_[side_] >= p_->completed_[1 - side_];
+    }
+
+   private:
+    pacer* p_;
+    int side_;
+  };
+
+ private:
   // Side 0 (the run) goes first.
   void wait_turn(int side) {
     std::unique_lock lock(mutex_);
@@ -52,13 +87,7 @@ class pacer {
     const std::lock_guard lock(mutex_);
     ++completed_[side];
   }
-  // The other side has finished and this one has run as many iterations as it did.
-  [[nodiscard]] bool caught_up_with_finished(int side) {
-    const std::lock_guard lock(mutex_);
-    return done_[1 - side] && completed_[side] >= completed_[1 - side];
-  }
 
- private:
   std::mutex mutex_;
   std::condition_variable cv_;
   int turn_ = 0;

@@ -26,6 +26,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "allocator/runtime/engine.hpp"
@@ -247,6 +248,14 @@ struct budgeted_run {
   std::string plan_error;
 };
 
+// 0 when empty.
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 // The baseline: through the C entry points when it runs alone; beside the budgeted run
 // (`pace`), in a session of its own that leaves the process default to the budgeted run.
 struct baseline_run {
@@ -254,14 +263,8 @@ struct baseline_run {
   std::vector<std::vector<float>> params;
 };
 
-// Hands the turn over after every iteration but the last (Note [Paired timing]).
-void take_turns(wl::pacer* pace, int side, const wl::iteration_figures& f, std::int64_t iterations) {
-  if (pace == nullptr || f.index + 1 >= iterations) return;
-  pace->pass(side);
-  pace->wait_turn(side);
-}
-
 baseline_run run_baseline(const demo_options& o, wl::pacer* pace) {
+  wl::pacer::turns turns(pace, 1);  // Note [Paired timing]
   baseline_run out;
   wl::host_session_options so;
   so.install_default = pace == nullptr;
@@ -272,13 +275,14 @@ baseline_run run_baseline(const demo_options& o, wl::pacer* pace) {
   t.iterations = o.iterations;
   t.seed = o.seed;
   t.streams = o.streams;
-  t.on_iteration_end = [&](const wl::iteration_figures& f) { take_turns(pace, 1, f, o.iterations); };
+  t.on_iteration_end = [&](const wl::iteration_figures& f) { turns.after_iteration(f.index, o.iterations); };
   out.figures = wl::train(ctx, *m, t);
   out.params = wl::download_parameters(ctx, *m);
   return out;
 }
 
 budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
+  wl::pacer::turns turns(&pace, 0);  // Note [Paired timing]
   budgeted_run out;
   wl::host_session session;
   // As sublinear's allocator is from its first allocation in a real process: without this
@@ -300,7 +304,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   t.streams = o.streams;
   t.on_iteration_end = [&](const wl::iteration_figures& f) {
     rt.mark_iteration();
-    take_turns(&pace, 0, f, o.iterations);
+    turns.after_iteration(f.index, o.iterations);
   };
   out.figures = wl::train(ctx, *m, t);
   out.params = wl::download_parameters(ctx, *m);
@@ -318,11 +322,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
     out.peak = std::max(out.peak, r.peak_mapped);
     if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
   }
-  std::sort(times.begin(), times.end());
-  if (!times.empty()) {
-    const std::size_t n = times.size();
-    out.iter_s = n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  }
+  out.iter_s = median(std::move(times));
   return out;
 }
 
@@ -426,21 +426,17 @@ int demo_main(std::span<const std::string_view> args) {
     std::string baseline_failure;
     std::thread beside([&] {
       try {
-        pace.wait_turn(1);
         base = run_baseline(o, &pace);
       } catch (const std::exception& e) {
         baseline_failure = e.what();
       }
-      pace.finish(1);
     });
     try {
-      budgeted = run_budgeted(o, pace);
+      budgeted = run_budgeted(o, pace);  // its turns end when it returns or throws
     } catch (...) {
-      pace.finish(0);
       beside.join();
       throw;
     }
-    pace.finish(0);
     beside.join();
     if (!baseline_failure.empty()) throw std::runtime_error("the baseline run failed: " + baseline_failure);
     budgeted.bit_identical = budgeted.params == base.params;
@@ -451,9 +447,7 @@ int demo_main(std::span<const std::string_view> args) {
       const auto& s = budgeted.figures.iterations;
       if (i < b.size() && i < s.size() && b[i].seconds > 0.0) ratios.push_back(s[i].seconds / b[i].seconds);
     }
-    std::sort(ratios.begin(), ratios.end());
-    const std::size_t n = ratios.size();
-    if (n > 0) budgeted.time_ratio = n % 2 == 1 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+    budgeted.time_ratio = median(std::move(ratios));
   } else {
     base = run_baseline(o, nullptr);
   }
