@@ -621,8 +621,132 @@ struct caching_allocator::impl {
       process_pending_frees(true);
       if (give_back()) return true;
     }
+    if (trim_free_tails(bytes)) return true;
     last_shortfall = st.mapped + bytes - st.budget;
     return false;
+  }
+
+  // Note [Segment trim]
+  // Rationale: a mapping is unmapped whole, so one live block at the head of a segment
+  //   keeps all its pages mapped. Blocks allocated while an iteration is traced without a
+  //   budget and kept for good pin whatever segment they split: `sublinear demo --depth 56
+  //   --budget 0.5x` ran out of memory in its first planned iteration, 32 KiB short, with
+  //   its 576 KiB convolution workspace's segment held by a 64 KiB block (the optimizer's
+  //   state, created in the first step) and 512 KiB free behind it that nothing could use.
+  // Approach: the last step of the ladder before failing. Segments of the shared pools
+  //   whose last block is free give back the whole pages of that tail: wait for every
+  //   stream that may touch the segment, copy its live head (the pages before the tail)
+  //   to host memory, unmap the chunk, map a new chunk of only those pages at the same
+  //   address, and copy the head back. Addresses do not change, so nobody holding a
+  //   pointer notices; the freed tail's address range goes back to the reservation.
+  //   Largest gain first, and only if the tails together cover the shortfall (a wait for
+  //   nothing is not worth it). The new chunk is created before the old one goes, so the
+  //   transient needs its pages under the budget too; a segment whose head does not fit
+  //   is skipped.
+  // Limitations: it waits for the segment's streams (the host thread stalls once). A
+  //   kernel launched by another thread into the segment while it is trimmed would see
+  //   the range unmapped, as with any block being evicted; training loops launch from
+  //   the thread that allocates. Backends must copy (vmm::copy_to_host/copy_to_device).
+  bool trim_free_tails(std::size_t bytes) {
+    struct tail {
+      segment* seg;
+      std::size_t keep;  // pages before the free tail
+    };
+    std::vector<tail> tails;
+    std::size_t gain = 0;
+    for (auto& [base, sp] : segments) {
+      segment& seg = *sp;
+      if (!seg.mapped || seg.kind == pool_kind::dedicated || seg.first == nullptr) continue;
+      block* last = seg.first;
+      while (last->next != nullptr) last = last->next;
+      if (!last->in_free_set || last == seg.first) continue;  // live tail, or wholly free
+      const std::size_t keep = round_up(static_cast<std::size_t>(last->ptr - seg.base), granularity);
+      if (keep >= seg.size) continue;
+      tails.push_back({&seg, keep});
+      gain += seg.size - keep;
+    }
+    if (tails.empty() || st.mapped + bytes > st.budget + gain) return false;
+    std::sort(tails.begin(), tails.end(),
+              [](const tail& a, const tail& b) { return a.seg->size - a.keep > b.seg->size - b.keep; });
+    // Every stream that may still touch a segment: its own and those its live blocks
+    // were used on (record_stream).
+    std::vector<stream_handle> streams;
+    for (const tail& t : tails) {
+      streams.push_back(t.seg->stream);
+      for (block* b = t.seg->first; b != nullptr; b = b->next)
+        streams.insert(streams.end(), b->stream_uses.begin(), b->stream_uses.end());
+    }
+    std::sort(streams.begin(), streams.end());
+    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+    for (stream_handle s : streams) {
+      event_handle e = events.record(s);
+      events.synchronize(e);
+      events.release(e);
+    }
+    std::vector<std::byte> stash;
+    for (const tail& t : tails) {
+      if (fits(bytes)) break;
+      if (fits(t.keep)) trim_segment(*t.seg, t.keep, stash);
+    }
+    return fits(bytes);
+  }
+
+  // Replaces `seg`'s chunk by one of its first `keep` bytes (Note [Segment trim]).
+  // Precondition: no device work touches the segment; its last block is free and starts
+  // at or before `keep`.
+  void trim_segment(segment& seg, std::size_t keep, std::vector<std::byte>& stash) {
+    const auto fail = [&](const char* what, vmm_status s) {
+      return device_error("sublinear: trimming a segment of " + format_bytes(seg.size) + " to " +
+                          format_bytes(keep) + " on the " + device.name() + " device failed at " + what + " (" +
+                          to_string(s) + ": " + device.last_error() + ")");
+    };
+    chunk_handle fresh = 0;
+    vmm_status s = device.create_chunk(keep, &fresh);
+    ++st.create_calls;
+    if (s != vmm_status::ok) return;  // no room on the device: keep the segment as it is
+    stash.resize(keep);
+    s = device.copy_to_host(stash.data(), seg.base, keep);
+    if (s != vmm_status::ok) {
+      device.release_chunk(fresh);
+      ++st.release_calls;
+      return;  // this backend cannot copy: nothing has changed
+    }
+    note_mapped(static_cast<std::ptrdiff_t>(keep));
+    try {
+      unmap_segment(seg);
+    } catch (...) {
+      device.release_chunk(fresh);
+      ++st.release_calls;
+      note_mapped(-static_cast<std::ptrdiff_t>(keep));
+      throw;
+    }
+    // From here the head's bytes live only in `stash`.
+    s = device.map(seg.base, keep, fresh);
+    ++st.map_calls;
+    if (s != vmm_status::ok) throw fail("map", s);
+    s = device.set_access(seg.base, keep);
+    ++st.set_access_calls;
+    if (s != vmm_status::ok) throw fail("set_access", s);
+    s = device.copy_to_device(seg.base, stash.data(), keep);
+    if (s != vmm_status::ok) throw fail("copying the live head back", s);
+    const std::size_t freed = seg.size - keep;
+    seg.handle = fresh;
+    seg.mapped = true;
+    block* last = seg.first;
+    while (last->next != nullptr) last = last->next;
+    erase_free(last);
+    if (last->ptr == seg.base + keep) {
+      last->prev->next = nullptr;
+      recycle(last);
+    } else {
+      last->size = static_cast<std::size_t>(seg.base + keep - last->ptr);
+      insert_free(last);
+    }
+    give_address_range(seg.base + keep, freed);
+    seg.size = keep;
+    st.reserved -= freed;
+    ++st.segment_trims;
+    st.trimmed_bytes += freed;
   }
 
   [[noreturn]] void throw_oom(std::size_t requested, const std::string& why) {

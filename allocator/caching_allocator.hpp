@@ -138,6 +138,8 @@ struct stats {
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
   std::uint64_t shared_placements = 0; // observer-evictable requests placed in a shared segment (Note [Strict budget])
+  std::uint64_t segment_trims = 0;   // free tails given back by remapping a segment's head (Note [Segment trim])
+  std::size_t trimmed_bytes = 0;
   std::uint64_t idle_releases = 0;   // free exact large segments given back before a new one (Note [Exact large segments])
   std::uint64_t oom_errors = 0;
   // mapped / allocated at their peaks: 1.0 means no page is wasted.

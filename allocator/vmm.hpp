@@ -79,6 +79,14 @@ class vmm {
     return vmm_status::ok;
   }
 
+  // Synchronous copies between host memory and a mapped, accessible device range (every
+  // granule of [address, address + bytes) mapped). They wait for nothing else: the caller
+  // knows no device work touches the range. The allocator moves the live head of a
+  // segment through them when it trims the segment's free tail (Note [Segment trim] in
+  // caching_allocator.cpp).
+  virtual vmm_status copy_to_host(void* host, const void* address, std::size_t bytes) noexcept = 0;
+  virtual vmm_status copy_to_device(void* address, const void* host, std::size_t bytes) noexcept = 0;
+
   // Human-readable name for reports and test names: "host", "cuda".
   [[nodiscard]] virtual std::string name() const = 0;
   // Detail about the last failure on this thread (the driver's error name, errno text).

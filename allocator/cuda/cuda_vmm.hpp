@@ -55,10 +55,10 @@ class cuda_vmm final : public vmm {
   // Bytes of live chunks.
   [[nodiscard]] std::size_t chunk_bytes_in_use() const;
 
-  // Synchronous copies between host memory and device addresses, which the host cannot
-  // dereference. For tests and diagnostics; a copy touching a range without access fails.
-  vmm_status copy_to_device(void* device_address, const void* host, std::size_t bytes) noexcept;
-  vmm_status copy_to_host(void* host, const void* device_address, std::size_t bytes) noexcept;
+  // cuMemcpyHtoD / cuMemcpyDtoH: the host cannot dereference device addresses. A copy
+  // touching a range without access fails.
+  vmm_status copy_to_device(void* device_address, const void* host, std::size_t bytes) noexcept override;
+  vmm_status copy_to_host(void* host, const void* device_address, std::size_t bytes) noexcept override;
 
  private:
   friend std::unique_ptr<cuda_vmm> make_cuda_vmm(int device, std::string* why) noexcept;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <new>
 #include <string>
@@ -307,6 +308,32 @@ vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
     // map call does (Note [Host VMM]). Deliberately unchecked: a failure only means page
     // faults later, in the kernel that first writes the range.
     if (populate_) (void)::madvise(address, size, MADV_POPULATE_WRITE);
+    return vmm_status::ok;
+  });
+}
+
+// The device's memory is the process's: a copy is a memcpy, once the ledger agrees the
+// range is mapped (a copy into an unmapped range would fault rather than fail).
+vmm_status host_vmm::copy_to_host(void* host, const void* address, std::size_t bytes) noexcept {
+  return guarded("copy_to_host", [&] {
+    const std::lock_guard lock(mutex_);
+    if (const char* why = ledger_.check_set_access(address, bytes)) {
+      set_error("copy_to_host", why);
+      return vmm_status::invalid_argument;
+    }
+    std::memcpy(host, address, bytes);
+    return vmm_status::ok;
+  });
+}
+
+vmm_status host_vmm::copy_to_device(void* address, const void* host, std::size_t bytes) noexcept {
+  return guarded("copy_to_device", [&] {
+    const std::lock_guard lock(mutex_);
+    if (const char* why = ledger_.check_set_access(address, bytes)) {
+      set_error("copy_to_device", why);
+      return vmm_status::invalid_argument;
+    }
+    std::memcpy(address, host, bytes);
     return vmm_status::ok;
   });
 }

@@ -69,6 +69,8 @@ class host_vmm final : public vmm {
   vmm_status set_access(void* address, std::size_t size) noexcept override;
   vmm_status unmap(void* address, std::size_t size) noexcept override;
   vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept override;
+  vmm_status copy_to_host(void* host, const void* address, std::size_t bytes) noexcept override;
+  vmm_status copy_to_device(void* address, const void* host, std::size_t bytes) noexcept override;
 
   [[nodiscard]] std::string name() const override { return "host"; }
   [[nodiscard]] std::string last_error() const override;

@@ -400,6 +400,52 @@ TEST_F(CachingAllocator, NeverMapsPastTheBudgetAndSaysWhyItCannot) {
   EXPECT_TRUE(a.validate());
 }
 
+// Note [Segment trim]: the allocation pattern of `sublinear demo --depth 56 --budget 0.5x`.
+// A workspace's segment, freed, is split by a block that stays (the optimizer's state,
+// created before any budget); under the budget the workspace no longer fits anywhere.
+TEST_F(CachingAllocator, UnderPressureASegmentsFreeTailIsGivenBackAndItsLiveHeadKeepsItsAddressAndBytes) {
+  auto a = make();
+  a.set_exact_small_segments(true);
+  void* work = a.allocate(576 * KiB, nullptr);    // its own 576 KiB segment
+  void* other = a.allocate(256 * KiB, nullptr);  // a second segment, live throughout
+  a.deallocate(work);
+  auto* kept = static_cast<unsigned char*>(a.allocate(64 * KiB, nullptr));
+  ASSERT_EQ(static_cast<void*>(kept), work) << "the only free block: the workspace's segment is split";
+  for (std::size_t i = 0; i < 64 * KiB; ++i) kept[i] = static_cast<unsigned char>(i * 7 + 3);
+  ASSERT_EQ(a.get_stats().mapped, 576 * KiB + 256 * KiB);
+  // Room for the workspace only once the 512 KiB tail is gone.
+  a.set_budget(576 * KiB + 256 * KiB + 128 * KiB);
+  void* again = a.allocate(576 * KiB, nullptr);
+  const stats s = a.get_stats();
+  EXPECT_EQ(s.segment_trims, 1u);
+  EXPECT_EQ(s.trimmed_bytes, 512 * KiB);
+  EXPECT_EQ(s.mapped, 64 * KiB + 256 * KiB + 576 * KiB);
+  EXPECT_LE(s.mapped_peak, 576 * KiB + 256 * KiB + 128 * KiB) << "the new head's chunk fits under the budget too";
+  bool same = true;
+  for (std::size_t i = 0; i < 64 * KiB; ++i) same = same && kept[i] == static_cast<unsigned char>(i * 7 + 3);
+  EXPECT_TRUE(same) << "the live head was copied back into the new chunk";
+  std::memset(again, 0xAB, 576 * KiB);  // mapped and writable
+  EXPECT_TRUE(a.validate());
+  a.deallocate(again);
+  a.deallocate(kept);
+  a.deallocate(other);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, TailsThatCannotCoverTheShortfallAreLeftAlone) {
+  auto a = make();
+  a.set_exact_small_segments(true);
+  void* work = a.allocate(128 * KiB, nullptr);
+  a.deallocate(work);
+  void* kept = a.allocate(64 * KiB, nullptr);  // leaves a 64 KiB free tail
+  a.set_budget(256 * KiB);
+  EXPECT_THROW((void)a.allocate(256 * KiB, nullptr), out_of_memory) << "64 KiB of tail cannot make 256 KiB fit";
+  EXPECT_EQ(a.get_stats().segment_trims, 0u);
+  EXPECT_EQ(a.get_stats().mapped, 128 * KiB);
+  a.deallocate(kept);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, ReleasesCachedSegmentsBeforeFailing) {
   auto a = make(24 * MiB);
   void* x = a.allocate(3 * MiB, nullptr);  // 20 MiB segment

@@ -89,6 +89,12 @@ class exhaustible_vmm final : public allocator::vmm {
   }
   allocator::vmm_status set_access(void* a, std::size_t size) noexcept override { return inner.set_access(a, size); }
   allocator::vmm_status unmap(void* a, std::size_t size) noexcept override { return inner.unmap(a, size); }
+  allocator::vmm_status copy_to_host(void* h, const void* a, std::size_t size) noexcept override {
+    return inner.copy_to_host(h, a, size);
+  }
+  allocator::vmm_status copy_to_device(void* a, const void* h, std::size_t size) noexcept override {
+    return inner.copy_to_device(a, h, size);
+  }
   std::string name() const override { return "host"; }
   std::string last_error() const override { return exhausted ? "exhausted by the test" : inner.last_error(); }
 };
