@@ -689,6 +689,26 @@ run_plan planned(const std::string& planner, const budget_choice& c, const std::
   return p;
 }
 
+// `planner` at a budget another run chose (`at`, what that run asks for): the same memory,
+// to compare time at equal memory.
+budget_choice choose_budget_at(const probe_result& p, std::string_view planner, const budget_choice& at) {
+  budget_choice c;
+  if (!at.feasible) {
+    c.error = at.error;
+    return c;
+  }
+  const auto plan = try_plan(*policy::make_planner(planner), p.graph, p.planner_share(at.budget), {});
+  if (!plan) {
+    c.error = "no plan at that budget";
+    return c;
+  }
+  c.feasible = true;
+  c.budget = at.budget;
+  c.predicted_peak = plan->predicted_peak + runtime::cache_allowance(p.traced());
+  c.extra_compute = p.forward_s > 0.0 ? plan->added_compute_s / p.forward_s : -1.0;
+  return c;
+}
+
 // Smallest feasible budgets from the probe, one planner call per planner asked about.
 smallest_fn probe_smallest(const probe_result& p) {
   auto cache = std::make_shared<std::map<std::string, std::size_t>>();
@@ -789,7 +809,13 @@ sweep_result depth_sweep(const bench_options& o, const progress_fn& progress) {
     const budget_choice sq = choose_budget(p, "sqrtn", false);
     const budget_choice best = choose_budget(p, planner, true);
     std::vector<run_plan> plans{baseline_plan(), planned("sqrtn", sq, "smallest feasible")};
-    if (planner != "sqrtn") plans.push_back(planned(planner, best, "<= 1 extra forward"));
+    if (planner != "sqrtn") {
+      plans.push_back(planned(planner, best, "<= 1 extra forward"));
+      // The same planner at sqrtn's memory: time at equal memory.
+      run_plan iso = planned(planner, choose_budget_at(p, planner, sq), "sqrtn's budget");
+      iso.label = planner + "@sqrtn";
+      plans.push_back(std::move(iso));
+    }
     point_result pt;
     pt.model = point_name(c);
     pt.size_key = "depth";
@@ -800,7 +826,7 @@ sweep_result depth_sweep(const bench_options& o, const progress_fn& progress) {
     s.points.push_back(std::move(pt));
     probes.erase(d);  // a 1,202-layer graph is large; keep one at a time
   }
-  add_slopes(s, {"baseline", "sqrtn", planner}, "depth");
+  add_slopes(s, {"baseline", "sqrtn", planner, planner + "@sqrtn"}, "depth");
   s.notes.push_back("budgets: sqrtn (budget-blind) at its smallest feasible budget; " + planner +
                     " at the smallest budget whose plan adds at most one forward's compute (traced durations), "
                     "both from a probe of each depth");
