@@ -216,6 +216,24 @@ TYPED_TEST_P(VmmConformance, ChunkKeepsItsDataWhenRemappedElsewhere) {
   EXPECT_EQ(this->read(second, size), bytes);
 }
 
+// The interface's own copies (used by the allocator's segment trim): a round trip through
+// host memory, and a refusal, not a fault, where the range is not wholly mapped.
+TYPED_TEST_P(VmmConformance, CopiesRoundTripAMappedRangeAndRefuseAnUnmappedOne) {
+  const std::size_t g = this->g_;
+  std::byte* base = this->reserve(2 * g);
+  const chunk_handle h = this->create(g);
+  this->map_rw(base, g, h);
+  const auto bytes = pattern(g, 5);
+  ASSERT_EQ(this->device().copy_to_device(base, bytes.data(), g), vmm_status::ok) << this->device().last_error();
+  std::vector<unsigned char> back(g);
+  ASSERT_EQ(this->device().copy_to_host(back.data(), base, g), vmm_status::ok) << this->device().last_error();
+  EXPECT_EQ(back, bytes);
+  EXPECT_EQ(this->read(base, g), bytes) << "the copy reached the device's memory";
+  EXPECT_NE(this->device().copy_to_device(base + g, bytes.data(), g), vmm_status::ok) << "never mapped";
+  EXPECT_NE(this->device().copy_to_host(back.data(), base, 2 * g), vmm_status::ok) << "half mapped";
+  EXPECT_EQ(this->read(base, g), bytes) << "a refused copy changes nothing";
+}
+
 TYPED_TEST_P(VmmConformance, SetAccessCoversAdjacentMappingsInOneCall) {
   const std::size_t g = this->g_;
   std::byte* base = this->reserve(3 * g);
@@ -475,6 +493,7 @@ REGISTER_TYPED_TEST_SUITE_P(VmmConformance, GranularityIsAPowerOfTwo,
                             CreateChunkRejectsSizeNotMultipleOfGranularity,
                             MappedChunkIsWritableAfterSetAccess,
                             ChunkKeepsItsDataWhenRemappedElsewhere,
+                            CopiesRoundTripAMappedRangeAndRefuseAnUnmappedOne,
                             SetAccessCoversAdjacentMappingsInOneCall,
                             ReservedRangeFaultsBeforeAnyMapping, UnmappedRangeFaultsOnAccess,
                             MappedRangeFaultsUntilSetAccess,
