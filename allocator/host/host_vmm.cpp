@@ -313,29 +313,26 @@ vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
 }
 
 // The device's memory is the process's: a copy is a memcpy, once the ledger agrees the
-// range is mapped (a copy into an unmapped range would fault rather than fail).
-vmm_status host_vmm::copy_to_host(void* host, const void* address, std::size_t bytes) noexcept {
-  return guarded("copy_to_host", [&] {
+// device side is mapped (a copy into an unmapped range would fault rather than fail).
+vmm_status host_vmm::copy(const char* what, void* dst, const void* src, const void* device_side,
+                          std::size_t bytes) noexcept {
+  return guarded(what, [&] {
     const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_set_access(address, bytes)) {
-      set_error("copy_to_host", why);
+    if (const char* why = ledger_.check_set_access(device_side, bytes)) {
+      set_error(what, why);
       return vmm_status::invalid_argument;
     }
-    std::memcpy(host, address, bytes);
+    std::memcpy(dst, src, bytes);
     return vmm_status::ok;
   });
 }
 
+vmm_status host_vmm::copy_to_host(void* host, const void* address, std::size_t bytes) noexcept {
+  return copy("copy_to_host", host, address, address, bytes);
+}
+
 vmm_status host_vmm::copy_to_device(void* address, const void* host, std::size_t bytes) noexcept {
-  return guarded("copy_to_device", [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_set_access(address, bytes)) {
-      set_error("copy_to_device", why);
-      return vmm_status::invalid_argument;
-    }
-    std::memcpy(address, host, bytes);
-    return vmm_status::ok;
-  });
+  return copy("copy_to_device", address, host, address, bytes);
 }
 
 vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {

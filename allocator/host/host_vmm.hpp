@@ -84,6 +84,8 @@ class host_vmm final : public vmm {
   // First fit from free_; returns false when no free range is large enough.
   bool take_range(std::size_t size, std::size_t* offset);
   void give_back_range(std::size_t offset, std::size_t size);
+  // copy_to_host / copy_to_device: `device_side` is the one of `dst`, `src` that must be mapped.
+  vmm_status copy(const char* what, void* dst, const void* src, const void* device_side, std::size_t bytes) noexcept;
 
   std::size_t granularity_;
   std::size_t capacity_;
