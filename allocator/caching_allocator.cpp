@@ -621,7 +621,7 @@ struct caching_allocator::impl {
       process_pending_frees(true);
       if (give_back()) return true;
     }
-    if (trim_free_tails(bytes)) return true;
+    if (opts.trim_segments && trim_free_tails(bytes)) return true;
     last_shortfall = st.mapped + bytes - st.budget;
     return false;
   }
@@ -643,10 +643,14 @@ struct caching_allocator::impl {
   //   nothing is not worth it). The new chunk is created before the old one goes, so the
   //   transient needs its pages under the budget too; a segment whose head does not fit
   //   is skipped.
-  // Limitations: it waits for the segment's streams (the host thread stalls once). A
-  //   kernel launched by another thread into the segment while it is trimmed would see
-  //   the range unmapped, as with any block being evicted; training loops launch from
-  //   the thread that allocates. Backends must copy (vmm::copy_to_host/copy_to_device).
+  // Limitations: it waits for the segment's streams (the host thread stalls once). The
+  //   head is copied out and back while the allocator's lock is held, but other threads
+  //   do not take that lock to use their blocks: a host write or a launch from another
+  //   thread into the segment during the move would be lost or fault. So it is an option
+  //   (options::trim_segments) that the replay engine turns on, whose training loop
+  //   launches from the thread that allocates; the allocator's four-thread stress test,
+  //   which writes its blocks from four threads, lost a write with it on. Backends must
+  //   copy (vmm::copy_to_host/copy_to_device).
   bool trim_free_tails(std::size_t bytes) {
     struct tail {
       segment* seg;
@@ -1277,6 +1281,11 @@ void caching_allocator::set_exact_large_segments(bool exact) {
 void caching_allocator::set_exact_small_segments(bool exact) {
   std::lock_guard lock(impl_->mutex);
   impl_->opts.exact_small_segments = exact;
+}
+
+void caching_allocator::set_segment_trim(bool trim) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->opts.trim_segments = trim;
 }
 
 void caching_allocator::set_budget(std::size_t bytes) {

@@ -106,6 +106,11 @@ struct options {
   // segments]). The same on CUDA, whose 2 MiB page is PyTorch's small segment; on the host
   // device's 64 KiB pages it keeps a few live small blocks from holding 2 MiB each.
   bool exact_small_segments = false;
+  // Under pressure, give back the free tail of a shared segment by moving its live head
+  // into a smaller chunk at the same address (Note [Segment trim]). The replay engine
+  // turns it on; off by default because the head is copied while no other thread may
+  // touch it (a host write or launch from another thread during the move is lost).
+  bool trim_segments = false;
   // Keep the chunks of evicted blocks for the next mapping of the same size instead of
   // releasing them (Note [Chunk pool]); pooled bytes count against the budget.
   bool pool_chunks = true;
@@ -219,6 +224,8 @@ class caching_allocator {
   void set_exact_large_segments(bool exact);
   // Switches Note [Exact small segments] on or off (see options).
   void set_exact_small_segments(bool exact);
+  // Switches Note [Segment trim] on or off (see options).
+  void set_segment_trim(bool trim);
 
   // Changes the budget (0: physical capacity). Throws out_of_memory, leaving the budget
   // unchanged, if the mapped bytes cannot be brought under it.

@@ -1335,6 +1335,7 @@ engine::~engine() {
 void use_engine_allocator_settings(allocator::caching_allocator& alloc, bool on) {
   alloc.set_exact_large_segments(on);
   alloc.set_exact_small_segments(on);
+  alloc.set_segment_trim(on);
 }
 
 void engine::before_launch(const launch_view& op) {
