@@ -545,9 +545,7 @@ struct caching_allocator::impl {
         events.synchronize(b->seg->free_event);
         ++st.release_waits;
       } else {
-        event_handle e = events.record(b->seg->stream);
-        events.synchronize(e);
-        events.release(e);
+        wait_for_stream(b->seg->stream);
         drained.push_back(b->seg->stream);
         ++st.release_waits;
       }
@@ -555,6 +553,13 @@ struct caching_allocator::impl {
       release_segment(b, keep_size != 0 && b->size == keep_size);
     }
     return released;
+  }
+
+  // Blocks the host until everything queued on `s` so far has run.
+  void wait_for_stream(stream_handle s) {
+    event_handle e = events.record(s);
+    events.synchronize(e);
+    events.release(e);
   }
 
   // Appends the free blocks of `set` that span their whole, mapped segment.
@@ -654,6 +659,7 @@ struct caching_allocator::impl {
   bool trim_free_tails(std::size_t bytes) {
     struct tail {
       segment* seg;
+      block* last;       // the free block at its end
       std::size_t keep;  // pages before the free tail
     };
     std::vector<tail> tails;
@@ -666,7 +672,7 @@ struct caching_allocator::impl {
       if (!last->in_free_set || last == seg.first) continue;  // live tail, or wholly free
       const std::size_t keep = round_up(static_cast<std::size_t>(last->ptr - seg.base), granularity);
       if (keep >= seg.size) continue;
-      tails.push_back({&seg, keep});
+      tails.push_back({&seg, last, keep});
       gain += seg.size - keep;
     }
     if (tails.empty() || st.mapped + bytes > st.budget + gain) return false;
@@ -682,23 +688,19 @@ struct caching_allocator::impl {
     }
     std::sort(streams.begin(), streams.end());
     streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
-    for (stream_handle s : streams) {
-      event_handle e = events.record(s);
-      events.synchronize(e);
-      events.release(e);
-    }
+    for (stream_handle s : streams) wait_for_stream(s);
     std::vector<std::byte> stash;
     for (const tail& t : tails) {
       if (fits(bytes)) break;
-      if (fits(t.keep)) trim_segment(*t.seg, t.keep, stash);
+      if (fits(t.keep)) trim_segment(*t.seg, t.last, t.keep, stash);
     }
     return fits(bytes);
   }
 
   // Replaces `seg`'s chunk by one of its first `keep` bytes (Note [Segment trim]).
-  // Precondition: no device work touches the segment; its last block is free and starts
-  // at or before `keep`.
-  void trim_segment(segment& seg, std::size_t keep, std::vector<std::byte>& stash) {
+  // Precondition: no device work touches the segment; its last block, `last`, is free and
+  // starts at or before `keep`.
+  void trim_segment(segment& seg, block* last, std::size_t keep, std::vector<std::byte>& stash) {
     const auto fail = [&](const char* what, vmm_status s) {
       return device_error("sublinear: trimming a segment of " + format_bytes(seg.size) + " to " +
                           format_bytes(keep) + " on the " + device.name() + " device failed at " + what + " (" +
@@ -736,8 +738,6 @@ struct caching_allocator::impl {
     const std::size_t freed = seg.size - keep;
     seg.handle = fresh;
     seg.mapped = true;
-    block* last = seg.first;
-    while (last->next != nullptr) last = last->next;
     erase_free(last);
     if (last->ptr == seg.base + keep) {
       last->prev->next = nullptr;

@@ -328,6 +328,14 @@ std::size_t smallest_planner_budget(const policy::planner& pl, const probe_resul
   }
 }
 
+// A feasible choice: what a run asks for (`budget`) and what `plan` predicts there.
+void fill_choice(budget_choice& c, const probe_result& p, const policy::plan& plan, std::size_t budget) {
+  c.feasible = true;
+  c.budget = budget;
+  c.predicted_peak = plan.predicted_peak + runtime::cache_allowance(p.traced());
+  c.extra_compute = p.forward_s > 0.0 ? plan.added_compute_s / p.forward_s : -1.0;
+}
+
 // The budget for `planner` on the probed iteration: its smallest feasible budget, or with
 // `one_forward` the smallest budget whose plan adds at most `forwards` forwards' compute
 // (Chen et al.'s "one extra forward"), found by bisection above the smallest feasible.
@@ -371,10 +379,7 @@ budget_choice choose_budget(const probe_result& p, std::string_view planner, boo
       plan = std::move(best);
     }
   }
-  c.feasible = true;
-  c.budget = p.user_budget(at);
-  c.predicted_peak = plan->predicted_peak + runtime::cache_allowance(p.traced());
-  c.extra_compute = p.forward_s > 0.0 ? plan->added_compute_s / p.forward_s : -1.0;
+  fill_choice(c, p, *plan, p.user_budget(at));
   return c;
 }
 
@@ -702,10 +707,7 @@ budget_choice choose_budget_at(const probe_result& p, std::string_view planner, 
     c.error = "no plan at that budget";
     return c;
   }
-  c.feasible = true;
-  c.budget = at.budget;
-  c.predicted_peak = plan->predicted_peak + runtime::cache_allowance(p.traced());
-  c.extra_compute = p.forward_s > 0.0 ? plan->added_compute_s / p.forward_s : -1.0;
+  fill_choice(c, p, *plan, at.budget);
   return c;
 }
 
@@ -829,7 +831,7 @@ sweep_result depth_sweep(const bench_options& o, const progress_fn& progress) {
   add_slopes(s, {"baseline", "sqrtn", planner, planner + "@sqrtn"}, "depth");
   s.notes.push_back("budgets: sqrtn (budget-blind) at its smallest feasible budget; " + planner +
                     " at the smallest budget whose plan adds at most one forward's compute (traced durations), "
-                    "both from a probe of each depth");
+                    "and " + planner + "@sqrtn at sqrtn's budget (time at equal memory), all from a probe of each depth");
   s.notes.push_back("targets: slope of feature maps baseline ~1, sublinear <= 0.6; time <= 1.35x "
                     "(Chen et al. 2016: 1,000-layer ResNet 48 GB -> 7 GB at +30%)");
   s.notes.push_back("resident feature maps = peak of live bytes with pages (allocated - evicted) - persistent "
@@ -1663,7 +1665,8 @@ std::string bench_help(std::string_view prog) {
          "Measures what recomputation buys on the host device, every configuration side by side\n"
          "in this process (docs/benchmarks.md):\n"
          "  depth      ResNet 32..1202 layers: baseline, sqrtn and the best planner at <= 1 extra\n"
-         "             forward; log-log slopes of feature-map memory and time overhead\n"
+         "             forward and at sqrtn's budget; log-log slopes of feature-map memory and\n"
+         "             time overhead\n"
          "  lstm       LSTM 64..2048 steps: reduction against the best run without recomputation\n"
          "  budget     every planner at 0.25x, 0.5x, 0.75x of the traced peak: time overhead\n"
          "             (Transformer-8, and ResNet-434 unless --quick)\n"
