@@ -30,6 +30,7 @@ namespace {
 namespace bi = boost::intrusive;
 
 std::size_t round_up(std::size_t n, std::size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+std::size_t round_down(std::size_t n, std::size_t multiple) { return n / multiple * multiple; }
 
 enum class pool_kind : std::uint8_t { small, large, dedicated };
 
@@ -626,131 +627,225 @@ struct caching_allocator::impl {
       process_pending_frees(true);
       if (give_back()) return true;
     }
-    if (opts.trim_segments && trim_free_tails(bytes)) return true;
+    if (opts.trim_segments && trim_free_holes(bytes)) return true;
     last_shortfall = st.mapped + bytes - st.budget;
     return false;
   }
 
   // Note [Segment trim]
-  // Rationale: a mapping is unmapped whole, so one live block at the head of a segment
-  //   keeps all its pages mapped. Blocks allocated while an iteration is traced without a
-  //   budget and kept for good pin whatever segment they split: `sublinear demo --depth 56
-  //   --budget 0.5x` ran out of memory in its first planned iteration, 32 KiB short, with
-  //   its 576 KiB convolution workspace's segment held by a 64 KiB block (the optimizer's
-  //   state, created in the first step) and 512 KiB free behind it that nothing could use.
-  // Approach: the last step of the ladder before failing. Segments of the shared pools
-  //   whose last block is free give back the whole pages of that tail: wait for every
-  //   stream that may touch the segment, copy its live head (the pages before the tail)
-  //   to host memory, unmap the chunk, map a new chunk of only those pages at the same
-  //   address, and copy the head back. Addresses do not change, so nobody holding a
-  //   pointer notices; the freed tail's address range goes back to the reservation.
-  //   Largest gain first, and only if the tails together cover the shortfall (a wait for
-  //   nothing is not worth it). The new chunk is created before the old one goes, so the
-  //   transient needs its pages under the budget too; a segment whose head does not fit
-  //   is skipped.
-  // Limitations: it waits for the segment's streams (the host thread stalls once). The
-  //   head is copied out and back while the allocator's lock is held, but other threads
-  //   do not take that lock to use their blocks: a host write or a launch from another
-  //   thread into the segment during the move would be lost or fault. So it is an option
-  //   (options::trim_segments) that the replay engine turns on, whose training loop
-  //   launches from the thread that allocates; the allocator's four-thread stress test,
-  //   which writes its blocks from four threads, lost a write with it on. Backends must
-  //   copy (vmm::copy_to_host/copy_to_device).
-  bool trim_free_tails(std::size_t bytes) {
-    struct tail {
-      segment* seg;
-      block* last;       // the free block at its end
-      std::size_t keep;  // pages before the free tail
-    };
-    std::vector<tail> tails;
+  // Rationale: a mapping is unmapped whole, so one live block in a segment keeps all its
+  //   pages mapped. Blocks allocated while an iteration is traced without a budget and
+  //   kept for good pin whatever segment they split: `sublinear demo --depth 56 --budget
+  //   0.5x` ran out of memory in its first planned iteration, 32 KiB short, with its 576
+  //   KiB convolution workspace's segment held by a 64 KiB block (the optimizer's state,
+  //   created in the first step) and 512 KiB free behind it that nothing could use. With
+  //   free tails given back, the stress runs' remaining failures were free holes *between*
+  //   live blocks (a 576 KiB segment: 64 KiB live, 437 KiB free, live blocks after it).
+  // Approach: the last step of the ladder before failing. A segment of the shared pools
+  //   gives back the whole pages of its largest free block (a hole, or a free head or
+  //   tail): wait for every stream that may touch the segment, copy the live parts before
+  //   and after the hole to host memory, unmap the chunk, map a chunk for each live part
+  //   at its old address, and copy them back. The part after a hole becomes a segment of
+  //   its own. Addresses do not change, so nobody holding a pointer notices; the hole's
+  //   address range goes back to the reservation. Largest gain first, and only if the
+  //   holes together cover the shortfall (a wait for nothing is not worth it). Where the
+  //   budget has room for the new chunks beside the old one they are created first, so a
+  //   device that refuses them changes nothing; where it has not (the usual case: the
+  //   trim runs when the budget is already short of room), the old chunk goes first and
+  //   the budget holds at every step.
+  // Limitations: it waits for the segments' streams (the host thread stalls once). The
+  //   live parts are copied out and back while the allocator's lock is held, but other
+  //   threads do not take that lock to use their blocks: a host write or a launch from
+  //   another thread into the segment during the move would be lost or fault. So it is an
+  //   option (options::trim_segments) that the replay engine turns on, whose training
+  //   loop launches from the thread that allocates; the allocator's four-thread stress
+  //   test, which writes its blocks from four threads, lost a write with it on. Backends
+  //   must copy (vmm::copy_to_host/copy_to_device). One hole per segment per failing
+  //   request: the largest. When the old chunk went first, a device that then refuses the
+  //   smaller chunks (only another process taking the freed memory in between) leaves
+  //   the live parts in host memory alone: that is a device error.
+  struct hole {
+    segment* seg;
+    block* free;     // the free block whose whole pages go
+    std::size_t lo;  // the pages kept before it: [0, lo) of the segment
+    std::size_t hi;  // ... and after it: [hi, size)
+    std::size_t gain() const { return hi - lo; }
+  };
+
+  bool trim_free_holes(std::size_t bytes) {
+    std::vector<hole> holes;
     std::size_t gain = 0;
     for (auto& [base, sp] : segments) {
       segment& seg = *sp;
-      if (!seg.mapped || seg.kind == pool_kind::dedicated || seg.first == nullptr) continue;
-      block* last = seg.first;
-      while (last->next != nullptr) last = last->next;
-      if (!last->in_free_set || last == seg.first) continue;  // live tail, or wholly free
-      const std::size_t keep = round_up(static_cast<std::size_t>(last->ptr - seg.base), granularity);
-      if (keep >= seg.size) continue;
-      tails.push_back({&seg, last, keep});
-      gain += seg.size - keep;
+      if (!seg.mapped || seg.kind == pool_kind::dedicated || seg.first == nullptr || seg.first->next == nullptr)
+        continue;  // unmapped, never split, or wholly one block (released, not trimmed)
+      hole best{&seg, nullptr, 0, 0};
+      for (block* b = seg.first; b != nullptr; b = b->next) {
+        if (!b->in_free_set) continue;
+        const auto from = static_cast<std::size_t>(b->ptr - seg.base);
+        const std::size_t lo = round_up(from, granularity);
+        const std::size_t hi = round_down(from + b->size, granularity);
+        if (hi > lo && hi - lo > best.gain()) best = {&seg, b, lo, hi};
+      }
+      if (best.free == nullptr) continue;
+      holes.push_back(best);
+      gain += best.gain();
     }
-    if (tails.empty() || st.mapped + bytes > st.budget + gain) return false;
-    std::sort(tails.begin(), tails.end(),
-              [](const tail& a, const tail& b) { return a.seg->size - a.keep > b.seg->size - b.keep; });
+    if (holes.empty() || st.mapped + bytes > st.budget + gain) return false;
+    std::sort(holes.begin(), holes.end(), [](const hole& a, const hole& b) { return a.gain() > b.gain(); });
     // Every stream that may still touch a segment: its own and those its live blocks
     // were used on (record_stream).
     std::vector<stream_handle> streams;
-    for (const tail& t : tails) {
-      streams.push_back(t.seg->stream);
-      for (block* b = t.seg->first; b != nullptr; b = b->next)
+    for (const hole& h : holes) {
+      streams.push_back(h.seg->stream);
+      for (block* b = h.seg->first; b != nullptr; b = b->next)
         streams.insert(streams.end(), b->stream_uses.begin(), b->stream_uses.end());
     }
     std::sort(streams.begin(), streams.end());
     streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
     for (stream_handle s : streams) wait_for_stream(s);
     std::vector<std::byte> stash;
-    for (const tail& t : tails) {
+    for (const hole& h : holes) {
       if (fits(bytes)) break;
-      if (fits(t.keep)) trim_segment(*t.seg, t.last, t.keep, stash);
+      cut_hole(h, stash);
     }
     return fits(bytes);
   }
 
-  // Replaces `seg`'s chunk by one of its first `keep` bytes (Note [Segment trim]).
-  // Precondition: no device work touches the segment; its last block, `last`, is free and
-  // starts at or before `keep`.
-  void trim_segment(segment& seg, block* last, std::size_t keep, std::vector<std::byte>& stash) {
+  // Replaces `h.seg`'s chunk by chunks of its live parts before and after the hole, the
+  // part after becoming a segment of its own (Note [Segment trim]). Precondition: no
+  // device work touches the segment. With room under the budget for the new chunks
+  // beside the old one they are created first, and a device that refuses them leaves
+  // everything as it was; without, the old chunk goes first (the budget holds at every
+  // step), and a device that then refuses the smaller chunks is a device error.
+  void cut_hole(const hole& h, std::vector<std::byte>& stash) {
+    segment& seg = *h.seg;
+    char* const base = seg.base;
+    const std::size_t head = h.lo, tail = seg.size - h.hi;
     const auto fail = [&](const char* what, vmm_status s) {
-      return device_error("sublinear: trimming a segment of " + format_bytes(seg.size) + " to " +
-                          format_bytes(keep) + " on the " + device.name() + " device failed at " + what + " (" +
-                          to_string(s) + ": " + device.last_error() + ")");
+      return device_error("sublinear: cutting " + format_bytes(h.gain()) + " out of a segment of " +
+                          format_bytes(h.hi + tail) + " on the " + device.name() + " device failed at " + what +
+                          " (" + to_string(s) + ": " + device.last_error() + "); its live blocks are lost");
     };
-    chunk_handle fresh = 0;
-    vmm_status s = device.create_chunk(keep, &fresh);
-    ++st.create_calls;
-    if (s != vmm_status::ok) return;  // no room on the device: keep the segment as it is
-    stash.resize(keep);
-    s = device.copy_to_host(stash.data(), seg.base, keep);
-    if (s != vmm_status::ok) {
-      device.release_chunk(fresh);
-      ++st.release_calls;
-      return;  // this backend cannot copy: nothing has changed
+    chunk_handle fresh[2] = {0, 0};  // head, tail
+    const std::size_t sizes[2] = {head, tail};
+    char* const bases[2] = {base, base + h.hi};
+    const auto release_fresh = [&] {
+      for (chunk_handle& c : fresh) {
+        if (c == 0) continue;
+        device.release_chunk(c);
+        ++st.release_calls;
+        c = 0;
+      }
+    };
+    // Creates the chunks; false (none kept) if the device refuses one.
+    const auto create = [&]() -> vmm_status {
+      for (int i = 0; i < 2; ++i) {
+        if (sizes[i] == 0) continue;
+        const vmm_status s = device.create_chunk(sizes[i], &fresh[i]);
+        ++st.create_calls;
+        if (s != vmm_status::ok) {
+          release_fresh();
+          return s;
+        }
+      }
+      note_mapped(static_cast<std::ptrdiff_t>(head + tail));
+      return vmm_status::ok;
+    };
+    const bool beside = fits(head + tail);
+    if (beside && create() != vmm_status::ok) return;  // no room on the device: keep the segment
+    stash.resize(head + tail);
+    for (int i = 0; i < 2; ++i) {
+      if (sizes[i] == 0) continue;
+      if (device.copy_to_host(stash.data() + (i == 0 ? 0 : head), bases[i], sizes[i]) != vmm_status::ok) {
+        if (beside) note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
+        release_fresh();
+        return;  // this backend cannot copy: nothing has changed
+      }
     }
-    note_mapped(static_cast<std::ptrdiff_t>(keep));
     try {
       unmap_segment(seg);
     } catch (...) {
-      device.release_chunk(fresh);
-      ++st.release_calls;
-      note_mapped(-static_cast<std::ptrdiff_t>(keep));
+      if (beside) note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
+      release_fresh();
       throw;
     }
-    // From here the head's bytes live only in `stash`.
-    s = device.map(seg.base, keep, fresh);
-    ++st.map_calls;
-    if (s != vmm_status::ok) throw fail("map", s);
-    s = device.set_access(seg.base, keep);
-    ++st.set_access_calls;
-    if (s != vmm_status::ok) throw fail("set_access", s);
-    s = device.copy_to_device(seg.base, stash.data(), keep);
-    if (s != vmm_status::ok) throw fail("copying the live head back", s);
-    const std::size_t freed = seg.size - keep;
-    seg.handle = fresh;
-    seg.mapped = true;
-    erase_free(last);
-    if (last->ptr == seg.base + keep) {
-      last->prev->next = nullptr;
-      recycle(last);
-    } else {
-      last->size = static_cast<std::size_t>(seg.base + keep - last->ptr);
-      insert_free(last);
+    // From here the live parts' bytes live only in `stash`.
+    if (!beside) {
+      if (const vmm_status s = create(); s != vmm_status::ok) throw fail("create_chunk", s);
     }
-    give_address_range(seg.base + keep, freed);
-    seg.size = keep;
-    st.reserved -= freed;
+    for (int i = 0; i < 2; ++i) {
+      if (sizes[i] == 0) continue;
+      vmm_status s = device.map(bases[i], sizes[i], fresh[i]);
+      ++st.map_calls;
+      if (s != vmm_status::ok) throw fail("map", s);
+      s = device.set_access(bases[i], sizes[i]);
+      ++st.set_access_calls;
+      if (s != vmm_status::ok) throw fail("set_access", s);
+      s = device.copy_to_device(bases[i], stash.data() + (i == 0 ? 0 : head), sizes[i]);
+      if (s != vmm_status::ok) throw fail("copying a live part back", s);
+    }
+    split_at_hole(h, fresh[0], fresh[1]);  // may destroy `seg`
+    give_address_range(base + h.lo, h.gain());
+    st.reserved -= h.gain();
     ++st.segment_trims;
-    st.trimmed_bytes += freed;
+    st.trimmed_bytes += h.gain();
+  }
+
+  // The block lists of cut_hole: `h.free` keeps what of it lies before `h.lo` (or goes),
+  // a new free block takes what lies after `h.hi`, and the blocks from there on move to
+  // a new segment at `h.hi` mapped by `tail_chunk`. With no head, that segment replaces
+  // `h.seg`.
+  void split_at_hole(const hole& h, chunk_handle head_chunk, chunk_handle tail_chunk) {
+    segment* seg = h.seg;
+    block* f = h.free;
+    char* const cut_lo = seg->base + h.lo;
+    char* const cut_hi = seg->base + h.hi;
+    char* const f_end = f->ptr + f->size;
+    block* const before = f->prev;
+    block* after = f->next;
+    erase_free(f);
+    if (f->ptr < cut_lo) {  // the free part before the hole stays, at the head's end
+      f->size = static_cast<std::size_t>(cut_lo - f->ptr);
+      f->next = nullptr;
+      insert_free(f);
+    } else {
+      if (before != nullptr) before->next = nullptr;
+      recycle(f);
+    }
+    if (h.hi < seg->size) {
+      auto tail = std::make_unique<segment>();
+      tail->base = cut_hi;
+      tail->size = seg->size - h.hi;
+      tail->handle = tail_chunk;
+      tail->mapped = true;
+      tail->kind = seg->kind;
+      tail->stream = seg->stream;
+      if (cut_hi < f_end) {  // the free part after the hole starts the new segment
+        block* g = new_block();
+        g->ptr = cut_hi;
+        g->size = static_cast<std::size_t>(f_end - cut_hi);
+        g->seg = tail.get();
+        g->stream = seg->stream;
+        g->next = after;
+        if (after != nullptr) after->prev = g;
+        after = g;
+        insert_free(g);
+      } else {
+        after->prev = nullptr;
+      }
+      tail->first = after;
+      for (block* b = after; b != nullptr; b = b->next) b->seg = tail.get();
+      segments.emplace(tail->base, std::move(tail));
+    }
+    if (h.lo == 0) {  // no head: the old segment is gone
+      if (seg->has_free_event) events.release(seg->free_event);
+      segments.erase(seg->base);
+      return;
+    }
+    seg->size = h.lo;
+    seg->handle = head_chunk;
+    seg->mapped = true;
   }
 
   [[noreturn]] void throw_oom(std::size_t requested, const std::string& why) {

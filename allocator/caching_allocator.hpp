@@ -106,10 +106,11 @@ struct options {
   // segments]). The same on CUDA, whose 2 MiB page is PyTorch's small segment; on the host
   // device's 64 KiB pages it keeps a few live small blocks from holding 2 MiB each.
   bool exact_small_segments = false;
-  // Under pressure, give back the free tail of a shared segment by moving its live head
-  // into a smaller chunk at the same address (Note [Segment trim]). The replay engine
-  // turns it on; off by default because the head is copied while no other thread may
-  // touch it (a host write or launch from another thread during the move is lost).
+  // Under pressure, give back the pages of a free block inside a shared segment (a hole,
+  // or a free head or tail) by moving the live parts around it into chunks of their own
+  // at the same addresses (Note [Segment trim]). The replay engine turns it on; off by
+  // default because the live parts are copied while no other thread may touch them (a
+  // host write or launch from another thread during the move is lost).
   bool trim_segments = false;
   // Keep the chunks of evicted blocks for the next mapping of the same size instead of
   // releasing them (Note [Chunk pool]); pooled bytes count against the budget.
@@ -143,7 +144,7 @@ struct stats {
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
   std::uint64_t shared_placements = 0; // observer-evictable requests placed in a shared segment (Note [Strict budget])
-  std::uint64_t segment_trims = 0;   // free tails given back by remapping a segment's head (Note [Segment trim])
+  std::uint64_t segment_trims = 0;   // free pages cut out of segments by remapping their live parts (Note [Segment trim])
   std::size_t trimmed_bytes = 0;
   std::uint64_t idle_releases = 0;   // free exact large segments given back before a new one (Note [Exact large segments])
   std::uint64_t oom_errors = 0;

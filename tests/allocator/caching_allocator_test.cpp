@@ -434,6 +434,121 @@ TEST_F(CachingAllocator, UnderPressureASegmentsFreeTailIsGivenBackAndItsLiveHead
   EXPECT_TRUE(a.validate());
 }
 
+// 64 KiB of a pattern, and its check, for blocks that must survive a segment trim.
+static void fill(unsigned char* p, unsigned seed) {
+  for (std::size_t i = 0; i < 64 * KiB; ++i) p[i] = static_cast<unsigned char>(i * seed + 3);
+}
+static bool same(const unsigned char* p, unsigned seed) {
+  bool ok = true;
+  for (std::size_t i = 0; i < 64 * KiB; ++i) ok = ok && p[i] == static_cast<unsigned char>(i * seed + 3);
+  return ok;
+}
+
+// A 576 KiB segment holding 64 KiB live (`head`), a free 384 KiB hole, 64 KiB live
+// (`tail`) and 64 KiB free, beside a 256 KiB segment live throughout (`other`): 832 KiB
+// mapped.
+struct holed_segment {
+  unsigned char* head;
+  unsigned char* tail;
+  void* other;
+};
+static holed_segment make_hole(caching_allocator& a) {
+  a.set_exact_small_segments(true);
+  void* work = a.allocate(576 * KiB, nullptr);  // its own 576 KiB segment
+  void* other = a.allocate(256 * KiB, nullptr);
+  a.deallocate(work);
+  auto* head = static_cast<unsigned char*>(a.allocate(64 * KiB, nullptr));
+  void* hole = a.allocate(384 * KiB, nullptr);
+  auto* tail = static_cast<unsigned char*>(a.allocate(64 * KiB, nullptr));
+  EXPECT_EQ(static_cast<void*>(head), work);
+  EXPECT_EQ(static_cast<unsigned char*>(hole), head + 64 * KiB);
+  EXPECT_EQ(tail, head + 448 * KiB) << "blocks split the free segment in address order";
+  a.deallocate(hole);
+  fill(head, 7);
+  fill(tail, 11);
+  EXPECT_EQ(a.get_stats().mapped, 832 * KiB);
+  return {head, tail, other};
+}
+
+TEST_F(CachingAllocator, UnderPressureAFreeHoleBetweenLiveBlocksIsCutOutAndBothSidesKeepTheirBytes) {
+  auto a = make();
+  const holed_segment h = make_hole(a);
+  // Room for the live parts' new chunks (64 + 128 KiB) beside the old one; the workspace
+  // fits only without the hole.
+  a.set_budget(1024 * KiB);
+  EXPECT_THROW((void)a.allocate(576 * KiB, nullptr), out_of_memory) << "off unless asked for (the engine asks)";
+  a.set_segment_trim(true);
+  void* again = a.allocate(576 * KiB, nullptr);
+  const stats s = a.get_stats();
+  EXPECT_EQ(s.segment_trims, 1u);
+  EXPECT_EQ(s.trimmed_bytes, 384 * KiB);
+  EXPECT_EQ(s.mapped, 64 * KiB + 128 * KiB + 256 * KiB + 576 * KiB);
+  EXPECT_LE(s.mapped_peak, 1024 * KiB);
+  EXPECT_TRUE(same(h.head, 7)) << "the live part before the hole was copied back";
+  EXPECT_TRUE(same(h.tail, 11)) << "the live part after the hole was copied back";
+  EXPECT_TRUE(a.validate());
+  std::memset(again, 0xAB, 576 * KiB);  // mapped and writable
+  // The part after the hole is a segment of its own: its free 64 KiB serves a request,
+  // and once it is wholly free it can be released like any other.
+  void* in_tail = a.allocate(64 * KiB, nullptr);
+  EXPECT_EQ(static_cast<unsigned char*>(in_tail), h.tail + 64 * KiB);
+  a.deallocate(in_tail);
+  a.deallocate(h.tail);
+  a.deallocate(h.head);
+  a.deallocate(again);
+  a.deallocate(h.other);
+  EXPECT_TRUE(a.validate());
+  a.empty_cache();
+  EXPECT_EQ(a.get_stats().mapped, 0u);
+  EXPECT_EQ(a.get_stats().reserved, 0u);
+}
+
+TEST_F(CachingAllocator, WithoutRoomBesideTheSegmentTheOldChunkGoesFirstAndTheBudgetHolds) {
+  auto a = make();
+  const holed_segment h = make_hole(a);
+  a.set_budget(896 * KiB);  // 64 KiB of room: less than the live parts' 192 KiB
+  a.set_segment_trim(true);
+  void* again = a.allocate(448 * KiB, nullptr);
+  const stats s = a.get_stats();
+  EXPECT_EQ(s.segment_trims, 1u);
+  EXPECT_EQ(s.mapped, 896 * KiB);
+  EXPECT_LE(s.mapped_peak, 896 * KiB) << "the old chunk was unmapped before the new ones were made";
+  EXPECT_TRUE(same(h.head, 7));
+  EXPECT_TRUE(same(h.tail, 11));
+  EXPECT_TRUE(a.validate());
+  a.deallocate(again);
+  a.deallocate(h.tail);
+  a.deallocate(h.head);
+  a.deallocate(h.other);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, UnderPressureAFreeHeadIsCutOutAndTheLiveRestKeepsItsAddress) {
+  auto a = make();
+  a.set_exact_small_segments(true);
+  void* work = a.allocate(576 * KiB, nullptr);
+  void* other = a.allocate(256 * KiB, nullptr);
+  a.deallocate(work);
+  void* front = a.allocate(448 * KiB, nullptr);
+  auto* kept = static_cast<unsigned char*>(a.allocate(64 * KiB, nullptr));
+  ASSERT_EQ(kept, static_cast<unsigned char*>(work) + 448 * KiB);
+  a.deallocate(front);  // 448 free, 64 live, 64 free
+  fill(kept, 5);
+  a.set_budget(832 * KiB + 128 * KiB);
+  a.set_segment_trim(true);
+  void* again = a.allocate(576 * KiB, nullptr);
+  const stats s = a.get_stats();
+  EXPECT_EQ(s.segment_trims, 1u);
+  EXPECT_EQ(s.trimmed_bytes, 448 * KiB);
+  EXPECT_EQ(s.mapped, 128 * KiB + 256 * KiB + 576 * KiB);
+  EXPECT_TRUE(same(kept, 5));
+  EXPECT_TRUE(a.validate());
+  a.deallocate(kept);
+  a.deallocate(again);
+  a.deallocate(other);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, TailsThatCannotCoverTheShortfallAreLeftAlone) {
   auto a = make();
   a.set_exact_small_segments(true);
