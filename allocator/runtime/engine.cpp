@@ -513,6 +513,10 @@ struct engine::impl {
             st = opts.config.validate == validate_mode::off ? engine_state::steady : engine_state::validate;
           } else {
             st = engine_state::steady;  // plain caching: nothing scheduled
+            // The traced iterations' cache was shaped by their evictable placements and
+            // offloading (dedicated segments of exact sizes); plain caching places the same
+            // requests in shared segments and would map those beside it. Start it afresh.
+            alloc.empty_cache();
           }
         } else {
           // The last traced iteration is planned from; the earlier ones only contribute
