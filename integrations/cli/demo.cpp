@@ -244,6 +244,8 @@ struct budgeted_run {
   std::size_t evictions = 0;
   std::size_t recomputed = 0;
   std::size_t retained = 0;  // frees deferred so that recipes read the block in place
+  std::uint64_t segment_trims = 0;  // the allocator's last resort (Note [Segment trim])
+  std::size_t trimmed_bytes = 0;
   bool bit_identical = false;
   std::string plan_error;
 };
@@ -312,6 +314,9 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.budget = rt.get().budget();
   out.predicted_peak = rt.get().predicted_peak();
   out.plan_error = rt.get().plan_error();
+  const allocator::stats st = session.allocator().get_stats();
+  out.segment_trims = st.segment_trims;
+  out.trimmed_bytes = st.trimmed_bytes;
   std::vector<double> times;
   for (std::size_t i = 0; i < out.reports.size(); ++i) {
     const auto& r = out.reports[i];
@@ -349,6 +354,8 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("evictions (all iterations)", std::to_string(b.evictions));
   row("recomputed launches", std::to_string(b.recomputed));
   if (b.retained > 0) row("frees deferred (retained)", std::to_string(b.retained));
+  if (b.segment_trims > 0)
+    row("segments trimmed (last resort)", std::to_string(b.segment_trims) + ", " + bytes(b.trimmed_bytes));
   row("parameters bit-identical", b.bit_identical ? "yes" : "NO");
   std::printf(
       "\nThe two runs take turns, one iteration each, so that both meet the same machine; the\n"
@@ -383,6 +390,8 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"time_ratio", num(b.time_ratio)},
       {"evictions", std::to_string(b.evictions)},
       {"recomputed_launches", std::to_string(b.recomputed)},
+      {"segment_trims", std::to_string(b.segment_trims)},
+      {"trimmed_bytes", std::to_string(b.trimmed_bytes)},
       {"params_bit_identical", b.bit_identical ? "true" : "false"},
       {"plan_error", wl::json_string(b.plan_error)},
   };
