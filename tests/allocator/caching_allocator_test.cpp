@@ -400,6 +400,23 @@ TEST_F(CachingAllocator, NeverMapsPastTheBudgetAndSaysWhyItCannot) {
   EXPECT_TRUE(a.validate());
 }
 
+// 64 KiB of a pattern, and its check, for blocks that must survive a segment trim.
+static void fill(unsigned char* p, unsigned seed) {
+  for (std::size_t i = 0; i < 64 * KiB; ++i) p[i] = static_cast<unsigned char>(i * seed + 3);
+}
+static bool same(const unsigned char* p, unsigned seed) {
+  bool ok = true;
+  for (std::size_t i = 0; i < 64 * KiB; ++i) ok = ok && p[i] == static_cast<unsigned char>(i * seed + 3);
+  return ok;
+}
+// One trim of `trimmed` bytes, `mapped` bytes mapped after it, never more than `budget`.
+static void expect_one_trim(const stats& s, std::size_t trimmed, std::size_t mapped, std::size_t budget) {
+  EXPECT_EQ(s.segment_trims, 1u);
+  EXPECT_EQ(s.trimmed_bytes, trimmed);
+  EXPECT_EQ(s.mapped, mapped);
+  EXPECT_LE(s.mapped_peak, budget) << "the budget held while the live parts moved";
+}
+
 // Note [Segment trim]: the allocation pattern of `sublinear demo --depth 56 --budget 0.5x`.
 // A workspace's segment, freed, is split by a block that stays (the optimizer's state,
 // created before any budget); under the budget the workspace no longer fits anywhere.
@@ -411,37 +428,21 @@ TEST_F(CachingAllocator, UnderPressureASegmentsFreeTailIsGivenBackAndItsLiveHead
   a.deallocate(work);
   auto* kept = static_cast<unsigned char*>(a.allocate(64 * KiB, nullptr));
   ASSERT_EQ(static_cast<void*>(kept), work) << "the only free block: the workspace's segment is split";
-  for (std::size_t i = 0; i < 64 * KiB; ++i) kept[i] = static_cast<unsigned char>(i * 7 + 3);
+  fill(kept, 7);
   ASSERT_EQ(a.get_stats().mapped, 576 * KiB + 256 * KiB);
   // Room for the workspace only once the 512 KiB tail is gone.
   a.set_budget(576 * KiB + 256 * KiB + 128 * KiB);
   EXPECT_THROW((void)a.allocate(576 * KiB, nullptr), out_of_memory) << "off unless asked for (the engine asks)";
   a.set_segment_trim(true);
   void* again = a.allocate(576 * KiB, nullptr);
-  const stats s = a.get_stats();
-  EXPECT_EQ(s.segment_trims, 1u);
-  EXPECT_EQ(s.trimmed_bytes, 512 * KiB);
-  EXPECT_EQ(s.mapped, 64 * KiB + 256 * KiB + 576 * KiB);
-  EXPECT_LE(s.mapped_peak, 576 * KiB + 256 * KiB + 128 * KiB) << "the new head's chunk fits under the budget too";
-  bool same = true;
-  for (std::size_t i = 0; i < 64 * KiB; ++i) same = same && kept[i] == static_cast<unsigned char>(i * 7 + 3);
-  EXPECT_TRUE(same) << "the live head was copied back into the new chunk";
+  expect_one_trim(a.get_stats(), 512 * KiB, 64 * KiB + 256 * KiB + 576 * KiB, 576 * KiB + 256 * KiB + 128 * KiB);
+  EXPECT_TRUE(same(kept, 7)) << "the live head was copied back into the new chunk";
   std::memset(again, 0xAB, 576 * KiB);  // mapped and writable
   EXPECT_TRUE(a.validate());
   a.deallocate(again);
   a.deallocate(kept);
   a.deallocate(other);
   EXPECT_TRUE(a.validate());
-}
-
-// 64 KiB of a pattern, and its check, for blocks that must survive a segment trim.
-static void fill(unsigned char* p, unsigned seed) {
-  for (std::size_t i = 0; i < 64 * KiB; ++i) p[i] = static_cast<unsigned char>(i * seed + 3);
-}
-static bool same(const unsigned char* p, unsigned seed) {
-  bool ok = true;
-  for (std::size_t i = 0; i < 64 * KiB; ++i) ok = ok && p[i] == static_cast<unsigned char>(i * seed + 3);
-  return ok;
 }
 
 // A 576 KiB segment holding 64 KiB live (`head`), a free 384 KiB hole, 64 KiB live
@@ -479,11 +480,7 @@ TEST_F(CachingAllocator, UnderPressureAFreeHoleBetweenLiveBlocksIsCutOutAndBothS
   EXPECT_THROW((void)a.allocate(576 * KiB, nullptr), out_of_memory) << "off unless asked for (the engine asks)";
   a.set_segment_trim(true);
   void* again = a.allocate(576 * KiB, nullptr);
-  const stats s = a.get_stats();
-  EXPECT_EQ(s.segment_trims, 1u);
-  EXPECT_EQ(s.trimmed_bytes, 384 * KiB);
-  EXPECT_EQ(s.mapped, 64 * KiB + 128 * KiB + 256 * KiB + 576 * KiB);
-  EXPECT_LE(s.mapped_peak, 1024 * KiB);
+  expect_one_trim(a.get_stats(), 384 * KiB, 64 * KiB + 128 * KiB + 256 * KiB + 576 * KiB, 1024 * KiB);
   EXPECT_TRUE(same(h.head, 7)) << "the live part before the hole was copied back";
   EXPECT_TRUE(same(h.tail, 11)) << "the live part after the hole was copied back";
   EXPECT_TRUE(a.validate());
@@ -509,10 +506,8 @@ TEST_F(CachingAllocator, WithoutRoomBesideTheSegmentTheOldChunkGoesFirstAndTheBu
   a.set_budget(896 * KiB);  // 64 KiB of room: less than the live parts' 192 KiB
   a.set_segment_trim(true);
   void* again = a.allocate(448 * KiB, nullptr);
-  const stats s = a.get_stats();
-  EXPECT_EQ(s.segment_trims, 1u);
-  EXPECT_EQ(s.mapped, 896 * KiB);
-  EXPECT_LE(s.mapped_peak, 896 * KiB) << "the old chunk was unmapped before the new ones were made";
+  // The old chunk was unmapped before the new ones were made.
+  expect_one_trim(a.get_stats(), 384 * KiB, 896 * KiB, 896 * KiB);
   EXPECT_TRUE(same(h.head, 7));
   EXPECT_TRUE(same(h.tail, 11));
   EXPECT_TRUE(a.validate());
@@ -537,10 +532,7 @@ TEST_F(CachingAllocator, UnderPressureAFreeHeadIsCutOutAndTheLiveRestKeepsItsAdd
   a.set_budget(832 * KiB + 128 * KiB);
   a.set_segment_trim(true);
   void* again = a.allocate(576 * KiB, nullptr);
-  const stats s = a.get_stats();
-  EXPECT_EQ(s.segment_trims, 1u);
-  EXPECT_EQ(s.trimmed_bytes, 448 * KiB);
-  EXPECT_EQ(s.mapped, 128 * KiB + 256 * KiB + 576 * KiB);
+  expect_one_trim(a.get_stats(), 448 * KiB, 128 * KiB + 256 * KiB + 576 * KiB, 832 * KiB + 128 * KiB);
   EXPECT_TRUE(same(kept, 5));
   EXPECT_TRUE(a.validate());
   a.deallocate(kept);
