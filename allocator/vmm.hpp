@@ -81,9 +81,9 @@ class vmm {
 
   // Synchronous copies between host memory and a mapped, accessible device range (every
   // granule of [address, address + bytes) mapped). They wait for nothing else: the caller
-  // knows no device work touches the range. The allocator moves the live head of a
-  // segment through them when it trims the segment's free tail (Note [Segment trim] in
-  // caching_allocator.cpp).
+  // knows no device work touches the range. The allocator moves a segment's live parts
+  // through them when it cuts a free block's pages out of the segment (Note [Segment
+  // trim] in caching_allocator.cpp).
   virtual vmm_status copy_to_host(void* host, const void* address, std::size_t bytes) noexcept = 0;
   virtual vmm_status copy_to_device(void* address, const void* host, std::size_t bytes) noexcept = 0;
 
