@@ -319,7 +319,7 @@ std::vector<block_extent> recorder::touched_blocks(std::span<const std::byte> pa
   scan_params(params, impl_->blocks, hits);
   for (const scan_hit& h : hits) {
     const block_map::entry* e = impl_->blocks.at(h.base);
-    out.push_back({h.base, e->end - e->base});
+    out.push_back({h.base, e->end - e->base, e->id});
   }
   std::sort(out.begin(), out.end(), [](const block_extent& a, const block_extent& b) { return a.base < b.base; });
   out.erase(std::unique(out.begin(), out.end()), out.end());

@@ -67,6 +67,9 @@ using describe_kernel_fn = kernel_info (*)(const void* context);
 struct block_extent {
   std::uint64_t base = 0;
   std::uint64_t size = 0;
+  // The recorder's name for the allocation: a later block at the same address gets another
+  // (names wrap only after 2^32 allocations).
+  std::uint32_t allocation = 0;
   bool operator==(const block_extent&) const = default;
 };
 

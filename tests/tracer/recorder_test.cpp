@@ -232,6 +232,137 @@ TEST(HostCollector, ObservedWritesListOnlyTheBlocksAKernelChanged) {
   ctx.release_bytes(out, n * sizeof(float));
 }
 
+// Note [Hash reuse]: a block's hash before a kernel may come from the kernel that last
+// touched it; what each kernel wrote must come out as when every block is hashed anew.
+TEST(HostCollector, WithKeptHashesEachKernelStillShowsExactlyWhatItWrote) {
+  for (const bool reuse : {false, true}) {
+    SCOPED_TRACE(reuse ? "hashes reused" : "every block hashed before every kernel");
+    host_collector_options c;
+    c.observe_writes = true;
+    c.reuse_hashes = reuse;
+    traced_session s(c);
+    auto ctx = s.ctx();
+    const std::int64_t n = 256;
+    auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
+    auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
+    std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+    s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
+    s.dev().memset_async(b, 0, n * sizeof(float), nullptr);
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // writes b
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{b, a, n});  // writes a
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // writes b
+    testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{b, n});  // nothing
+    s.dev().synchronize();
+    const host_collector::before_counts counts = s.collector().before_hashes();
+    const trace t = s.take();
+    const auto launches = of_kind(t, event_kind::launch);
+    ASSERT_EQ(launches.size(), 4u);
+    const std::vector<std::vector<std::uint64_t>> expected = {{addr(b)}, {addr(a)}, {addr(b)}, {}};
+    for (std::size_t i = 0; i < launches.size(); ++i) {
+      std::vector<std::uint64_t> written;
+      for (const write_record& w : t.writes_of(launches[i]->seq)) written.push_back(w.address);
+      EXPECT_EQ(written, expected[i]) << "launch " << i;
+    }
+    // Seven blocks are observed before the four kernels. Reusing, only the first kernel's
+    // two (written by a copy and a set, never hashed) are read there.
+    EXPECT_EQ(counts.hashed + counts.reused, 7u);
+    EXPECT_EQ(counts.reused, reuse ? 5u : 0u);
+    EXPECT_EQ(s.collector().kept_hash_count(), reuse ? 2u : 0u);
+    ctx.release_bytes(a, n * sizeof(float));
+    ctx.release_bytes(b, n * sizeof(float));
+  }
+}
+
+// A copy or a set changes a block no kernel touched: its kept hash must not be taken for
+// the next kernel's "before", or that kernel would seem to write what the copy wrote.
+TEST(HostCollector, ACopyOrSetBetweenKernelsIsNotTakenForTheNextKernelsWrite) {
+  for (const bool set : {false, true}) {
+    SCOPED_TRACE(set ? "a set" : "a copy");
+    host_collector_options c;
+    c.observe_writes = true;
+    traced_session s(c);
+    auto ctx = s.ctx();
+    const std::int64_t n = 256;
+    auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
+    auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
+    std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+    s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // keeps a's hash
+    if (set) {
+      s.dev().memset_async(a + 8, 0, 16 * sizeof(float), nullptr);  // part of a only
+    } else {
+      std::vector<float> threes(static_cast<std::size_t>(n), 3.0f);
+      s.dev().memcpy_async(a, threes.data(), n * sizeof(float), nullptr);
+    }
+    testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{a, n});
+    s.dev().synchronize();
+    const trace t = s.take();
+    const auto launches = of_kind(t, event_kind::launch);
+    ASSERT_EQ(launches.size(), 2u);
+    EXPECT_TRUE(t.writes_of(launches[1]->seq).empty()) << "the copy's or set's write was taken for the kernel's";
+    ctx.release_bytes(a, n * sizeof(float));
+    ctx.release_bytes(b, n * sizeof(float));
+  }
+}
+
+// A kernel run while nothing is recorded is not observed: every hash kept before it is
+// stale once it has run.
+TEST(HostCollector, AKernelRunWhileNotRecordingMakesEveryKeptHashStale) {
+  host_collector_options c;
+  c.observe_writes = true;
+  traced_session s(c);
+  auto ctx = s.ctx();
+  const std::int64_t n = 256;
+  auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
+  auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
+  std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+  s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
+  testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // keeps a's and b's hashes
+  s.rec().stop();
+  testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{b, a, n});  // rewrites a, unobserved
+  s.rec().start();
+  testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{a, n});
+  s.dev().synchronize();
+  const trace t = s.take();
+  const auto launches = of_kind(t, event_kind::launch);
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_TRUE(t.writes_of(launches[0]->seq).empty()) << "the unobserved kernel's write was taken for this one's";
+  ctx.release_bytes(a, n * sizeof(float));
+  ctx.release_bytes(b, n * sizeof(float));
+}
+
+TEST(KeptHashes, AHashServesOnlyTheSameAllocationInTheSameEpoch) {
+  kept_hashes k;
+  k.keep({0x1000, 0x100, 7}, 3, 42);
+  std::uint64_t h = 0;
+  EXPECT_TRUE(k.find({0x1000, 0x100, 7}, 3, h));
+  EXPECT_EQ(h, 42u);
+  EXPECT_FALSE(k.find({0x1000, 0x100, 8}, 3, h)) << "a later block at the same address";
+  EXPECT_FALSE(k.find({0x1000, 0x80, 7}, 3, h)) << "another size";
+  EXPECT_FALSE(k.find({0x1000, 0x100, 7}, 4, h)) << "a later epoch";
+}
+
+TEST(KeptHashes, KeepingOrDroppingARangeDropsEveryHashItOverlaps) {
+  kept_hashes k;
+  k.keep({0x1000, 0x100, 1}, 0, 1);
+  k.keep({0x1100, 0x100, 2}, 0, 2);
+  k.keep({0x1200, 0x100, 3}, 0, 3);
+  k.keep({0x1400, 0x100, 4}, 0, 4);
+  EXPECT_EQ(k.size(), 4u);
+  k.keep({0x10c0, 0x100, 5}, 0, 5);  // reaches into the first and the second
+  EXPECT_EQ(k.size(), 3u);
+  std::uint64_t h = 0;
+  EXPECT_FALSE(k.find({0x1000, 0x100, 1}, 0, h));
+  EXPECT_FALSE(k.find({0x1100, 0x100, 2}, 0, h));
+  EXPECT_TRUE(k.find({0x10c0, 0x100, 5}, 0, h));
+  k.drop(0x11bf, 0x42);  // the last byte of the new one to the first of the third
+  EXPECT_FALSE(k.find({0x10c0, 0x100, 5}, 0, h));
+  EXPECT_FALSE(k.find({0x1200, 0x100, 3}, 0, h));
+  EXPECT_TRUE(k.find({0x1400, 0x100, 4}, 0, h));
+  k.drop(0x1300, 0x100);  // touches nothing kept
+  EXPECT_EQ(k.size(), 1u);
+}
+
 TEST(HostCollector, LaunchesFromSeveralThreadsAreAllRecordedInEachThreadsOrder) {
   traced_session s;
   auto ctx = s.ctx();

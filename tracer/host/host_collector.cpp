@@ -2,6 +2,8 @@
 #include "tracer/host/host_collector.hpp"
 
 #include <cstring>
+#include <iterator>
+#include <mutex>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -47,37 +49,52 @@ kernel_info describe_host_kernel(const void* context) {
   return info;
 }
 
+std::uint64_t hash_block(const block_extent& b) noexcept {
+  return hash_bytes(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.base)), static_cast<std::size_t>(b.size));
+}
+
 // Shared by the two host functions that bracket one launch.
 struct probe {
   recorder* rec = nullptr;
   std::uint64_t seq = no_seq;
   bool time = false;
   bool observe = false;
+  kept_hashes* kept = nullptr;  // Note [Hash reuse]; null: hash every block before
+  std::uint64_t epoch = 0;
+  std::atomic<std::uint64_t>* hashed = nullptr;  // blocks hashed before the kernel
+  std::atomic<std::uint64_t>* reused = nullptr;  // blocks whose kept hash served
   std::vector<block_extent> blocks;
   std::vector<std::uint64_t> before;
   std::uint64_t t0 = 0;
 
-  void hash_all(std::vector<std::uint64_t>& out) const {
-    out.clear();
-    out.reserve(blocks.size());
-    for (const block_extent& b : blocks) {
-      out.push_back(hash_bytes(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.base)),
-                               static_cast<std::size_t>(b.size)));
-    }
-  }
   void begin() {
-    if (observe) hash_all(before);
+    if (observe) {
+      before.clear();
+      before.reserve(blocks.size());
+      std::uint64_t reused_here = 0;
+      for (const block_extent& b : blocks) {
+        std::uint64_t h = 0;
+        if (kept != nullptr && kept->find(b, epoch, h)) {
+          ++reused_here;
+        } else {
+          h = hash_block(b);
+        }
+        before.push_back(h);
+      }
+      reused->fetch_add(reused_here, std::memory_order_relaxed);
+      hashed->fetch_add(blocks.size() - reused_here, std::memory_order_relaxed);
+    }
     t0 = now_ns();
   }
   void end() {
     const std::uint64_t t1 = now_ns();
     if (time) rec->set_duration(seq, t1 - t0);
     if (observe) {
-      std::vector<std::uint64_t> after;
-      hash_all(after);
       std::vector<std::uint64_t> written;
       for (std::size_t i = 0; i < blocks.size(); ++i) {
-        if (after[i] != before[i]) written.push_back(blocks[i].base);
+        const std::uint64_t after = hash_block(blocks[i]);
+        if (after != before[i]) written.push_back(blocks[i].base);
+        if (kept != nullptr) kept->keep(blocks[i], epoch, after);
       }
       rec->set_writes(seq, written);
     }
@@ -94,6 +111,44 @@ struct open_probe {
 thread_local std::vector<open_probe> t_open;
 
 }  // namespace
+
+bool kept_hashes::find(const block_extent& b, std::uint64_t epoch, std::uint64_t& hash) const {
+  std::lock_guard lock(mutex_);
+  const auto it = by_base_.find(b.base);
+  if (it == by_base_.end() || it->second.size != b.size || it->second.allocation != b.allocation ||
+      it->second.epoch != epoch) {
+    return false;
+  }
+  hash = it->second.hash;
+  return true;
+}
+
+void kept_hashes::keep(const block_extent& b, std::uint64_t epoch, std::uint64_t hash) {
+  std::lock_guard lock(mutex_);
+  drop_overlapping(b.base, b.base + b.size);
+  by_base_.emplace(b.base, entry{b.size, b.allocation, epoch, hash});
+}
+
+void kept_hashes::drop(std::uint64_t base, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  drop_overlapping(base, base + bytes);
+}
+
+std::size_t kept_hashes::size() const {
+  std::lock_guard lock(mutex_);
+  return by_base_.size();
+}
+
+void kept_hashes::drop_overlapping(std::uint64_t base, std::uint64_t end) {
+  auto it = by_base_.lower_bound(base);
+  // The kept extents are disjoint: only the one before `base` can reach into the range
+  // from below.
+  if (it != by_base_.begin()) {
+    const auto prev = std::prev(it);
+    if (prev->first + prev->second.size > base) by_base_.erase(prev);
+  }
+  while (it != by_base_.end() && it->first < end) it = by_base_.erase(it);
+}
 
 host_collector::host_collector(host::device& dev, recorder& rec, host_collector_options options)
     : dev_(dev), rec_(rec), options_(options), default_stream_(dev.default_stream()) {
@@ -115,16 +170,34 @@ void host_collector::on_enter(const host::launch_record& r) {
   a.params = {r.params, r.param_bytes};
   a.correlation = r.correlation_id;
   const std::uint64_t seq = rec_.record_launch(a, &describe_host_kernel, r.fn);
-  if (seq == no_seq || (!options_.time_launches && !options_.observe_writes)) return;
+  if (seq == no_seq) {
+    // An unobserved kernel may write anything: hashes kept so far are stale once it runs.
+    if (kept_in_epoch_.exchange(false, std::memory_order_relaxed)) epoch_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!options_.time_launches && !options_.observe_writes) return;
 
   auto p = std::make_shared<probe>();
   p->rec = &rec_;
   p->seq = seq;
   p->time = options_.time_launches;
   p->observe = options_.observe_writes;
-  if (p->observe) p->blocks = rec_.touched_blocks(a.params);
+  p->hashed = &counts_->hashed;
+  p->reused = &counts_->reused;
+  if (p->observe) {
+    p->blocks = rec_.touched_blocks(a.params);
+    if (options_.reuse_hashes) {
+      p->kept = kept_.get();
+      p->epoch = epoch_.load(std::memory_order_relaxed);
+      kept_in_epoch_.store(true, std::memory_order_relaxed);
+    }
+  }
   dev_.host_func(r.on, [p] { p->begin(); });
   t_open.push_back({this, r.correlation_id, std::move(p)});
+}
+
+host_collector::before_counts host_collector::before_hashes() const {
+  return {counts_->hashed.load(std::memory_order_relaxed), counts_->reused.load(std::memory_order_relaxed)};
 }
 
 void host_collector::on_exit(const host::launch_record& r) {
@@ -141,6 +214,12 @@ void host_collector::on_exit(const host::launch_record& r) {
 // Copies and sets are recorded at their ENTER, whoever issued them; the device has no EXIT
 // for them, so they are not timed (analysis estimates their cost from their bytes).
 void host_collector::on_memory_op(const host::memory_op_record& r) {
+  if (options_.observe_writes && options_.reuse_hashes) {
+    // Its destination's kept hashes go stale when it runs (Note [Hash reuse]).
+    std::shared_ptr<kept_hashes> kept = kept_;
+    const auto dst = reinterpret_cast<std::uint64_t>(r.dst);
+    dev_.host_func(r.on, [kept, dst, bytes = static_cast<std::uint64_t>(r.bytes)] { kept->drop(dst, bytes); });
+  }
   if (r.op == host::memory_op_record::kind::copy) {
     rec_.record_memcpy(r.dst, r.src, r.bytes, handle_of(r.on));
   } else {

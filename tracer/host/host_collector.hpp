@@ -24,13 +24,38 @@
 //   breaks. Hashing costs a read of every touched block per launch: a tracing-iteration
 //   mode, not a steady one.
 //
+// Note [Hash reuse]
+// Rationale: hashing a kernel's blocks just before timing it reads them into the CPU's
+//   caches, so the kernel then runs on warm operands: memory-bound kernels measured about
+//   25% fast while traced (docs/benchmarks.md, "Where the time goes"), and the planner
+//   priced their recomputation too low against GEMMs'. A kernel's inputs were, in most
+//   cases, hashed already: right after the kernel that last touched them.
+// Approach: the hashes taken after each observed kernel are kept per allocation (the
+//   recorder's name for it, so a later block at the same address never matches). Before a
+//   kernel, a block whose hash is kept is not read again; only blocks no observed kernel
+//   has touched yet (a fresh output, a batch just copied in) are hashed there. What can
+//   change a block's bytes other than an observed kernel makes its hash stale: a copy or
+//   set drops the kept hashes it overlaps (in stream order: a host function queued before
+//   it), and a kernel launched while nothing is recorded drops them all (an epoch: hashes
+//   kept in an earlier epoch are not used). The kept hashes never overlap: keeping one
+//   drops those it overlaps, so they number at most the blocks that fit in memory.
+// Limitations: bytes written from the host other than by a copy or set the device sees
+//   (none of the workloads does that, and on a GPU device memory cannot be) would make a
+//   kept hash stale and show as a write of the next kernel touching the block, a false
+//   write and so a conservative one. A fresh block is still hashed just before its first
+//   kernel; its first writer is timed with that block warm.
+//
 // Copies, sets and application events reach the collector through the device's
 // on_memory_op / on_event_op hooks and are recorded as they are issued. They are not
 // timed (the device calls no hook after queueing them); analysis estimates their cost.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "allocator/host/device.hpp"
 #include "tracer/recorder.hpp"
@@ -40,6 +65,33 @@ namespace sublinear::tracer {
 struct host_collector_options {
   bool time_launches = false;   // measure each kernel's execution on its stream
   bool observe_writes = false;  // hash touched blocks around each kernel
+  // Take a block's hash before a kernel from the last observed kernel that touched it
+  // (Note [Hash reuse]); off, every touched block is hashed just before every kernel.
+  bool reuse_hashes = true;
+};
+
+// The hashes an observing collector keeps for reuse (Note [Hash reuse]), shared with the
+// host functions on the streams. Thread-safe.
+class kept_hashes {
+ public:
+  // The hash of `b` kept in `epoch`, if any.
+  [[nodiscard]] bool find(const block_extent& b, std::uint64_t epoch, std::uint64_t& hash) const;
+  // Keeps `hash` for `b` (taken in `epoch`), dropping every kept hash it overlaps.
+  void keep(const block_extent& b, std::uint64_t epoch, std::uint64_t hash);
+  // Drops the hashes of blocks overlapping [base, base + bytes).
+  void drop(std::uint64_t base, std::uint64_t bytes);
+  [[nodiscard]] std::size_t size() const;
+
+ private:
+  struct entry {
+    std::uint64_t size;
+    std::uint32_t allocation;
+    std::uint64_t epoch;
+    std::uint64_t hash;
+  };
+  void drop_overlapping(std::uint64_t base, std::uint64_t end);  // mutex_ held
+  mutable std::mutex mutex_;
+  std::map<std::uint64_t, entry> by_base_;  // disjoint extents, by base address
 };
 
 class host_collector final : public host::launch_hook {
@@ -59,6 +111,14 @@ class host_collector final : public host::launch_hook {
   void on_event_op(const host::event_op_record& rec) override;
 
   [[nodiscard]] const host_collector_options& options() const noexcept { return options_; }
+  // Block hashes kept for reuse now (Note [Hash reuse]).
+  [[nodiscard]] std::size_t kept_hash_count() const { return kept_->size(); }
+  // Blocks observed before a kernel so far: hashed there, or taken from a kept hash.
+  struct before_counts {
+    std::uint64_t hashed = 0;
+    std::uint64_t reused = 0;
+  };
+  [[nodiscard]] before_counts before_hashes() const;
 
  private:
   allocator::stream_handle handle_of(host::stream* s) const noexcept {
@@ -69,6 +129,14 @@ class host_collector final : public host::launch_hook {
   recorder& rec_;
   host_collector_options options_;
   host::stream* default_stream_;
+  std::shared_ptr<kept_hashes> kept_ = std::make_shared<kept_hashes>();
+  struct counters {
+    std::atomic<std::uint64_t> hashed{0};
+    std::atomic<std::uint64_t> reused{0};
+  };
+  std::shared_ptr<counters> counts_ = std::make_shared<counters>();
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<bool> kept_in_epoch_{false};  // a probe of this epoch may keep hashes
 };
 
 // 64-bit content hash used by write observation (fast, not cryptographic).
