@@ -286,12 +286,12 @@ TEST(HostCollector, ACopyOrSetBetweenKernelsIsNotTakenForTheNextKernelsWrite) {
     auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
     auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
     std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
+    std::vector<float> threes(static_cast<std::size_t>(n), 3.0f);  // read by the device until it synchronizes
     s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
     testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // keeps a's hash
     if (set) {
       s.dev().memset_async(a + 8, 0, 16 * sizeof(float), nullptr);  // part of a only
     } else {
-      std::vector<float> threes(static_cast<std::size_t>(n), 3.0f);
       s.dev().memcpy_async(a, threes.data(), n * sizeof(float), nullptr);
     }
     testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{a, n});
