@@ -232,44 +232,74 @@ TEST(HostCollector, ObservedWritesListOnlyTheBlocksAKernelChanged) {
   ctx.release_bytes(out, n * sizeof(float));
 }
 
+// An observing session with two blocks of `n` floats, `a` copied from ones (the hash-reuse
+// tests below).
+struct observed_pair {
+  static constexpr std::int64_t n = 256;
+  static constexpr std::size_t bytes = n * sizeof(float);
+  explicit observed_pair(bool reuse) : s(options(reuse)), ctx(s.ctx()) {
+    a = static_cast<float*>(ctx.bytes(bytes));
+    b = static_cast<float*>(ctx.bytes(bytes));
+    s.dev().memcpy_async(a, ones.data(), bytes, nullptr);
+  }
+  ~observed_pair() {
+    s.dev().synchronize();
+    ctx.release_bytes(a, bytes);
+    ctx.release_bytes(b, bytes);
+  }
+  observed_pair(const observed_pair&) = delete;
+  observed_pair& operator=(const observed_pair&) = delete;
+  void scale(const float* in, float* out) {
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{in, out, n});
+  }
+  void leave_alone(float* x) {  // touches x, writes nothing
+    testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{x, n});
+  }
+  // The blocks each recorded launch wrote, in order.
+  std::vector<std::vector<std::uint64_t>> writes() {
+    const trace t = s.take();
+    std::vector<std::vector<std::uint64_t>> out;
+    for (const event* e : of_kind(t, event_kind::launch)) {
+      out.emplace_back();
+      for (const write_record& w : t.writes_of(e->seq)) out.back().push_back(w.address);
+    }
+    return out;
+  }
+  static host_collector_options options(bool reuse) {
+    host_collector_options c;
+    c.observe_writes = true;
+    c.reuse_hashes = reuse;
+    return c;
+  }
+
+  traced_session s;
+  workloads::context ctx;
+  std::vector<float> ones = std::vector<float>(static_cast<std::size_t>(n), 1.0f);
+  std::vector<float> threes = std::vector<float>(static_cast<std::size_t>(n), 3.0f);
+  float* a = nullptr;
+  float* b = nullptr;
+};
+
 // Note [Hash reuse]: a block's hash before a kernel may come from the kernel that last
 // touched it; what each kernel wrote must come out as when every block is hashed anew.
 TEST(HostCollector, WithKeptHashesEachKernelStillShowsExactlyWhatItWrote) {
   for (const bool reuse : {false, true}) {
     SCOPED_TRACE(reuse ? "hashes reused" : "every block hashed before every kernel");
-    host_collector_options c;
-    c.observe_writes = true;
-    c.reuse_hashes = reuse;
-    traced_session s(c);
-    auto ctx = s.ctx();
-    const std::int64_t n = 256;
-    auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
-    auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
-    std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
-    s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
-    s.dev().memset_async(b, 0, n * sizeof(float), nullptr);
-    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // writes b
-    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{b, a, n});  // writes a
-    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // writes b
-    testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{b, n});  // nothing
-    s.dev().synchronize();
-    const host_collector::before_counts counts = s.collector().before_hashes();
-    const trace t = s.take();
-    const auto launches = of_kind(t, event_kind::launch);
-    ASSERT_EQ(launches.size(), 4u);
-    const std::vector<std::vector<std::uint64_t>> expected = {{addr(b)}, {addr(a)}, {addr(b)}, {}};
-    for (std::size_t i = 0; i < launches.size(); ++i) {
-      std::vector<std::uint64_t> written;
-      for (const write_record& w : t.writes_of(launches[i]->seq)) written.push_back(w.address);
-      EXPECT_EQ(written, expected[i]) << "launch " << i;
-    }
+    observed_pair p(reuse);
+    p.s.dev().memset_async(p.b, 0, p.bytes, nullptr);
+    p.scale(p.a, p.b);  // writes b
+    p.scale(p.b, p.a);  // writes a
+    p.scale(p.a, p.b);  // writes b
+    p.leave_alone(p.b);
+    p.s.dev().synchronize();
+    const host_collector::before_counts counts = p.s.collector().before_hashes();
+    const std::vector<std::vector<std::uint64_t>> expected = {{addr(p.b)}, {addr(p.a)}, {addr(p.b)}, {}};
+    EXPECT_EQ(p.writes(), expected);
     // Seven blocks are observed before the four kernels. Reusing, only the first kernel's
     // two (written by a copy and a set, never hashed) are read there.
     EXPECT_EQ(counts.hashed + counts.reused, 7u);
     EXPECT_EQ(counts.reused, reuse ? 5u : 0u);
-    EXPECT_EQ(s.collector().kept_hash_count(), reuse ? 2u : 0u);
-    ctx.release_bytes(a, n * sizeof(float));
-    ctx.release_bytes(b, n * sizeof(float));
+    EXPECT_EQ(p.s.collector().kept_hash_count(), reuse ? 2u : 0u);
   }
 }
 
@@ -278,57 +308,30 @@ TEST(HostCollector, WithKeptHashesEachKernelStillShowsExactlyWhatItWrote) {
 TEST(HostCollector, ACopyOrSetBetweenKernelsIsNotTakenForTheNextKernelsWrite) {
   for (const bool set : {false, true}) {
     SCOPED_TRACE(set ? "a set" : "a copy");
-    host_collector_options c;
-    c.observe_writes = true;
-    traced_session s(c);
-    auto ctx = s.ctx();
-    const std::int64_t n = 256;
-    auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
-    auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
-    std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
-    std::vector<float> threes(static_cast<std::size_t>(n), 3.0f);  // read by the device until it synchronizes
-    s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
-    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // keeps a's hash
+    observed_pair p(true);
+    p.scale(p.a, p.b);  // keeps a's hash
     if (set) {
-      s.dev().memset_async(a + 8, 0, 16 * sizeof(float), nullptr);  // part of a only
+      p.s.dev().memset_async(p.a + 8, 0, 16 * sizeof(float), nullptr);  // part of a only
     } else {
-      s.dev().memcpy_async(a, threes.data(), n * sizeof(float), nullptr);
+      p.s.dev().memcpy_async(p.a, p.threes.data(), p.bytes, nullptr);
     }
-    testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{a, n});
-    s.dev().synchronize();
-    const trace t = s.take();
-    const auto launches = of_kind(t, event_kind::launch);
-    ASSERT_EQ(launches.size(), 2u);
-    EXPECT_TRUE(t.writes_of(launches[1]->seq).empty()) << "the copy's or set's write was taken for the kernel's";
-    ctx.release_bytes(a, n * sizeof(float));
-    ctx.release_bytes(b, n * sizeof(float));
+    p.leave_alone(p.a);
+    const std::vector<std::vector<std::uint64_t>> expected = {{addr(p.b)}, {}};
+    EXPECT_EQ(p.writes(), expected) << "the copy's or set's write was taken for the kernel's";
   }
 }
 
 // A kernel run while nothing is recorded is not observed: every hash kept before it is
 // stale once it has run.
 TEST(HostCollector, AKernelRunWhileNotRecordingMakesEveryKeptHashStale) {
-  host_collector_options c;
-  c.observe_writes = true;
-  traced_session s(c);
-  auto ctx = s.ctx();
-  const std::int64_t n = 256;
-  auto* a = static_cast<float*>(ctx.bytes(n * sizeof(float)));
-  auto* b = static_cast<float*>(ctx.bytes(n * sizeof(float)));
-  std::vector<float> ones(static_cast<std::size_t>(n), 1.0f);
-  s.dev().memcpy_async(a, ones.data(), n * sizeof(float), nullptr);
-  testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, b, n});  // keeps a's and b's hashes
-  s.rec().stop();
-  testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{b, a, n});  // rewrites a, unobserved
-  s.rec().start();
-  testing::launch(s.dev(), testing::fake_collective_kernel(), testing::fake_collective_params{a, n});
-  s.dev().synchronize();
-  const trace t = s.take();
-  const auto launches = of_kind(t, event_kind::launch);
-  ASSERT_EQ(launches.size(), 1u);
-  EXPECT_TRUE(t.writes_of(launches[0]->seq).empty()) << "the unobserved kernel's write was taken for this one's";
-  ctx.release_bytes(a, n * sizeof(float));
-  ctx.release_bytes(b, n * sizeof(float));
+  observed_pair p(true);
+  p.scale(p.a, p.b);  // keeps a's and b's hashes
+  p.s.rec().stop();
+  p.scale(p.b, p.a);  // rewrites a, unobserved
+  p.s.rec().start();
+  p.leave_alone(p.a);
+  const std::vector<std::vector<std::uint64_t>> expected = {{}};
+  EXPECT_EQ(p.writes(), expected) << "the unobserved kernel's write was taken for this one's";
 }
 
 TEST(KeptHashes, AHashServesOnlyTheSameAllocationInTheSameEpoch) {
