@@ -3,8 +3,8 @@
 
 #include <cstring>
 #include <iterator>
-#include <mutex>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -172,7 +172,10 @@ void host_collector::on_enter(const host::launch_record& r) {
   const std::uint64_t seq = rec_.record_launch(a, &describe_host_kernel, r.fn);
   if (seq == no_seq) {
     // An unobserved kernel may write anything: hashes kept so far are stale once it runs.
-    if (kept_in_epoch_.exchange(false, std::memory_order_relaxed)) epoch_.fetch_add(1, std::memory_order_relaxed);
+    // (A plain load first: untraced iterations take this path on every launch.)
+    if (kept_in_epoch_.load(std::memory_order_relaxed) && kept_in_epoch_.exchange(false, std::memory_order_relaxed)) {
+      epoch_.fetch_add(1, std::memory_order_relaxed);
+    }
     return;
   }
   if (!options_.time_launches && !options_.observe_writes) return;
