@@ -21,8 +21,8 @@
 //   changed was written. The result is attached to the launch (trace::writes).
 // Limitations: a write that leaves the bytes as they were (ReLU in place over positive
 //   values, adding zeros) is not seen; the runtime's validation pass catches what that
-//   breaks. Hashing costs a read of every touched block per launch: a tracing-iteration
-//   mode, not a steady one.
+//   breaks. Hashing costs a read of every touched block after each launch, and before it
+//   of those not kept (Note [Hash reuse]): a tracing-iteration mode, not a steady one.
 //
 // Note [Hash reuse]
 // Rationale: hashing a kernel's blocks just before timing it reads them into the CPU's
