@@ -6,14 +6,15 @@
 //   writes (Note [Write observation]). Hashing reads the blocks, so a kernel timed just
 //   after it starts on warm operands (Note [Hash reuse]). This program measures that bias
 //   per kernel against timing alone.
-// Approach: the runtime's collector setup (the model's state preexisting, durations on)
-//   on a fresh host session per run, in three modes: `timed` (no hashing: the reference),
-//   `observed` (every block hashed just before each kernel, as before Note [Hash reuse])
-//   and `reused` (what the runtime does now). Each run traces two iterations, as the
-//   engine does, and the second one's durations count. The modes alternate within each
-//   round, each first in a third of the rounds, so a change of load hits all three; a kernel's time is the median over the
-//   rounds of its total per iteration, and a ratio the median over the rounds of that
-//   round's ratio (the three runs of a round are seconds apart, the rounds are not).
+// Approach: the runtime's recorder setup (exact large segments, the model's state
+//   preexisting, durations on) on a fresh host session per run, in three modes: `timed`
+//   (no hashing: the reference), `observed` (every block hashed just before each kernel,
+//   as before Note [Hash reuse]) and `reused` (what the runtime does now). Each run
+//   traces two iterations, as the engine does, and the second one's durations count. The
+//   modes alternate within each round, each first in a third of the rounds, so a change
+//   of load hits all three; a kernel's time is the median over the rounds of its total
+//   per iteration, and a ratio the median over the rounds of that round's ratio (the
+//   three runs of a round are seconds apart, the rounds are not).
 // Limitations: a figures program: no assertions, and the figures depend on the machine's
 //   caches. `timed` still brackets each kernel with two host functions, as every mode does.
 //
@@ -63,6 +64,7 @@ kernel_times trace_once(const models::model_config& config, mode m) {
   ro.granularity = session.allocator().granularity();
   ro.start_recording = false;
   tracer::recorder rec(ro);
+  session.allocator().set_exact_large_segments(true);  // as the engine sets itself up
   auto* previous = session.allocator().set_observer(&rec);
   for (const auto& b : session.allocator().live_blocks()) rec.on_allocate(b.base, b.requested, b.stream, b.evictable);
   tracer::host_collector_options co;

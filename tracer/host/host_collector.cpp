@@ -185,12 +185,12 @@ void host_collector::on_enter(const host::launch_record& r) {
   p->seq = seq;
   p->time = options_.time_launches;
   p->observe = options_.observe_writes;
-  p->hashed = &counts_->hashed;
-  p->reused = &counts_->reused;
+  p->hashed = &hashed_;
+  p->reused = &reused_;
   if (p->observe) {
     p->blocks = rec_.touched_blocks(a.params);
     if (options_.reuse_hashes) {
-      p->kept = kept_.get();
+      p->kept = &kept_;
       p->epoch = epoch_.load(std::memory_order_relaxed);
       kept_in_epoch_.store(true, std::memory_order_relaxed);
     }
@@ -200,7 +200,7 @@ void host_collector::on_enter(const host::launch_record& r) {
 }
 
 host_collector::before_counts host_collector::before_hashes() const {
-  return {counts_->hashed.load(std::memory_order_relaxed), counts_->reused.load(std::memory_order_relaxed)};
+  return {hashed_.load(std::memory_order_relaxed), reused_.load(std::memory_order_relaxed)};
 }
 
 void host_collector::on_exit(const host::launch_record& r) {
@@ -219,9 +219,8 @@ void host_collector::on_exit(const host::launch_record& r) {
 void host_collector::on_memory_op(const host::memory_op_record& r) {
   if (options_.observe_writes && options_.reuse_hashes) {
     // Its destination's kept hashes go stale when it runs (Note [Hash reuse]).
-    std::shared_ptr<kept_hashes> kept = kept_;
     const auto dst = reinterpret_cast<std::uint64_t>(r.dst);
-    dev_.host_func(r.on, [kept, dst, bytes = static_cast<std::uint64_t>(r.bytes)] { kept->drop(dst, bytes); });
+    dev_.host_func(r.on, [kept = &kept_, dst, bytes = static_cast<std::uint64_t>(r.bytes)] { kept->drop(dst, bytes); });
   }
   if (r.op == host::memory_op_record::kind::copy) {
     rec_.record_memcpy(r.dst, r.src, r.bytes, handle_of(r.on));

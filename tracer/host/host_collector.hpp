@@ -26,10 +26,12 @@
 //
 // Note [Hash reuse]
 // Rationale: hashing a kernel's blocks just before timing it reads them into the CPU's
-//   caches, so the kernel then runs on warm operands: memory-bound kernels measured about
-//   25% fast while traced (docs/benchmarks.md, "Where the time goes"), and the planner
-//   priced their recomputation too low against GEMMs'. A kernel's inputs were, in most
-//   cases, hashed already: right after the kernel that last touched them.
+//   caches, so a kernel whose operands were otherwise cold runs on warm ones: on
+//   ResNet-434 BatchNorm's backward measured 0.70x and the optimizer step 0.29x of their
+//   durations untraced (docs/tracer.md, "Figures"; over all kernels the warming and the
+//   cache pollution of the hashes after nearly cancel). And every read costs tracing time.
+//   A kernel's inputs were, in most cases, hashed already: right after the kernel that
+//   last touched them.
 // Approach: the hashes taken after each observed kernel are kept per allocation (the
 //   recorder's name for it, so a later block at the same address never matches). Before a
 //   kernel, a block whose hash is kept is not read again; only blocks no observed kernel
@@ -54,7 +56,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <mutex>
 
 #include "allocator/host/device.hpp"
@@ -112,7 +113,7 @@ class host_collector final : public host::launch_hook {
 
   [[nodiscard]] const host_collector_options& options() const noexcept { return options_; }
   // Block hashes kept for reuse now (Note [Hash reuse]).
-  [[nodiscard]] std::size_t kept_hash_count() const { return kept_->size(); }
+  [[nodiscard]] std::size_t kept_hash_count() const { return kept_.size(); }
   // Blocks observed before a kernel so far: hashed there, or taken from a kept hash.
   struct before_counts {
     std::uint64_t hashed = 0;
@@ -129,12 +130,10 @@ class host_collector final : public host::launch_hook {
   recorder& rec_;
   host_collector_options options_;
   host::stream* default_stream_;
-  std::shared_ptr<kept_hashes> kept_ = std::make_shared<kept_hashes>();
-  struct counters {
-    std::atomic<std::uint64_t> hashed{0};
-    std::atomic<std::uint64_t> reused{0};
-  };
-  std::shared_ptr<counters> counts_ = std::make_shared<counters>();
+  // Used by host functions on the streams; the destructor waits for them first.
+  kept_hashes kept_;
+  std::atomic<std::uint64_t> hashed_{0};  // blocks hashed just before a kernel
+  std::atomic<std::uint64_t> reused_{0};  // blocks whose kept hash served instead
   std::atomic<std::uint64_t> epoch_{0};
   std::atomic<bool> kept_in_epoch_{false};  // a probe of this epoch may keep hashes
 };
