@@ -913,10 +913,23 @@ sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
   sweep_result s;
   s.id = "budget";
   s.title = "Overhead against budget, every planner at 0.25x, 0.5x and 0.75x of the traced peak";
-  std::vector<models::model_config> configs{{models::model_kind::transformer, 8, 64, 0}};
-  if (!o.quick) configs.push_back({models::model_kind::resnet, 434, 0, 0});
+  // At batch 8 the host ResNet-434's parameters, gradients and optimizer state are 18% of
+  // its traced peak, so 0.25x leaves 7% of the peak for activations and lies near the
+  // least any plan can reach (0.21x). The systems the targets come from measured
+  // networks whose activations dwarf the rest (DTR: ImageNet-sized inputs); the same
+  // network at four times the batch (persistent state 10% of the peak) stands for that
+  // regime, as in the Re-forwarding table. Both are measured.
+  struct budget_model {
+    models::model_config config;
+    std::string suffix;  // added to the point's name when a size repeats ("-b32")
+  };
+  std::vector<budget_model> configs{{{models::model_kind::transformer, 8, 64, 0}, ""}};
+  if (!o.quick) {
+    configs.push_back({{models::model_kind::resnet, 434, 0, 0}, ""});
+    configs.push_back({{models::model_kind::resnet, 434, 0, 32}, "-b32"});
+  }
   const double fractions[] = {0.25, 0.5, 0.75};
-  for (const auto& c : configs) {
+  for (const auto& [c, suffix] : configs) {
     const probe_result p = probe_point(env, c);
     std::vector<run_plan> plans{baseline_plan()};
     for (auto name : policy::planner_names()) {
@@ -931,7 +944,7 @@ sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
       }
     }
     point_result pt;
-    pt.model = point_name(c);
+    pt.model = point_name(c) + suffix;
     pt.size_key = "depth";
     pt.size = c.depth;
     pt.forward_launches = p.forward_launches;
@@ -1669,7 +1682,7 @@ std::string bench_help(std::string_view prog) {
          "             time overhead\n"
          "  lstm       LSTM 64..2048 steps: reduction against the best run without recomputation\n"
          "  budget     every planner at 0.25x, 0.5x, 0.75x of the traced peak: time overhead\n"
-         "             (Transformer-8, and ResNet-434 unless --quick)\n"
+         "             (Transformer-8, and ResNet-434 at batch 8 and 32 unless --quick)\n"
          "  reforward  VGG-19-, ResNet-152- and DenseNet-121-shaped models: memory cut and overhead\n"
          "             at the reforward planner's smallest budget, next to the Re-forwarding paper\n"
          "\n"
