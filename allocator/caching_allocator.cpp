@@ -519,18 +519,31 @@ struct caching_allocator::impl {
 
   // Releases the wholly free segments `whole` (blocks spanning their segment) until
   // `done(released bytes)` says so. Those whose free has completed on their stream go
-  // first, with no wait at all; then largest first. A segment of exactly `keep_size` bytes
-  // (0: none) goes before all others and its chunk is pooled (Note [Chunk pool]).
+  // first, with no wait at all, then those the host must wait for (Note [Idle first]). In
+  // each group a segment of exactly `keep_size` bytes (0: none) goes first and its chunk
+  // is pooled (Note [Chunk pool]), then the largest.
+  //
+  // Note [Idle first]
+  // Rationale: a wait here is for the event recorded when the segment became free, most
+  //   often at a kernel the host has only just queued: the host waits until the stream
+  //   has drained that far, and then the stream idles while the host maps the next pages.
+  //   A pooled chunk of the wanted size saves a create and the first touch of its pages,
+  //   which costs less than a drained queue. Until session 16 a segment of the wanted
+  //   size went first even when it meant a wait: `sublinear demo --depth 434 --batch 32`
+  //   at 0.5x waited here about 19 times per planned iteration.
+  // Approach: give back idle segments of any size before waiting for one of the wanted
+  //   size. In that demo the waits fell to about 8 per iteration and the stream's idle
+  //   time per iteration from 16-19 ms to 11-13 ms (docs/benchmarks.md, session 16).
   template <class Done>
   std::size_t release_whole(const std::vector<block*>& whole, std::size_t keep_size, Done done) {
     std::vector<std::pair<block*, bool>> order;
     order.reserve(whole.size());
     for (block* b : whole) order.emplace_back(b, b->seg->has_free_event && events.query(b->seg->free_event));
     std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
+      if (x.second != y.second) return x.second;
       const bool kx = keep_size != 0 && x.first->size == keep_size;
       const bool ky = keep_size != 0 && y.first->size == keep_size;
       if (kx != ky) return kx;
-      if (x.second != y.second) return x.second;
       return x.first->size > y.first->size;
     });
     std::size_t released = 0;

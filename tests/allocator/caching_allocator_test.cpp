@@ -592,6 +592,27 @@ TEST_F(CachingAllocator, UnderABudgetReleasingAFreeSegmentWaitsOnlyForItsFree) {
   a.deallocate(y);
 }
 
+// Note [Idle first]: a cached segment of the wanted size whose free is still queued is
+// not waited for while an idle one of another size can make the room.
+TEST_F(CachingAllocator, GivesBackAnIdleSegmentBeforeWaitingForOneOfTheWantedSize) {
+  auto a = make(256 * KiB);
+  void* big = a.allocate(128 * KiB, stream(1), true);   // a dedicated 128 KiB segment
+  void* small = a.allocate(64 * KiB, stream(1), true);  // and a 64 KiB one
+  a.deallocate(small);
+  events.complete_all();  // the 64 KiB segment's free has run
+  a.deallocate(big);      // the 128 KiB segment's has not
+  const auto waits_before = events.synchronized();
+  // Another stream cannot reuse the cached 128 KiB block in stream order: a new 128 KiB
+  // segment must be mapped, and giving the idle 64 KiB one back makes the room.
+  void* next = a.allocate(128 * KiB, stream(2), true);
+  EXPECT_EQ(events.synchronized(), waits_before) << "waited for the 128 KiB segment's stream";
+  EXPECT_EQ(a.get_stats().release_waits, 0u);
+  EXPECT_EQ(a.get_stats().segments_released, 1u) << "the 128 KiB segment stays cached";
+  EXPECT_LE(a.get_stats().mapped, 256 * KiB);
+  EXPECT_TRUE(a.validate());
+  a.deallocate(next);
+}
+
 // Regression: an event from an earlier free must not vouch for a later one.
 TEST_F(CachingAllocator, AFreeWithoutABudgetLeavesNoStaleEventBehind) {
   auto a = make(24 * MiB);
