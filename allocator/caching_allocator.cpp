@@ -532,8 +532,9 @@ struct caching_allocator::impl {
   //   size went first even when it meant a wait: `sublinear demo --depth 434 --batch 32`
   //   at 0.5x waited here about 19 times per planned iteration.
   // Approach: give back idle segments of any size before waiting for one of the wanted
-  //   size. In that demo the waits fell to about 8 per iteration and the stream's idle
-  //   time per iteration from 16-19 ms to 11-13 ms (docs/benchmarks.md, session 16).
+  //   size. In that demo the waits fell to about 8 per iteration, and the wall time the
+  //   stream spent outside its items from 16-19 ms to 11-13 ms per iteration
+  //   (docs/benchmarks.md, "Where the time goes", session 16).
   template <class Done>
   std::size_t release_whole(const std::vector<block*>& whole, std::size_t keep_size, Done done) {
     std::vector<std::pair<block*, bool>> order;
