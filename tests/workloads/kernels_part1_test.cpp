@@ -279,6 +279,78 @@ TEST_F(kernels_part1, Conv2dForwardMatchesDirectConvolution) {
   for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << i;
 }
 
+// The lowering has three paths (Note [Lowering at memory speed]): a "same" convolution
+// (stride 1, as many output columns as input columns) copied plane by plane, stride 1
+// copied row by row, and larger strides gathered. Every geometry below is checked against
+// the direct definition, forward and both gradients, including padding wider than the
+// image and kernels that see no input column at all on some offsets.
+TEST_F(kernels_part1, Conv2dLoweringMatchesTheDirectDefinitionOnEveryPath) {
+  struct geometry {
+    std::int64_t n, c, h, w, oc, kh, kw;
+    ops::conv2d_options opt;
+  };
+  const geometry cases[] = {
+      {2, 3, 6, 5, 4, 3, 3, ops::conv2d_options::square(1, 1)},  // same: 3x3, pad 1
+      {2, 2, 4, 4, 3, 1, 1, ops::conv2d_options::square(1, 0)},  // same: 1x1
+      {1, 2, 5, 6, 2, 3, 3, ops::conv2d_options{1, 1, 0, 1}},    // same width, not height
+      {1, 2, 6, 5, 2, 5, 3, ops::conv2d_options{1, 1, 2, 1}},    // same, taller kernel
+      {2, 2, 1, 1, 3, 3, 3, ops::conv2d_options::square(1, 1)},  // same, a 1x1 image
+      {1, 2, 5, 4, 2, 3, 3, ops::conv2d_options::square(1, 0)},  // stride 1, no padding
+      {1, 2, 4, 3, 2, 3, 3, ops::conv2d_options::square(1, 2)},  // stride 1, wider output
+      {2, 3, 7, 7, 2, 3, 3, ops::conv2d_options::square(2, 1)},  // stride 2
+      {1, 2, 5, 7, 2, 2, 3, ops::conv2d_options{1, 2, 0, 1}},    // stride 1 x 2
+  };
+  for (const geometry& g : cases) {
+    const std::string where = "x " + std::to_string(g.n) + "x" + std::to_string(g.c) + "x" + std::to_string(g.h) +
+                              "x" + std::to_string(g.w) + ", kernel " + std::to_string(g.kh) + "x" +
+                              std::to_string(g.kw) + ", stride " + std::to_string(g.opt.stride_h) + "x" +
+                              std::to_string(g.opt.stride_w) + ", pad " + std::to_string(g.opt.pad_h) + "x" +
+                              std::to_string(g.opt.pad_w);
+    SCOPED_TRACE(where);
+    tensor x = random({g.n, g.c, g.h, g.w}, 101), w = random({g.oc, g.c, g.kh, g.kw}, 102);
+    const auto out = ops::conv2d_output_shape(x, w, g.opt);
+    const std::int64_t oh = out[2], ow = out[3];
+    const auto xs = download(x), ws = download(w);
+    tensor y = ops::conv2d_forward(ctx_, x, w, nullptr, g.opt);
+    const auto want = naive_conv(xs, ws, {}, g.n, g.c, g.h, g.w, g.oc, g.kh, g.kw, g.opt);
+    const auto got = download(y);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-5) << "y " << i;
+
+    const auto dys = random_values(static_cast<std::size_t>(g.n * g.oc * oh * ow), 103);
+    tensor dy = upload(dys, out);
+    tensor dw = zeros({g.oc, g.c, g.kh, g.kw});
+    tensor dx = ops::conv2d_backward(ctx_, x, w, dy, g.opt, dw, nullptr);
+    std::vector<double> want_dx(xs.size(), 0.0), want_dw(ws.size(), 0.0);
+    for (std::int64_t b = 0; b < g.n; ++b)
+      for (std::int64_t f = 0; f < g.oc; ++f)
+        for (std::int64_t oy = 0; oy < oh; ++oy)
+          for (std::int64_t ox = 0; ox < ow; ++ox) {
+            const double d = dys[static_cast<std::size_t>(((b * g.oc + f) * oh + oy) * ow + ox)];
+            for (std::int64_t ci = 0; ci < g.c; ++ci)
+              for (std::int64_t ky = 0; ky < g.kh; ++ky)
+                for (std::int64_t kx = 0; kx < g.kw; ++kx) {
+                  const std::int64_t iy = oy * g.opt.stride_h - g.opt.pad_h + ky;
+                  const std::int64_t ix = ox * g.opt.stride_w - g.opt.pad_w + kx;
+                  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                  const auto xi = static_cast<std::size_t>(((b * g.c + ci) * g.h + iy) * g.w + ix);
+                  const auto wi = static_cast<std::size_t>(((f * g.c + ci) * g.kh + ky) * g.kw + kx);
+                  want_dx[xi] += d * ws[wi];
+                  want_dw[wi] += d * xs[xi];
+                }
+          }
+    const auto got_dx = download(dx), got_dw = download(dw);
+    for (std::size_t i = 0; i < want_dx.size(); ++i) EXPECT_NEAR(got_dx[i], want_dx[i], 1e-5) << "dx " << i;
+    for (std::size_t i = 0; i < want_dw.size(); ++i) EXPECT_NEAR(got_dw[i], want_dw[i], 1e-5) << "dW " << i;
+    release(y);
+    release(dy);
+    release(dw);
+    release(dx);
+    release(x);
+    release(w);
+  }
+}
+
 TEST_F(kernels_part1, Conv2dGradientsMatchFiniteDifferencesWithStrideAndPadding) {
   const auto opt = ops::conv2d_options::square(2, 1);
   tensor x = random({2, 3, 5, 5}, 71), w = random({4, 3, 3, 3}, 72), b = random({4}, 73);

@@ -3,10 +3,11 @@
 //   outputs: the training forward updates the running statistics in place, so replaying it
 //   verbatim would apply the momentum update twice. The tracer and planner must see it.
 // Approach: one kernel per pass, channel by channel. Statistics are reduced in double, in
-//   increasing (n, h, w) order, then rounded to float; normalization is done in float with
+//   a fixed order (Note [Lane sums]), then rounded to float; normalization is done in float with
 //   a per-channel scale = gamma * invstd and shift = beta - mean * scale. Backward uses the
 //   saved mean and invstd (never the running statistics) and the textbook formula
-//   dx = scale / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)), reductions in double.
+//   dx = scale / M * (M * dy - sum(dy) - xhat * sum(dy * xhat)), reductions in double,
+//   lane by lane too.
 // Limitations: biased variance for normalization, unbiased for the running estimate (as
 //   PyTorch); M == 1 leaves the running variance's batch term at the biased value 0.
 #include "benchmarks/workloads/kernels/batchnorm.hpp"
@@ -35,23 +36,49 @@ struct bn_fwd_train_params {
   float momentum, eps;
 };
 
+// Note [Lane sums]: a sum in double, element by element, waits on each add's latency and
+// ran the training forward at a few bytes per cycle, far from memory speed. The sums below
+// keep kLanes partial sums, element i of a row going to lane i % kLanes, and add the lanes
+// in lane order at the end: independent adds the compiler vectorizes, and a fixed order,
+// so the result depends on the data alone (not on alignment or on which thread runs it).
+constexpr std::int64_t kLanes = 8;
+
+void lane_sum(const float* row, std::int64_t n, double (&acc)[kLanes]) {
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::int64_t l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(row[i + l]);
+  for (std::int64_t l = 0; i < n; ++i, ++l) acc[l] += static_cast<double>(row[i]);
+}
+
+void lane_squares(const float* row, std::int64_t n, double mean, double (&acc)[kLanes]) {
+  std::int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (std::int64_t l = 0; l < kLanes; ++l) {
+      const double d = static_cast<double>(row[i + l]) - mean;
+      acc[l] += d * d;
+    }
+  }
+  for (std::int64_t l = 0; i < n; ++i, ++l) {
+    const double d = static_cast<double>(row[i]) - mean;
+    acc[l] += d * d;
+  }
+}
+
+double fold(const double (&acc)[kLanes]) {
+  double s = 0.0;
+  for (double a : acc) s += a;
+  return s;
+}
+
 void bn_fwd_train_body(const host::launch_config& /*cfg*/, const bn_fwd_train_params& p) {
   const std::int64_t count = p.n * p.plane;
   for (std::int64_t ci = 0; ci < p.c; ++ci) {
-    double sum = 0.0;
-    for (std::int64_t b = 0; b < p.n; ++b) {
-      const float* row = p.x + (b * p.c + ci) * p.plane;
-      for (std::int64_t i = 0; i < p.plane; ++i) sum += row[i];
-    }
-    const double mean = sum / static_cast<double>(count);
-    double sq = 0.0;
-    for (std::int64_t b = 0; b < p.n; ++b) {
-      const float* row = p.x + (b * p.c + ci) * p.plane;
-      for (std::int64_t i = 0; i < p.plane; ++i) {
-        const double d = row[i] - mean;
-        sq += d * d;
-      }
-    }
+    double acc[kLanes] = {};
+    for (std::int64_t b = 0; b < p.n; ++b) lane_sum(p.x + (b * p.c + ci) * p.plane, p.plane, acc);
+    const double mean = fold(acc) / static_cast<double>(count);
+    double acc2[kLanes] = {};
+    for (std::int64_t b = 0; b < p.n; ++b) lane_squares(p.x + (b * p.c + ci) * p.plane, p.plane, mean, acc2);
+    const double sq = fold(acc2);
     const double var = sq / static_cast<double>(count);
     const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
     const auto invstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(p.eps)));
@@ -111,16 +138,17 @@ void bn_bwd_body(const host::launch_config& /*cfg*/, const bn_bwd_params& p) {
   for (std::int64_t ci = 0; ci < p.c; ++ci) {
     const float mean = p.save_mean[ci];
     const float invstd = p.save_invstd[ci];
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    double acc_dy[kLanes] = {}, acc_dy_xhat[kLanes] = {};  // Note [Lane sums]
     for (std::int64_t b = 0; b < p.n; ++b) {
       const float* xr = p.x + (b * p.c + ci) * p.plane;
       const float* dyr = p.dy + (b * p.c + ci) * p.plane;
       for (std::int64_t i = 0; i < p.plane; ++i) {
         const float xhat = (xr[i] - mean) * invstd;
-        sum_dy += dyr[i];
-        sum_dy_xhat += static_cast<double>(dyr[i]) * xhat;
+        acc_dy[i % kLanes] += dyr[i];
+        acc_dy_xhat[i % kLanes] += static_cast<double>(dyr[i]) * xhat;
       }
     }
+    const double sum_dy = fold(acc_dy), sum_dy_xhat = fold(acc_dy_xhat);
     const auto mean_dy = static_cast<float>(sum_dy / static_cast<double>(count));
     const auto mean_dy_xhat = static_cast<float>(sum_dy_xhat / static_cast<double>(count));
     const float scale = p.gamma[ci] * invstd;

@@ -14,7 +14,9 @@
 //   cuDNN's fastest algorithms are); no dilation or groups.
 #include "benchmarks/workloads/kernels/conv2d.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "benchmarks/workloads/kernels/gemm.hpp"
 #include "benchmarks/workloads/kernels/launch.hpp"
@@ -34,25 +36,93 @@ struct im2col_params {
   std::int64_t oh, ow;
 };
 
+// Note [Lowering at memory speed]
+// Rationale: im2col and col2im move data and compute nothing; a GPU's implicit GEMM does
+//   not even materialise them. Written with a bounds test per element they ran scalar and
+//   took a third of a ResNet iteration on the host device (session 17's profile: im2col
+//   22%, col2im 11% of the baseline's samples), more than the GEMMs beside them, which
+//   overstated what replaying a convolution costs next to what the network computes.
+// Approach: for each kernel offset (ky, kx), the output columns whose input column lies
+//   inside the image form one range [lo, hi); outside it are zeros (padding). A row is
+//   then three plain loops, the middle one a contiguous copy (or add) when the stride is 1,
+//   which the compiler vectorizes. col2im adds into each image element in exactly the
+//   order it did before (channel, ky, kx, oy, ox), so both give the bits they gave.
+// Limitations: strides above 1 still gather one element at a time.
+struct column_range {
+  std::int64_t lo, hi;  // output columns ox in [lo, hi) read input column ox * s - pad + k
+};
+
+column_range valid_columns(std::int64_t k, std::int64_t pad, std::int64_t stride, std::int64_t in,
+                           std::int64_t out) {
+  // ox * stride - pad + k >= 0  <=>  ox >= ceil((pad - k) / stride)
+  const std::int64_t first = pad - k > 0 ? (pad - k + stride - 1) / stride : 0;
+  // ox * stride - pad + k <= in - 1  <=>  ox <= floor((in - 1 + pad - k) / stride)
+  const std::int64_t last_num = in - 1 + pad - k;
+  const std::int64_t end = last_num >= 0 ? last_num / stride + 1 : 0;
+  column_range r{std::min(first, out), std::min(end, out)};
+  if (r.hi < r.lo) r.hi = r.lo;
+  return r;
+}
+
+// Stride 1 with as many output columns as input columns (a "same" convolution): output
+// row oy of offset (ky, kx) is input row oy + ky - ph shifted by kx - pw, so the valid rows
+// are one contiguous copy of the image at a fixed shift; the columns that wrapped round a
+// row edge are zeroed after it.
+void im2col_same_plane(const im2col_params& p, const float* __restrict img, float* __restrict out,
+                       std::int64_t ky, std::int64_t kx, const column_range& r) {
+  const std::int64_t hw = p.h * p.w;
+  const std::int64_t shift = (ky - p.ph) * p.w + (kx - p.pw);
+  const std::int64_t first = std::max<std::int64_t>(0, -shift);
+  const std::int64_t last = std::min(p.oh * p.ow, hw - shift);
+  for (std::int64_t f = 0; f < first; ++f) out[f] = 0.0f;
+  for (std::int64_t f = first; f < last; ++f) out[f] = img[f + shift];
+  for (std::int64_t f = std::max(first, last); f < p.oh * p.ow; ++f) out[f] = 0.0f;
+  for (std::int64_t oy = 0; oy < p.oh; ++oy) {
+    const std::int64_t iy = oy - p.ph + ky;
+    float* row = out + oy * p.ow;
+    if (iy < 0 || iy >= p.h) {
+      for (std::int64_t ox = 0; ox < p.ow; ++ox) row[ox] = 0.0f;
+      continue;
+    }
+    for (std::int64_t ox = 0; ox < r.lo; ++ox) row[ox] = 0.0f;
+    for (std::int64_t ox = r.hi; ox < p.ow; ++ox) row[ox] = 0.0f;
+  }
+}
+
 void im2col_body(const host::launch_config& /*cfg*/, const im2col_params& p) {
   const std::int64_t ohw = p.oh * p.ow;
+  const bool same = p.sh == 1 && p.sw == 1 && p.ow == p.w;
+  std::vector<column_range> cols(static_cast<std::size_t>(p.kw));
+  for (std::int64_t kx = 0; kx < p.kw; ++kx) cols[static_cast<std::size_t>(kx)] = valid_columns(kx, p.pw, p.sw, p.w, p.ow);
   float* dst = p.dst;
   for (std::int64_t b = 0; b < p.n; ++b) {
     for (std::int64_t ci = 0; ci < p.c; ++ci) {
       const float* img = p.src + (b * p.c + ci) * p.h * p.w;
       for (std::int64_t ky = 0; ky < p.kh; ++ky) {
         for (std::int64_t kx = 0; kx < p.kw; ++kx) {
+          const column_range& r = cols[static_cast<std::size_t>(kx)];
+          if (same) {
+            im2col_same_plane(p, img, dst, ky, kx, r);
+            dst += ohw;
+            continue;
+          }
           for (std::int64_t oy = 0; oy < p.oh; ++oy) {
             const std::int64_t iy = oy * p.sh - p.ph + ky;
-            float* out = dst + oy * p.ow;
+            float* __restrict out = dst + oy * p.ow;
             if (iy < 0 || iy >= p.h) {
               for (std::int64_t ox = 0; ox < p.ow; ++ox) out[ox] = 0.0f;
               continue;
             }
-            for (std::int64_t ox = 0; ox < p.ow; ++ox) {
-              const std::int64_t ix = ox * p.sw - p.pw + kx;
-              out[ox] = (ix >= 0 && ix < p.w) ? img[iy * p.w + ix] : 0.0f;
+            for (std::int64_t ox = 0; ox < r.lo; ++ox) out[ox] = 0.0f;
+            if (r.hi > r.lo) {
+              const float* __restrict in = img + iy * p.w + (r.lo * p.sw - p.pw + kx);
+              if (p.sw == 1) {
+                for (std::int64_t j = 0; j < r.hi - r.lo; ++j) out[r.lo + j] = in[j];
+              } else {
+                for (std::int64_t j = 0; j < r.hi - r.lo; ++j) out[r.lo + j] = in[j * p.sw];
+              }
             }
+            for (std::int64_t ox = r.hi; ox < p.ow; ++ox) out[ox] = 0.0f;
           }
           dst += ohw;
         }
@@ -63,20 +133,25 @@ void im2col_body(const host::launch_config& /*cfg*/, const im2col_params& p) {
 
 void col2im_body(const host::launch_config& /*cfg*/, const im2col_params& p) {
   const std::int64_t ohw = p.oh * p.ow;
-  for (std::int64_t i = 0; i < p.n * p.c * p.h * p.w; ++i) p.dst[i] = 0.0f;
+  std::fill(p.dst, p.dst + p.n * p.c * p.h * p.w, 0.0f);
+  std::vector<column_range> cols(static_cast<std::size_t>(p.kw));
+  for (std::int64_t kx = 0; kx < p.kw; ++kx) cols[static_cast<std::size_t>(kx)] = valid_columns(kx, p.pw, p.sw, p.w, p.ow);
   const float* src = p.src;
   for (std::int64_t b = 0; b < p.n; ++b) {
     for (std::int64_t ci = 0; ci < p.c; ++ci) {
       float* img = p.dst + (b * p.c + ci) * p.h * p.w;
       for (std::int64_t ky = 0; ky < p.kh; ++ky) {
         for (std::int64_t kx = 0; kx < p.kw; ++kx) {
+          const column_range& r = cols[static_cast<std::size_t>(kx)];
           for (std::int64_t oy = 0; oy < p.oh; ++oy) {
             const std::int64_t iy = oy * p.sh - p.ph + ky;
-            if (iy < 0 || iy >= p.h) continue;
-            const float* in = src + oy * p.ow;
-            for (std::int64_t ox = 0; ox < p.ow; ++ox) {
-              const std::int64_t ix = ox * p.sw - p.pw + kx;
-              if (ix >= 0 && ix < p.w) img[iy * p.w + ix] += in[ox];
+            if (iy < 0 || iy >= p.h || r.hi == r.lo) continue;
+            const float* __restrict in = src + oy * p.ow + r.lo;
+            float* __restrict row = img + iy * p.w + (r.lo * p.sw - p.pw + kx);
+            if (p.sw == 1) {
+              for (std::int64_t j = 0; j < r.hi - r.lo; ++j) row[j] += in[j];
+            } else {
+              for (std::int64_t j = 0; j < r.hi - r.lo; ++j) row[j * p.sw] += in[j];
             }
           }
           src += ohw;
