@@ -45,7 +45,10 @@ struct im2col_params {
 // Approach: for each kernel offset (ky, kx), the output columns whose input column lies
 //   inside the image form one range [lo, hi); outside it are zeros (padding). A row is
 //   then three plain loops, the middle one a contiguous copy (or add) when the stride is 1,
-//   which the compiler vectorizes. col2im adds into each image element in exactly the
+//   which the compiler vectorizes. A "same" convolution (stride 1, output as wide as the
+//   input) goes further: im2col copies each plane whole at one shift and zeroes the
+//   columns that wrapped round a row's edge, as rows of 4-16 floats cost more in loop
+//   control than in copying. col2im adds into each image element in exactly the
 //   order it did before (channel, ky, kx, oy, ox), so both give the bits they gave.
 // Limitations: strides above 1 still gather one element at a time.
 struct column_range {
@@ -62,6 +65,13 @@ column_range valid_columns(std::int64_t k, std::int64_t pad, std::int64_t stride
   column_range r{std::min(first, out), std::min(end, out)};
   if (r.hi < r.lo) r.hi = r.lo;
   return r;
+}
+
+// The range of every kernel column offset kx, computed once per launch.
+std::vector<column_range> column_ranges(const im2col_params& p) {
+  std::vector<column_range> cols(static_cast<std::size_t>(p.kw));
+  for (std::int64_t kx = 0; kx < p.kw; ++kx) cols[static_cast<std::size_t>(kx)] = valid_columns(kx, p.pw, p.sw, p.w, p.ow);
+  return cols;
 }
 
 // Stride 1 with as many output columns as input columns (a "same" convolution): output
@@ -92,8 +102,7 @@ void im2col_same_plane(const im2col_params& p, const float* __restrict img, floa
 void im2col_body(const host::launch_config& /*cfg*/, const im2col_params& p) {
   const std::int64_t ohw = p.oh * p.ow;
   const bool same = p.sh == 1 && p.sw == 1 && p.ow == p.w;
-  std::vector<column_range> cols(static_cast<std::size_t>(p.kw));
-  for (std::int64_t kx = 0; kx < p.kw; ++kx) cols[static_cast<std::size_t>(kx)] = valid_columns(kx, p.pw, p.sw, p.w, p.ow);
+  const std::vector<column_range> cols = column_ranges(p);
   float* dst = p.dst;
   for (std::int64_t b = 0; b < p.n; ++b) {
     for (std::int64_t ci = 0; ci < p.c; ++ci) {
@@ -134,8 +143,7 @@ void im2col_body(const host::launch_config& /*cfg*/, const im2col_params& p) {
 void col2im_body(const host::launch_config& /*cfg*/, const im2col_params& p) {
   const std::int64_t ohw = p.oh * p.ow;
   std::fill(p.dst, p.dst + p.n * p.c * p.h * p.w, 0.0f);
-  std::vector<column_range> cols(static_cast<std::size_t>(p.kw));
-  for (std::int64_t kx = 0; kx < p.kw; ++kx) cols[static_cast<std::size_t>(kx)] = valid_columns(kx, p.pw, p.sw, p.w, p.ow);
+  const std::vector<column_range> cols = column_ranges(p);
   const float* src = p.src;
   for (std::int64_t b = 0; b < p.n; ++b) {
     for (std::int64_t ci = 0; ci < p.c; ++ci) {
