@@ -10,9 +10,8 @@
 //   (stream, enqueued count): it has completed once completed >= that count. No queue item
 //   is needed for a record, and a wait item carries its own copy of the pair, so a later
 //   record of the same event cannot confuse it. Waiters sleep on the stream's `progress`
-//   condition variable and do not spin (an idle worker does, briefly: Note [Idle
-//   spin]). Because a wait captures a position that already exists, cross-stream waits
-//   form a DAG in enqueue order and cannot deadlock.
+//   condition variable; nothing spins. Because a wait captures a position that already
+//   exists, cross-stream waits form a DAG in enqueue order and cannot deadlock.
 // Limitations: a stream's state is shared-owned (events and wait items may outlive
 //   destroy_stream); its worker is joined at destroy_stream or ~device.
 //
@@ -23,23 +22,6 @@
 // positions, so code that is correct asynchronously behaves the same, only serialized.
 // Limitations: as in CUDA, a host function must not call back into the device on its own
 // stream (here it would self-deadlock in both modes).
-//
-// Note [Idle spin]
-// Rationale: a GPU's stream picks up work the moment it is queued. A worker thread that
-//   sleeps on a condition variable when its queue empties needs a futex wake and a
-//   reschedule to start again, and on a virtual machine the idle CPU may have halted too:
-//   tens to hundreds of microseconds per wake. A planned iteration empties the queue far
-//   more often than a plain one (each time the host maps pages or waits for an event
-//   before queuing the next launch): `sublinear demo --depth 434 --batch 32` at 0.5x slept
-//   20-56 times per planned iteration against 0-9 for its baseline, and its task switches
-//   and wakes cost the worker about 5 ms per iteration besides the latency.
-// Approach: a worker whose queue is empty first watches an atomic counter that submit
-//   and stop bump, for device_options::idle_spin (200 us) with the stream's lock
-//   released, and sleeps only if nothing arrived. Submitting still wakes a sleeping worker as before.
-//   In that demo the sleeps fell to 4-5 per iteration and the median overhead of five
-//   interleaved runs from 1.33x to 1.18x (docs/benchmarks.md, session 18).
-// Limitations: a stream that goes idle burns up to idle_spin of CPU each time; a host
-//   waiting for an event still sleeps at once (spinning there showed no gain).
 //
 // Note [Faults in device work]
 // A kernel touching an unmapped page gets SIGSEGV on a worker thread and the process dies,
@@ -193,9 +175,6 @@ class stream {
   std::condition_variable progress_;    // event waiters sleep here
   std::deque<work_item> queue_;
   std::uint64_t enqueued_ = 0;               // under mutex_
-  // Bumped by every submit and by stop: what the worker watches while it spins (Note
-  // [Idle spin]).
-  std::atomic<std::uint64_t> activity_{0};
   std::atomic<std::uint64_t> completed_{0};  // written under mutex_, read anywhere
   bool stopping_ = false;
   // Wakes are system calls; they are made only when someone sleeps (both under mutex_),
@@ -312,28 +291,12 @@ void execute(work_item& w, std::uint32_t stream_id) noexcept {
   }
 }
 
-// Watches `s`'s queue for up to `spin` while it stays empty (Note [Idle spin]).
-// Precondition: `lock` holds s.mutex_; it holds it again on return.
-void watch_queue(stream& s, std::unique_lock<std::mutex>& lock, std::chrono::microseconds spin) {
-  if (spin.count() <= 0) return;
-  const std::uint64_t seen = s.activity_.load(std::memory_order_relaxed);
-  lock.unlock();
-  const auto until = std::chrono::steady_clock::now() + spin;
-  while (s.activity_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  lock.lock();
-}
-
-void worker_loop(stream& s, std::chrono::microseconds spin) {
+void worker_loop(stream& s) {
   // Named so that profilers (perf report --sort comm) tell the stream's kernels from the
   // host thread's work.
   pthread_setname_np(pthread_self(), "sl-stream");
   std::unique_lock lock(s.mutex_);
   for (;;) {
-    if (s.queue_.empty() && !s.stopping_) watch_queue(s, lock, spin);
     if (s.queue_.empty() && !s.stopping_) {
       s.worker_sleeping_ = true;
       s.work_ready_.wait(lock, [&] { return s.stopping_ || !s.queue_.empty(); });
@@ -415,7 +378,7 @@ struct device::impl {
     std::lock_guard lock(streams_mutex);
     auto s = std::make_shared<stream>(next_stream_id++);
     if (!options.synchronous) {
-      s->worker_ = std::thread([raw = s.get(), spin = options.idle_spin] { worker_loop(*raw, spin); });
+      s->worker_ = std::thread([raw = s.get()] { worker_loop(*raw); });
     }
     streams.emplace(s.get(), s);
     return s;
@@ -455,7 +418,6 @@ struct device::impl {
       std::lock_guard lock(s.mutex_);
       s.queue_.push_back(std::move(w));
       ++s.enqueued_;
-      s.activity_.fetch_add(1, std::memory_order_release);
       wake = s.worker_sleeping_;
     }
     if (wake) {
@@ -467,7 +429,6 @@ struct device::impl {
     {
       std::lock_guard lock(s.mutex_);
       s.stopping_ = true;
-      s.activity_.fetch_add(1, std::memory_order_release);
     }
     s.work_ready_.notify_one();
   }

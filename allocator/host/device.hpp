@@ -26,7 +26,6 @@
 // returns, no thread is inside that hook.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -162,9 +161,6 @@ class launch_hook {
 
 struct device_options {
   bool synchronous = false;  // run each operation on the caller's thread at once (debugging)
-  // How long a stream's worker that has run out of work watches its queue before it
-  // sleeps (Note [Idle spin]); 0 sleeps at once.
-  std::chrono::microseconds idle_spin{200};
 };
 
 class device final : public allocator::stream_events {

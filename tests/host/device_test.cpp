@@ -86,37 +86,6 @@ TEST(HostStream, TheWorkerThreadIsNamedForProfilers) {
   EXPECT_STREQ(name.data(), "sl-stream");
 }
 
-// A worker whose queue runs dry watches it for device_options::idle_spin before it
-// sleeps (Note [Idle spin]), so work queued soon after starts without a wake. Voluntary
-// context switches of the worker thread count its sleeps; the spin-free device shows
-// that the count sees them.
-namespace {
-long worker_sleeps_across_gaps(std::chrono::microseconds spin) {
-  device dev(device_options{.idle_spin = spin});
-  constexpr int rounds = 20;
-  rusage first{};
-  rusage last{};
-  for (int i = 0; i < rounds; ++i) {
-    dev.host_func(nullptr, [&, i] {
-      if (i == 0) ::getrusage(RUSAGE_THREAD, &first);
-      if (i == rounds - 1) ::getrusage(RUSAGE_THREAD, &last);
-    });
-    // The worker finishes the item and finds its queue empty while the host is away.
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  dev.synchronize();
-  return last.ru_nvcsw - first.ru_nvcsw;
-}
-}  // namespace
-
-TEST(HostStream, AnIdleWorkerWatchesItsQueueBeforeItSleeps) {
-  EXPECT_GE(worker_sleeps_across_gaps(std::chrono::microseconds(0)), 10)
-      << "without the spin the worker sleeps in every gap";
-  // Ten seconds: longer than any gap here, however slow the machine (sanitizers).
-  EXPECT_LT(worker_sleeps_across_gaps(std::chrono::seconds(10)), 5)
-      << "with the spin the worker never had to be woken";
-}
-
 TEST(HostStream, StreamsRunIndependently) {
   device dev;
   stream* a = dev.create_stream();
