@@ -264,7 +264,7 @@ void expect_resnet_structure(std::int64_t depth) {
   const policy::iteration& g = w.it.graph;
   SCOPED_TRACE("resnet-" + std::to_string(depth));
   EXPECT_EQ(g.candidates.size(), static_cast<std::size_t>(8 * B + 3 * P + 5));
-  EXPECT_EQ(w.candidate_producers, (std::map<std::string, int>{{"gemm_nn_f32", conv_bn},
+  EXPECT_EQ(w.candidate_producers, (std::map<std::string, int>{{"conv2d_fwd_f32", conv_bn},
                                                                {"batchnorm_fwd_train_f32", 2 * conv_bn + 1 + B},
                                                                {"add_f32", B},
                                                                {"global_avgpool_fwd_f32", 1}}));

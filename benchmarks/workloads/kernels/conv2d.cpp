@@ -3,15 +3,25 @@
 //   free it right after the kernel, so a trace of a real network is full of short-lived
 //   scratch blocks that a replay recipe must re-create (DESIGN.md §8: temporaries get pages
 //   at a separate address). The host workloads reproduce that pattern faithfully.
-// Approach: forward lowers the whole batch with im2col into a workspace from ctx.bytes()
-//   (col[n] is C*KH*KW x OH*OW) and runs one strided-batched GEMM y[n] = W col[n], then
-//   releases the workspace. Backward re-lowers x for the weight gradient (GEMM batches run in
-//   order, so stride_c = 0 with beta = 1 sums over the batch deterministically), releases
-//   that workspace, and takes a second one for dcol[n] = W^T dy[n], which col2im scatters
-//   into dx in a fixed loop order. 1x1 stride-1 convolutions take the same path on purpose:
-//   every convolution launches a workspace.
-// Limitations: the workspace holds the whole batch (memory-hungry for big feature maps, as
-//   cuDNN's fastest algorithms are); no dilation or groups.
+// Approach: each pass is one kernel with a workspace from ctx.bytes() that holds one
+//   sample's lowering (C*KH*KW x OH*OW floats) and is released right after it, as an
+//   implicit-GEMM algorithm's small workspace is. "conv2d_fwd_f32" lowers sample n with
+//   im2col into the workspace and computes y[n] = W col in it, sample after sample;
+//   "conv2d_bwd_filter_f32" re-lowers x and adds dy[n] col^T into dW in sample order (beta
+//   = 1), which is the order the batched GEMM summed in; "conv2d_bwd_data_f32" computes
+//   dcol = W^T dy[n] into the workspace and col2im scatters it into dx[n] in a fixed loop
+//   order. The GEMMs run inside the kernels (gemm_on_this_thread), with the arithmetic of
+//   the launched ones. 1x1 stride-1 convolutions take the same path on purpose: every
+//   convolution launches a workspace.
+// History: until session 18 the workspace held the whole batch (im2col of every sample,
+//   one strided-batched GEMM, separate "im2col_f32" / "col2im_f32" / "gemm_*" launches).
+//   At batch 64 a 3x3 convolution's workspace was nine times its input: the largest single
+//   buffer at the smallest budgets (the floor the Re-forwarding table met), and a round
+//   trip through memory for data a GPU's implicit GEMM never writes out. One sample's
+//   lowering stays in cache between im2col and the GEMM. The per-sample arithmetic is
+//   unchanged, so every output has the bits it had.
+// Limitations: no dilation or groups; the lowering is still materialised, a sample at a
+//   time.
 #include "benchmarks/workloads/kernels/conv2d.hpp"
 
 #include <algorithm>
@@ -201,21 +211,6 @@ void bias_bwd_body(const host::launch_config& /*cfg*/, const bias_bwd_params& p)
   }
 }
 
-#define SUBLINEAR_IM2COL_LAYOUT                                                                              \
-  {SUBLINEAR_PARAM(im2col_params, src), SUBLINEAR_PARAM(im2col_params, dst), SUBLINEAR_PARAM(im2col_params, n),     \
-   SUBLINEAR_PARAM(im2col_params, c),   SUBLINEAR_PARAM(im2col_params, h),   SUBLINEAR_PARAM(im2col_params, w),     \
-   SUBLINEAR_PARAM(im2col_params, kh),  SUBLINEAR_PARAM(im2col_params, kw),  SUBLINEAR_PARAM(im2col_params, sh),    \
-   SUBLINEAR_PARAM(im2col_params, sw),  SUBLINEAR_PARAM(im2col_params, ph),  SUBLINEAR_PARAM(im2col_params, pw),    \
-   SUBLINEAR_PARAM(im2col_params, oh),  SUBLINEAR_PARAM(im2col_params, ow)}
-
-const host::kernel& im2col_kernel() {
-  static const host::kernel& k = host::register_kernel<im2col_params, &im2col_body>("im2col_f32", SUBLINEAR_IM2COL_LAYOUT);
-  return k;
-}
-const host::kernel& col2im_kernel() {
-  static const host::kernel& k = host::register_kernel<im2col_params, &col2im_body>("col2im_f32", SUBLINEAR_IM2COL_LAYOUT);
-  return k;
-}
 const host::kernel& bias_fwd_kernel() {
   static const host::kernel& k = host::register_kernel<bias_fwd_params, &bias_fwd_body>(
       "conv2d_bias_fwd_f32", {SUBLINEAR_PARAM(bias_fwd_params, y), SUBLINEAR_PARAM(bias_fwd_params, b),
@@ -231,14 +226,13 @@ const host::kernel& bias_bwd_kernel() {
   return k;
 }
 
-#undef SUBLINEAR_IM2COL_LAYOUT
-
 struct geometry {
   std::int64_t n, c, h, w, oc, kh, kw, oh, ow;
   [[nodiscard]] std::int64_t ckk() const { return c * kh * kw; }
   [[nodiscard]] std::int64_t ohw() const { return oh * ow; }
+  // One sample's lowering (Note [Convolution workspace]).
   [[nodiscard]] std::size_t workspace_bytes() const {
-    return static_cast<std::size_t>(n * ckk() * ohw()) * sizeof(float);
+    return static_cast<std::size_t>(ckk() * ohw()) * sizeof(float);
   }
 };
 
@@ -278,16 +272,123 @@ im2col_params lowering_params(const geometry& g, const conv2d_options& opt) {
   return p;
 }
 
-host::dim3 lowering_grid(const geometry& g) {
-  // One block per (input channel, batch item) plane.
-  return {kernels::blocks_for(g.c), kernels::blocks_for(g.n, 1, kernels::kMaxGridYZ), 1};
+// The three passes' kernels (Note [Convolution workspace]). `lower` carries the geometry
+// (its n is the batch; src and dst unused); `ws` holds one sample's columns.
+struct conv_pass_params {
+  const float* x;   // fwd, bwd_filter: the input; bwd_data: unused
+  const float* w;   // fwd, bwd_data: the filter; bwd_filter: unused
+  const float* dy;  // bwd_filter, bwd_data: the output's gradient; fwd: unused
+  float* out;       // fwd: y; bwd_filter: dW (accumulated); bwd_data: dx
+  float* ws;
+  std::int64_t oc;
+  im2col_params lower;
+};
+
+// sample n's lowering parameters, reading `src` and writing `dst`.
+im2col_params one_sample(const im2col_params& lower, const float* src, float* dst) {
+  im2col_params p = lower;
+  p.n = 1;
+  p.src = src;
+  p.dst = dst;
+  return p;
 }
 
-void launch_im2col(context& ctx, const geometry& g, const conv2d_options& opt, const float* x, float* col) {
-  auto p = lowering_params(g, opt);
-  p.src = x;
-  p.dst = col;
-  kernels::launch(ctx, im2col_kernel(), lowering_grid(g), p);
+void conv_fwd_body(const host::launch_config& cfg, const conv_pass_params& p) {
+  const im2col_params& l = p.lower;
+  const std::int64_t ckk = l.c * l.kh * l.kw, ohw = l.oh * l.ow;
+  for (std::int64_t n = 0; n < l.n; ++n) {
+    im2col_body(cfg, one_sample(l, p.x + n * l.c * l.h * l.w, p.ws));
+    gemm_args mm;  // y[n] (OC x OHW) = W (OC x CKK) col (CKK x OHW)
+    mm.m = p.oc;
+    mm.n = ohw;
+    mm.k = ckk;
+    mm.a = p.w;
+    mm.lda = ckk;
+    mm.b = p.ws;
+    mm.ldb = ohw;
+    mm.c = p.out + n * p.oc * ohw;
+    mm.ldc = ohw;
+    gemm_on_this_thread(mm);
+  }
+}
+
+void conv_bwd_filter_body(const host::launch_config& cfg, const conv_pass_params& p) {
+  const im2col_params& l = p.lower;
+  const std::int64_t ckk = l.c * l.kh * l.kw, ohw = l.oh * l.ow;
+  for (std::int64_t n = 0; n < l.n; ++n) {
+    im2col_body(cfg, one_sample(l, p.x + n * l.c * l.h * l.w, p.ws));
+    gemm_args mm;  // dW (OC x CKK) += dy[n] (OC x OHW) col^T (OHW x CKK)
+    mm.trans_b = transpose::trans;
+    mm.m = p.oc;
+    mm.n = ckk;
+    mm.k = ohw;
+    mm.a = p.dy + n * p.oc * ohw;
+    mm.lda = ohw;
+    mm.b = p.ws;
+    mm.ldb = ohw;
+    mm.beta = 1.0f;
+    mm.c = p.out;
+    mm.ldc = ckk;
+    gemm_on_this_thread(mm);
+  }
+}
+
+void conv_bwd_data_body(const host::launch_config& cfg, const conv_pass_params& p) {
+  const im2col_params& l = p.lower;
+  const std::int64_t ckk = l.c * l.kh * l.kw, ohw = l.oh * l.ow;
+  for (std::int64_t n = 0; n < l.n; ++n) {
+    gemm_args mm;  // dcol (CKK x OHW) = W^T (CKK x OC) dy[n] (OC x OHW)
+    mm.trans_a = transpose::trans;
+    mm.m = ckk;
+    mm.n = ohw;
+    mm.k = p.oc;
+    mm.a = p.w;
+    mm.lda = ckk;
+    mm.b = p.dy + n * p.oc * ohw;
+    mm.ldb = ohw;
+    mm.c = p.ws;
+    mm.ldc = ohw;
+    gemm_on_this_thread(mm);
+    col2im_body(cfg, one_sample(l, p.ws, p.out + n * l.c * l.h * l.w));
+  }
+}
+
+#define SUBLINEAR_CONV_PASS_LAYOUT                                                                     \
+  {SUBLINEAR_PARAM(conv_pass_params, x),        SUBLINEAR_PARAM(conv_pass_params, w),                   \
+   SUBLINEAR_PARAM(conv_pass_params, dy),       SUBLINEAR_PARAM(conv_pass_params, out),                 \
+   SUBLINEAR_PARAM(conv_pass_params, ws),       SUBLINEAR_PARAM(conv_pass_params, oc),                  \
+   SUBLINEAR_PARAM(conv_pass_params, lower.src), SUBLINEAR_PARAM(conv_pass_params, lower.dst),          \
+   SUBLINEAR_PARAM(conv_pass_params, lower.n),  SUBLINEAR_PARAM(conv_pass_params, lower.c),             \
+   SUBLINEAR_PARAM(conv_pass_params, lower.h),  SUBLINEAR_PARAM(conv_pass_params, lower.w),             \
+   SUBLINEAR_PARAM(conv_pass_params, lower.kh), SUBLINEAR_PARAM(conv_pass_params, lower.kw),            \
+   SUBLINEAR_PARAM(conv_pass_params, lower.sh), SUBLINEAR_PARAM(conv_pass_params, lower.sw),            \
+   SUBLINEAR_PARAM(conv_pass_params, lower.ph), SUBLINEAR_PARAM(conv_pass_params, lower.pw),            \
+   SUBLINEAR_PARAM(conv_pass_params, lower.oh), SUBLINEAR_PARAM(conv_pass_params, lower.ow)}
+
+const host::kernel& conv_fwd_kernel() {
+  static const host::kernel& k =
+      host::register_kernel<conv_pass_params, &conv_fwd_body>("conv2d_fwd_f32", SUBLINEAR_CONV_PASS_LAYOUT);
+  return k;
+}
+const host::kernel& conv_bwd_filter_kernel() {
+  static const host::kernel& k = host::register_kernel<conv_pass_params, &conv_bwd_filter_body>(
+      "conv2d_bwd_filter_f32", SUBLINEAR_CONV_PASS_LAYOUT);
+  return k;
+}
+const host::kernel& conv_bwd_data_kernel() {
+  static const host::kernel& k = host::register_kernel<conv_pass_params, &conv_bwd_data_body>(
+      "conv2d_bwd_data_f32", SUBLINEAR_CONV_PASS_LAYOUT);
+  return k;
+}
+
+#undef SUBLINEAR_CONV_PASS_LAYOUT
+
+// Queues one pass on ctx's stream: one block per (output channel, sample) tile.
+void launch_pass(context& ctx, const host::kernel& k, const geometry& g, const conv2d_options& opt,
+                 conv_pass_params p) {
+  p.oc = g.oc;
+  p.lower = lowering_params(g, opt);
+  kernels::launch(ctx, k, {kernels::blocks_for(g.oc), kernels::blocks_for(g.n, 1, kernels::kMaxGridYZ), 1}, p);
 }
 
 }  // namespace
@@ -308,33 +409,23 @@ tensor conv2d_forward(context& ctx, const tensor& x, const tensor& w, const tens
   tensor y = ctx.empty({g.n, g.oc, g.oh, g.ow});
 
   const std::size_t ws_bytes = g.workspace_bytes();
-  auto* col = static_cast<float*>(ctx.bytes(ws_bytes));
-  launch_im2col(ctx, g, opt, x.data, col);
-  gemm_args mm;  // y[n] (OC x OHW) = W (OC x CKK) col[n] (CKK x OHW)
-  mm.m = g.oc;
-  mm.n = g.ohw();
-  mm.k = g.ckk();
-  mm.a = w.data;
-  mm.lda = g.ckk();
-  mm.b = col;
-  mm.ldb = g.ohw();
-  mm.c = y.data;
-  mm.ldc = g.ohw();
-  mm.batch = g.n;
-  mm.stride_a = 0;
-  mm.stride_b = g.ckk() * g.ohw();
-  mm.stride_c = g.oc * g.ohw();
-  gemm(ctx, mm);
-  ctx.release_bytes(col, ws_bytes);
+  auto* ws = static_cast<float*>(ctx.bytes(ws_bytes));
+  auto p = kernels::zeroed<conv_pass_params>();
+  p.x = x.data;
+  p.w = w.data;
+  p.out = y.data;
+  p.ws = ws;
+  launch_pass(ctx, conv_fwd_kernel(), g, opt, p);
+  ctx.release_bytes(ws, ws_bytes);
 
   if (bias != nullptr) {
-    auto p = kernels::zeroed<bias_fwd_params>();
-    p.y = y.data;
-    p.b = bias->data;
-    p.n = g.n;
-    p.c = g.oc;
-    p.plane = g.ohw();
-    kernels::launch(ctx, bias_fwd_kernel(), {kernels::blocks_for(g.oc), kernels::blocks_for(g.n, 1, kernels::kMaxGridYZ), 1}, p);
+    auto bp = kernels::zeroed<bias_fwd_params>();
+    bp.y = y.data;
+    bp.b = bias->data;
+    bp.n = g.n;
+    bp.c = g.oc;
+    bp.plane = g.ohw();
+    kernels::launch(ctx, bias_fwd_kernel(), {kernels::blocks_for(g.oc), kernels::blocks_for(g.n, 1, kernels::kMaxGridYZ), 1}, bp);
   }
   return y;
 }
@@ -348,64 +439,38 @@ tensor conv2d_backward(context& ctx, const tensor& x, const tensor& w, const ten
   require(db == nullptr || db->numel() == g.oc, "conv2d_backward", "db must have OC elements");
   const std::size_t ws_bytes = g.workspace_bytes();
 
-  {  // dW (OC x CKK) += sum_n dy[n] (OC x OHW) col[n]^T (OHW x CKK)
-    auto* col = static_cast<float*>(ctx.bytes(ws_bytes));
-    launch_im2col(ctx, g, opt, x.data, col);
-    gemm_args mm;
-    mm.trans_b = transpose::trans;
-    mm.m = g.oc;
-    mm.n = g.ckk();
-    mm.k = g.ohw();
-    mm.a = dy.data;
-    mm.lda = g.ohw();
-    mm.b = col;
-    mm.ldb = g.ohw();
-    mm.beta = 1.0f;
-    mm.c = dw.data;
-    mm.ldc = g.ckk();
-    mm.batch = g.n;
-    mm.stride_a = g.oc * g.ohw();
-    mm.stride_b = g.ckk() * g.ohw();
-    mm.stride_c = 0;
-    gemm(ctx, mm);
-    ctx.release_bytes(col, ws_bytes);
+  {  // dW (OC x CKK) += sum_n dy[n] col[n]^T
+    auto* ws = static_cast<float*>(ctx.bytes(ws_bytes));
+    auto p = kernels::zeroed<conv_pass_params>();
+    p.x = x.data;
+    p.dy = dy.data;
+    p.out = dw.data;
+    p.ws = ws;
+    launch_pass(ctx, conv_bwd_filter_kernel(), g, opt, p);
+    ctx.release_bytes(ws, ws_bytes);
   }
 
   if (db != nullptr) {
-    auto p = kernels::zeroed<bias_bwd_params>();
-    p.dy = dy.data;
-    p.db = db->data;
-    p.n = g.n;
-    p.c = g.oc;
-    p.plane = g.ohw();
-    kernels::launch(ctx, bias_bwd_kernel(), {kernels::blocks_for(g.oc), 1, 1}, p);
+    auto bp = kernels::zeroed<bias_bwd_params>();
+    bp.dy = dy.data;
+    bp.db = db->data;
+    bp.n = g.n;
+    bp.c = g.oc;
+    bp.plane = g.ohw();
+    kernels::launch(ctx, bias_bwd_kernel(), {kernels::blocks_for(g.oc), 1, 1}, bp);
   }
 
   tensor dx;
   if (!need_dx) return dx;
   dx = ctx.empty(x.shape);
-  auto* dcol = static_cast<float*>(ctx.bytes(ws_bytes));
-  gemm_args mm;  // dcol[n] (CKK x OHW) = W^T (CKK x OC) dy[n] (OC x OHW)
-  mm.trans_a = transpose::trans;
-  mm.m = g.ckk();
-  mm.n = g.ohw();
-  mm.k = g.oc;
-  mm.a = w.data;
-  mm.lda = g.ckk();
-  mm.b = dy.data;
-  mm.ldb = g.ohw();
-  mm.c = dcol;
-  mm.ldc = g.ohw();
-  mm.batch = g.n;
-  mm.stride_a = 0;
-  mm.stride_b = g.oc * g.ohw();
-  mm.stride_c = g.ckk() * g.ohw();
-  gemm(ctx, mm);
-  auto p = lowering_params(g, opt);
-  p.src = dcol;
-  p.dst = dx.data;
-  kernels::launch(ctx, col2im_kernel(), lowering_grid(g), p);
-  ctx.release_bytes(dcol, ws_bytes);
+  auto* ws = static_cast<float*>(ctx.bytes(ws_bytes));
+  auto p = kernels::zeroed<conv_pass_params>();
+  p.w = w.data;
+  p.dy = dy.data;
+  p.out = dx.data;
+  p.ws = ws;
+  launch_pass(ctx, conv_bwd_data_kernel(), g, opt, p);
+  ctx.release_bytes(ws, ws_bytes);
   return dx;
 }
 

@@ -167,7 +167,10 @@ const host::kernel& gemm_kernel(const char* name) {
 
 }  // namespace
 
-void gemm(context& ctx, const gemm_args& g) {
+namespace {
+
+// Checks `g` and packs it into the kernels' parameter block.
+gemm_params checked_params(const gemm_args& g) {
   using kernels::require;
   const bool ta = g.trans_a == transpose::trans;
   const bool tb = g.trans_b == transpose::trans;
@@ -175,8 +178,6 @@ void gemm(context& ctx, const gemm_args& g) {
   require(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, "gemm", "negative size");
   require(g.lda >= (ta ? g.m : g.k) && g.ldb >= (tb ? g.k : g.n) && g.ldc >= g.n, "gemm",
           "leading dimension smaller than a row");
-  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
-
   auto p = kernels::zeroed<gemm_params>();
   p.a = g.a;
   p.b = g.b;
@@ -193,6 +194,29 @@ void gemm(context& ctx, const gemm_args& g) {
   p.stride_c = g.stride_c;
   p.alpha = g.alpha;
   p.beta = g.beta;
+  return p;
+}
+
+}  // namespace
+
+void gemm_on_this_thread(const gemm_args& g) {
+  const gemm_params p = checked_params(g);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const host::launch_config cfg{};
+  if (g.trans_a == transpose::trans) {
+    gemm_body<true, false>(cfg, p);
+  } else if (g.trans_b == transpose::trans) {
+    gemm_body<false, true>(cfg, p);
+  } else {
+    gemm_body<false, false>(cfg, p);
+  }
+}
+
+void gemm(context& ctx, const gemm_args& g) {
+  const gemm_params p = checked_params(g);
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return;
+  const bool ta = g.trans_a == transpose::trans;
+  const bool tb = g.trans_b == transpose::trans;
 
   const host::kernel& k = !ta && !tb ? gemm_kernel<false, false>("gemm_nn_f32")
                           : tb       ? gemm_kernel<false, true>("gemm_nt_f32")

@@ -35,6 +35,11 @@ struct gemm_args {
 // supported and throws config_error). beta == 0 never reads C (it may be uninitialized).
 void gemm(context& ctx, const gemm_args& args);
 
+// The same product computed at once on the calling thread, for a kernel body that fuses a
+// GEMM with other work (a convolution's lowering, conv2d.cpp): the same arithmetic and so
+// the same bits as the launched kernels. Throws config_error as gemm does.
+void gemm_on_this_thread(const gemm_args& args);
+
 // Plain 2-D product of tensors: returns op(a) op(b) as a new [m, n] tensor.
 tensor matmul(context& ctx, const tensor& a, const tensor& b, transpose ta = transpose::none,
               transpose tb = transpose::none);
