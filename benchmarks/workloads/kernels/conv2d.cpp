@@ -19,7 +19,8 @@
 //   buffer at the smallest budgets (the floor the Re-forwarding table met), and a round
 //   trip through memory for data a GPU's implicit GEMM never writes out. One sample's
 //   lowering stays in cache between im2col and the GEMM. The per-sample arithmetic is
-//   unchanged, so every output has the bits it had.
+//   unchanged, so every output keeps its bits: `sublinear demo --model densenet
+//   --iterations 6 --budget none` ends at loss 2.2508950233459473 on both trees.
 // Limitations: no dilation or groups; the lowering is still materialised, a sample at a
 //   time.
 #include "benchmarks/workloads/kernels/conv2d.hpp"
