@@ -56,8 +56,8 @@ vmm_status guarded(const char* what, Fn&& fn) noexcept {
   }
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and are left to fault
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL and are left to fault
 #endif
 
 constexpr int reservation_flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
@@ -307,7 +307,7 @@ vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
     // Commit the pages and fill the page tables here, on the thread that maps, as a GPU's
     // map call does (Note [Host VMM]). Deliberately unchecked: a failure only means page
     // faults later, in the kernel that first writes the range.
-    if (populate_) (void)::madvise(address, size, MADV_POPULATE_WRITE);
+    if (populate_) (void)::madvise(address, size, MADV_POPULATE_READ);
     return vmm_status::ok;
   });
 }
