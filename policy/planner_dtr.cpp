@@ -230,7 +230,7 @@ class dtr_run {
     double best_h = std::numeric_limits<double>::infinity();
     std::size_t checked = 0;
     for (const auto& [h, b] : ranked_) {
-      if (checked == checked_victims && best != none) break;
+      if (checked == checked_victims) break;
       // The recipe that will bring it back must exist with today's evictions.
       const buffer_id target[] = {b};
       const recipe_result rr = rb_.build(target, df_.next_use_after(b, last_access_[b]), evicted_mask_,
