@@ -54,20 +54,30 @@ iteration with_retentions(const iteration& it, std::span<const retention> r) {
 
 void trim_retentions(plan& p, const iteration& it) {
   if (p.retentions.empty()) return;
-  std::map<buffer_id, launch_id> last;  // retained buffer -> last restore point reading it
-  for (const retention& x : p.retentions) last[x.buffer] = none;
+  // Per retained buffer: the release the plan was made with, and the last restore point
+  // before it whose recipe touches the buffer. A recipe at or after that release found the
+  // buffer freed and rebuilds it in scratch: it does not read the retained copy, and
+  // counting it would keep the buffer longer than the plan was costed for (a DenseNet plan
+  // went 80 KiB over its budget that way, seen once under ASan's timings).
+  struct span {
+    launch_id release = none;
+    launch_id last = none;
+  };
+  std::map<buffer_id, span> spans;
+  for (const retention& x : p.retentions) spans[x.buffer].release = x.release_before;
   for (const eviction& e : p.evictions) {
     for (launch_id l : e.recipe) {
       for (buffer_id b : it.launches[l].touched) {
-        auto found = last.find(b);
-        if (found == last.end()) continue;
-        if (found->second == none || found->second < e.restore_before) found->second = e.restore_before;
+        auto found = spans.find(b);
+        if (found == spans.end() || e.restore_before >= found->second.release) continue;
+        launch_id& last = found->second.last;
+        if (last == none || last < e.restore_before) last = e.restore_before;
       }
     }
   }
   std::vector<retention> kept;
-  for (const auto& [b, r] : last)
-    if (r != none && r >= it.buffers[b].free_at) kept.push_back({b, r + 1});  // else alive at r anyway
+  for (const auto& [b, s] : spans)
+    if (s.last != none && s.last >= it.buffers[b].free_at) kept.push_back({b, s.last + 1});  // else alive at s.last anyway
   p.retentions = std::move(kept);
 }
 

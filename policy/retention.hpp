@@ -22,8 +22,10 @@
 //   option applied (retention_options: each buffer a launch writing a candidate reads,
 //   freed before the turning point, at most half that candidate's size, kept to the
 //   candidate's restore point), trims the second plan's retentions to those its recipes
-//   read (release_before: the last such restore point, plus one), and keeps whichever
-//   plan adds less compute (or the one that fits).
+//   read (release_before: the last such restore point before the offered release, plus
+//   one; a recipe after it rebuilds the buffer and reads no retained copy), and keeps
+//   whichever plan adds less compute (or the one that fits). Should a trimmed plan not
+//   fit, the untrimmed one, which is the iteration the planner saw, is kept.
 // Limitations: retentions are all-or-nothing before planning (the planner does not
 //   choose among options; trimming removes the unused ones); a retained buffer is never
 //   itself evicted; the planners pay for planning twice when options exist.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "policy/planner.hpp"
+#include "policy/recipe.hpp"
 #include "policy/simulator.hpp"
 #include "policy/synthetic.hpp"
 
@@ -119,6 +120,38 @@ TEST(Retention, ADenseBlockFitsFarSmallerBudgetsWhenItsFeaturesAreKept) {
   // must refuse the plan rather than measure the traced lifetimes.
   EXPECT_FALSE(simulator(it).run(p).valid);
   EXPECT_TRUE(simulator(with_retentions(it, p.retentions)).run(p).valid);
+}
+
+TEST(Retention, TrimmingNeverKeepsABufferLongerThanThePlanWasMadeWith) {
+  // A recipe that runs after a retention's release found the buffer freed and rebuilds
+  // it in scratch; trimming must not stretch the retention to cover it, or the buffer
+  // holds bytes the plan never counted.
+  const iteration it = dense_block(4);
+  const dataflow df(it);
+  buffer_id feature = none;  // a freed buffer with a writer: the block's first feature
+  for (buffer_id b = 0; b < it.buffers.size() && feature == none; ++b)
+    if (!it.buffers[b].persistent() && it.buffers[b].alloc_at > 0 && it.buffers[b].free_at != none &&
+        it.buffers[b].free_at + 8 < it.launches.size() && !df.writers_in(b, 0, it.launches.size()).empty())
+      feature = b;
+  ASSERT_NE(feature, none);
+  const launch_id writer = df.writers_in(feature, 0, it.launches.size()).front();
+  const launch_id release = it.buffers[feature].free_at + 4;
+  plan p;
+  p.retentions = {{feature, release}};
+  eviction early;  // reads the retained copy: its restore point is before the release
+  early.target = feature;
+  early.recipe = {writer};
+  early.restore_before = release - 2;
+  eviction late = early;  // rebuilds it: the buffer was already released
+  late.restore_before = release + 2;
+  p.evictions = {early, late};
+  trim_retentions(p, it);
+  ASSERT_EQ(p.retentions.size(), 1u);
+  EXPECT_EQ(p.retentions[0].release_before, release - 1);
+  p.evictions = {late};
+  p.retentions = {{feature, release}};
+  trim_retentions(p, it);
+  EXPECT_TRUE(p.retentions.empty());
 }
 
 TEST(Retention, APlanThatNeedsNoneHasNone) {
