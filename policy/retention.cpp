@@ -57,8 +57,8 @@ void trim_retentions(plan& p, const iteration& it) {
   // Per retained buffer: the release the plan was made with, and the last restore point
   // before it whose recipe touches the buffer. A recipe at or after that release found the
   // buffer freed and rebuilds it in scratch: it does not read the retained copy, and
-  // counting it would keep the buffer longer than the plan was costed for (a DenseNet plan
-  // went 80 KiB over its budget that way, seen once under ASan's timings).
+  // counting it would keep the buffer longer than the plan was costed for (the likely
+  // cause of a DenseNet plan 80 KiB over its budget, seen once under ASan's timings).
   struct span {
     launch_id release = none;
     launch_id last = none;
