@@ -1002,7 +1002,7 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
     ms.insert(ms.end() - 1, {"ResNet-152 (batch 64: activation-dominated)",
                              {models::model_kind::resnet, 152, 0, 64}, 0.80, 0.39, "-b64"});
     // Session 20: at batch 8 DenseNet-121's persistent state (8.4 MiB) is a quarter of its peak,
-    // so no plan can cut 81%; at batch 32 it is 7% of the peak.
+    // so no plan can cut 81%; at batch 32 it is 8% of the peak.
     ms.push_back({"DenseNet-121 (batch 32: activation-dominated)",
                   {models::model_kind::densenet, 121, 0, 32}, 0.81, 0.42, "-b32"});
   }
