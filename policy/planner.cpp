@@ -86,17 +86,8 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     try {
       plan q = search(with, budget);
       q.retentions = std::move(offered);
-      plan trimmed = q;
-      trim_retentions(trimmed, it);
-      simulation s = simulate(it, trimmed);
-      // Untrimmed, the retentions rebuild the iteration the plan was made on, so it fits;
-      // trimming only shortens them and should never cost bytes, but if it does, the
-      // longer retentions are the plan that was checked.
-      if (s.valid && s.peak > budget) {
-        s = simulate(it, q);
-      } else {
-        q = std::move(trimmed);
-      }
+      trim_retentions(q, it);
+      const simulation s = simulate(it, q);
       // An invalid plan goes through checked() too: it is a bug, and says so.
       if (!best || !s.valid || s.added_compute_s < best->added_compute_s * (1.0 - 1e-9))
         best = checked(std::move(q), s);

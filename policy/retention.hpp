@@ -24,8 +24,8 @@
 //   candidate's restore point), trims the second plan's retentions to those its recipes
 //   read (release_before: the last such restore point before the offered release, plus
 //   one; a recipe after it rebuilds the buffer and reads no retained copy), and keeps
-//   whichever plan adds less compute (or the one that fits). Should a trimmed plan not
-//   fit, the untrimmed one, which is the iteration the planner saw, is kept.
+//   whichever plan adds less compute (or the one that fits). Trimming only shortens
+//   retentions, so the trimmed plan needs no more bytes than the one the planner checked.
 // Limitations: retentions are all-or-nothing before planning (the planner does not
 //   choose among options; trimming removes the unused ones); a retained buffer is never
 //   itself evicted; the planners pay for planning twice when options exist.

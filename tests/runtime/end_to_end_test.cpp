@@ -58,8 +58,8 @@ workloads::models::model_config config_for(model_kind kind) {
 
 // The matrix's models: larger than config_for's, so that feature maps dominate and most
 // cells are feasible at 0.5x, several at 0.3x (the floor any plan must keep, persistent
-// state plus the busiest launch's working set, is 0.19-0.35x of the traced peak here:
-// `sublinear plan` names it). The MLP stays small: at the sizes where its floor falls
+// state plus the busiest launch's working set, is 0.14-0.34x of the traced peak here:
+// an infeasible cell's message names it). The MLP stays small: at the sizes where its floor falls
 // below 0.5x each cell takes seconds. The cells that remain infeasible say so.
 workloads::models::model_config matrix_config(model_kind kind) {
   workloads::models::model_config c = config_for(kind);
