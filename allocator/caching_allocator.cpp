@@ -96,6 +96,17 @@ struct pending {
   std::vector<event_handle> events;
 };
 
+// The old address of a chunk handed to a new mapping while work queued on its stream may
+// still use it (Note [Stream-ordered handoff]): unmapped once `events` have completed.
+struct old_mapping {
+  char* base = nullptr;
+  std::size_t size = 0;
+  chunk_handle chunk = 0;
+  std::vector<event_handle> events;
+  bool give_range = false;  // the range belonged to a released segment: back to the address space
+  bool orphan = false;      // the new mapping failed: the chunk is released after the unmap
+};
+
 }  // namespace
 
 struct caching_allocator::impl {
@@ -118,6 +129,13 @@ struct caching_allocator::impl {
   std::deque<pending> pending_frees;
   std::deque<pending> pending_evictions;
   std::multimap<std::size_t, chunk_handle> chunk_pool;    // size -> unmapped chunk (Note [Chunk pool])
+  std::vector<old_mapping> old_mappings;                   // Note [Stream-ordered handoff]
+  struct handed_chunk {
+    std::size_t size = 0;
+    chunk_handle chunk = 0;
+    stream_handle stream = nullptr;
+  };
+  std::optional<handed_chunk> handoff;  // set aside by hand_off for the next map_segment
   caching_allocator::pressure_handler pressure;
   std::size_t last_shortfall = 0;                          // bytes missing at the last budget failure
   stats st;
@@ -152,6 +170,16 @@ struct caching_allocator::impl {
     // Wait for everything still pending, then give every page and the range back.
     for (auto& p : pending_frees) drain(p, true);
     for (auto& p : pending_evictions) drain(p, true);
+    orphan_handoff();
+    for (old_mapping& m : old_mappings) {
+      for (event_handle e : m.events) {
+        events.synchronize(e);
+        events.release(e);
+      }
+      device.unmap(m.base, m.size);
+      if (m.orphan) device.release_chunk(m.chunk);
+    }
+    old_mappings.clear();
     live.clear();
     for (auto& pool : pools) {
       pool->small.clear();
@@ -320,10 +348,16 @@ struct caching_allocator::impl {
   // [Chunk pool]), else a fresh one. Returns the status of the failing call, rolling back
   // what succeeded.
   vmm_status map_segment(segment& seg) {
+    settle_old_mappings(true, seg.base, seg.size);  // an old mapping of a handed-off chunk here
     chunk_handle handle = 0;
     bool pooled = false;
+    bool handed = false;
     vmm_status s = vmm_status::ok;
-    if (auto it = chunk_pool.find(seg.size); it != chunk_pool.end()) {
+    if (handoff && handoff->size == seg.size) {
+      handle = handoff->chunk;  // already counted in mapped, like a pooled chunk
+      handoff.reset();
+      handed = true;
+    } else if (auto it = chunk_pool.find(seg.size); it != chunk_pool.end()) {
       handle = it->second;
       chunk_pool.erase(it);
       st.pooled -= seg.size;
@@ -335,6 +369,10 @@ struct caching_allocator::impl {
     }
     // A chunk that cannot be mapped is given back; a pooled one stays counted until then.
     auto give_back = [&] {
+      if (handed) {  // still mapped at its old address: released once that is unmapped
+        mark_orphan(handle);
+        return;
+      }
       device.release_chunk(handle);
       ++st.release_calls;
       if (pooled) note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
@@ -355,7 +393,9 @@ struct caching_allocator::impl {
     }
     seg.handle = handle;
     seg.mapped = true;
-    if (pooled) {
+    if (handed) {
+      // counted in mapped since its first mapping, and in handoffs when it was handed over
+    } else if (pooled) {
       ++st.pool_reuses;  // already counted in mapped
     } else {
       note_mapped(static_cast<std::ptrdiff_t>(seg.size));
@@ -421,6 +461,9 @@ struct caching_allocator::impl {
                          device.last_error() + ")");
     }
     for (segment* seg : segs) {
+      // Its old mapping's last use ran before this one's: no real wait, and the chunk
+      // must have no other mapping before it is pooled or released.
+      settle_old_mappings(true, nullptr, 0, seg->handle);
       vmm_status r = vmm_status::ok;
       if (keep) {
         chunk_pool.emplace(seg->size, seg->handle);
@@ -454,6 +497,129 @@ struct caching_allocator::impl {
     give_address_range(seg->base, seg->size);
     recycle(b);
     segments.erase(seg->base);
+  }
+
+  // ---- stream-ordered handoff (Note [Stream-ordered handoff]) -------------------------
+  // Unmaps the old mappings whose events have completed (all of them with `wait`), or
+  // only those overlapping [lo, lo + bytes) when `lo` is given, or only those of `chunk`.
+  void settle_old_mappings(bool wait, const char* lo = nullptr, std::size_t bytes = 0,
+                           std::optional<chunk_handle> chunk = std::nullopt) {
+    if (old_mappings.empty()) return;
+    std::vector<old_mapping> done;
+    for (auto it = old_mappings.begin(); it != old_mappings.end();) {
+      const bool in_range = (lo == nullptr || (it->base < lo + bytes && lo < it->base + it->size)) &&
+                            (!chunk || it->chunk == *chunk);
+      bool complete = in_range;
+      for (event_handle e : it->events) {
+        if (!complete) break;
+        if (wait) {
+          events.synchronize(e);
+        } else {
+          complete = events.query(e);
+        }
+      }
+      if (!complete) {
+        ++it;
+        continue;
+      }
+      for (event_handle e : it->events) events.release(e);
+      it->events.clear();
+      done.push_back(std::move(*it));
+      it = old_mappings.erase(it);
+    }
+    if (done.empty()) return;
+    std::vector<vmm_range> ranges;
+    ranges.reserve(done.size());
+    for (const old_mapping& m : done) ranges.push_back({m.base, m.size});
+    const vmm_status s = device.unmap_ranges(ranges);
+    st.unmap_calls += done.size();
+    if (s != vmm_status::ok) {
+      throw device_error("sublinear: unmapping the old addresses of " + std::to_string(done.size()) +
+                         " handed-off chunks on the " + device.name() + " device failed (" + to_string(s) + ": " +
+                         device.last_error() + ")");
+    }
+    for (const old_mapping& m : done) {
+      if (m.give_range) give_address_range(m.base, m.size);
+      if (m.orphan) {
+        const vmm_status r = device.release_chunk(m.chunk);
+        ++st.release_calls;
+        note_mapped(-static_cast<std::ptrdiff_t>(m.size));
+        if (r != vmm_status::ok) {
+          throw device_error("sublinear: releasing a chunk of " + format_bytes(m.size) + " on the " + device.name() +
+                             " device failed (" + to_string(r) + ": " + device.last_error() + ")");
+        }
+      }
+    }
+  }
+
+  // A handed-off chunk that no mapping took: released once its old address is unmapped
+  // (until then it stays counted in mapped).
+  void mark_orphan(chunk_handle chunk) {
+    for (old_mapping& m : old_mappings) {
+      if (m.chunk == chunk) m.orphan = true;
+    }
+  }
+  void orphan_handoff() {
+    if (!handoff) return;
+    mark_orphan(handoff->chunk);
+    handoff.reset();
+  }
+  [[nodiscard]] bool has_orphans() const {
+    return std::any_of(old_mappings.begin(), old_mappings.end(), [](const old_mapping& m) { return m.orphan; });
+  }
+
+  // Finds a chunk of exactly `bytes` whose last use is queued on `stream` and nowhere else,
+  // and sets it aside for the next map_segment: a pending eviction's first (its block is
+  // gone for now anyway), else a wholly free cached segment's. Returns false if none.
+  bool hand_off(std::size_t bytes, std::optional<stream_handle> on) {
+    if (!opts.stream_ordered_handoff || !on || bytes == 0 || handoff) return false;
+    const stream_handle stream = *on;
+    for (auto it = pending_evictions.begin(); it != pending_evictions.end(); ++it) {
+      block* b = it->b;
+      if (b->eviction_generation != it->generation || b->state != residency::evicting) continue;
+      if (b->seg->size != bytes || b->stream != stream) continue;
+      if (std::any_of(b->stream_uses.begin(), b->stream_uses.end(), [&](stream_handle u) { return u != stream; }))
+        continue;
+      segment* seg = b->seg;
+      old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(it->events), false, false});
+      pending_evictions.erase(it);
+      seg->mapped = false;
+      b->state = residency::evicted;
+      st.evicted += b->size;
+      st.evicted_total += b->size;
+      ++st.evictions;
+      handoff = handed_chunk{bytes, seg->handle, stream};
+      ++st.handoffs;
+      return true;
+    }
+    stream_pool& pool = pool_for(stream);
+    for (free_set* set : {&pool.dedicated, &pool.large, &pool.small}) {
+      for (auto it = set->lower_bound(by_size_key::type{bytes, nullptr}); it != set->end() && it->size == bytes; ++it) {
+        block* b = &*it;
+        segment* seg = b->seg;
+        if (seg->size != bytes || !seg->mapped) continue;
+        // Frees used on other streams reach the free sets only once that work is done
+        // (pending_frees), so what may still touch the segment is queued on `stream`.
+        std::vector<event_handle> evs;
+        if (seg->has_free_event) {
+          evs.push_back(seg->free_event);
+          seg->has_free_event = false;
+        } else {
+          evs.push_back(events.record(seg->stream));
+        }
+        erase_free(b);
+        old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(evs), true, false});
+        handoff = handed_chunk{bytes, seg->handle, stream};
+        seg->mapped = false;
+        st.reserved -= seg->size;
+        ++st.segments_released;
+        recycle(b);
+        segments.erase(seg->base);
+        ++st.handoffs;
+        return true;
+      }
+    }
+    return false;
   }
 
   // ---- pending events -----------------------------------------------------------------
@@ -515,6 +681,7 @@ struct caching_allocator::impl {
   void poll() {
     if (!pending_frees.empty()) process_pending_frees(false);
     if (!pending_evictions.empty()) process_pending_evictions(false);
+    settle_old_mappings(false);
   }
 
   // Releases the wholly free segments `whole` (blocks spanning their segment) until
@@ -618,12 +785,19 @@ struct caching_allocator::impl {
   bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }
   // A mapping of `bytes` can be made now: a pooled chunk of that size (already counted)
   // or room under the budget.
-  bool ready(std::size_t bytes) const { return pool_has(bytes) || fits(bytes); }
+  bool ready(std::size_t bytes) const {
+    return (handoff && handoff->size == bytes) || pool_has(bytes) || fits(bytes);
+  }
 
   // The ladder of Note [Strict budget]. Returns false if `bytes` cannot be made to fit.
-  bool make_room(std::size_t bytes) {
+  // `stream`: the mapping's pages are used on it (none: unknown), which allows a
+  // handoff (Note [Stream-ordered handoff]).
+  bool make_room(std::size_t bytes, std::optional<stream_handle> stream = std::nullopt) {
+    // One left by a request that failed before mapping it serves only its own size and stream.
+    if (handoff && (handoff->size != bytes || !stream || handoff->stream != *stream)) orphan_handoff();
     if (ready(bytes)) return true;
     poll();
+    if (ready(bytes) || hand_off(bytes, stream)) return true;
     // Pooled chunks first, then cached segments, then the chunks their release pooled.
     const auto give_back = [&] {
       if (ready(bytes)) return true;
@@ -635,10 +809,11 @@ struct caching_allocator::impl {
       return fits(bytes);
     };
     if (give_back()) return true;
-    if (!pending_evictions.empty() || !pending_frees.empty()) {
+    if (!pending_evictions.empty() || !pending_frees.empty() || has_orphans()) {
       ++st.budget_waits;
       process_pending_evictions(true);
       process_pending_frees(true);
+      if (has_orphans()) settle_old_mappings(true);
       if (give_back()) return true;
     }
     if (opts.trim_segments && trim_free_holes(bytes)) return true;
@@ -875,8 +1050,8 @@ struct caching_allocator::impl {
 
   // Maps `seg` under the budget, retrying after reclaiming when the device itself is out
   // of physical memory. Throws out_of_memory.
-  void map_under_budget(segment& seg, std::size_t requested) {
-    if (!make_room(seg.size))
+  void map_under_budget(segment& seg, std::size_t requested, std::optional<stream_handle> stream = std::nullopt) {
+    if (!make_room(seg.size, stream))
       throw_oom(requested, "mapping " + format_bytes(seg.size) + " would exceed the budget");
     vmm_status s = map_segment(seg);
     if (s == vmm_status::out_of_memory) {
@@ -905,7 +1080,7 @@ struct caching_allocator::impl {
     seg->kind = kind;
     seg->stream = stream;
     try {
-      map_under_budget(*seg, requested);
+      map_under_budget(*seg, requested, stream);
     } catch (...) {
       give_address_range(base, size);
       throw;
@@ -956,7 +1131,7 @@ struct caching_allocator::impl {
         }
         // Under pressure a smaller segment beats an out-of-memory error.
         if (!ready(seg_size) && minimal < seg_size) seg_size = minimal;
-        if (!make_room(seg_size)) {
+        if (!make_room(seg_size, stream)) {
           // Still no room: a free block of the stream's other size class will do, split
           // as finely as a small block (Note [Strict budget]).
           free_set& other = pool.of(kind == pool_kind::small ? pool_kind::large : pool_kind::small);
@@ -1110,14 +1285,14 @@ struct caching_allocator::impl {
     process_pending_evictions(false);
   }
 
-  void restore(void* ptr) {
+  void restore(void* ptr, std::optional<stream_handle> stream) {
     block* b = evictable_block(ptr, "restore");
     if (b->state == residency::resident) return;
     if (b->state == residency::evicting) {
       cancel_eviction(b);
       return;
     }
-    map_under_budget(*b->seg, b->requested);
+    map_under_budget(*b->seg, b->requested, stream);
     b->state = residency::resident;
     st.evicted -= b->size;
     st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
@@ -1176,6 +1351,10 @@ struct caching_allocator::impl {
     for (const auto& [size, handle] : chunk_pool) pooled += size;
     if (pooled != st.pooled) return fail("pooled statistic disagrees with a recount");
     mapped += pooled;
+    for (const old_mapping& m : old_mappings) {
+      if (m.orphan) mapped += m.size;
+    }
+    if (handoff) return fail("a handed-off chunk was left unmapped");
     std::size_t in_sets = 0;
     for (const auto& p : pools) in_sets += p->small.size() + p->large.size() + p->dedicated.size();
     if (in_sets != free_blocks) return fail("free sets disagree with block states");
@@ -1342,7 +1521,14 @@ void caching_allocator::evict(void* ptr) {
 void caching_allocator::restore(void* ptr) {
   with_pressure_valve([&] {
     std::lock_guard lock(impl_->mutex);
-    impl_->restore(ptr);
+    impl_->restore(ptr, std::nullopt);
+  });
+}
+
+void caching_allocator::restore(void* ptr, stream_handle stream) {
+  with_pressure_valve([&] {
+    std::lock_guard lock(impl_->mutex);
+    impl_->restore(ptr, stream);
   });
 }
 
@@ -1377,6 +1563,7 @@ std::size_t caching_allocator::empty_cache() {
   std::size_t before = impl_->st.mapped;
   impl_->process_pending_frees(true);
   impl_->process_pending_evictions(true);
+  impl_->settle_old_mappings(true);
   impl_->release_cached(0, true);
   impl_->trim_pool(0, 0, true);
   return before - impl_->st.mapped;

@@ -775,7 +775,8 @@ struct engine::impl {
     try {
       for (buffer_id b : targets) {
         if (!evicted[b] || freed[b]) continue;
-        alloc.restore(addr[b]);
+        // The recipe writes the pages on `stream` first (Note [Stream-ordered handoff]).
+        alloc.restore(addr[b], stream);
         restored.push_back(b);
         evicted[b] = 0;
         evicted_ranges.erase(addr[b]);

@@ -642,6 +642,144 @@ TEST_F(CachingAllocator, WaitsForPendingEvictionsWhenTheBudgetRequiresIt) {
   a.deallocate(e);
 }
 
+// Note [Stream-ordered handoff]: work queued later on the stream that last used an evicted
+// block runs after that use, so its chunk can take the new mapping at once.
+TEST_F(CachingAllocator, HandsAPendingEvictionsChunkToAMappingOnTheSameStreamWithoutWaiting) {
+  auto a = make(256 * KiB);
+  void* kept = a.allocate(128 * KiB, stream(1), true);
+  void* gone = a.allocate(128 * KiB, stream(1), true);
+  std::memset(gone, 0x5A, 128 * KiB);
+  a.evict(gone);  // its last use is still queued on stream 1
+  const auto waits_before = events.synchronized();
+  void* next = a.allocate(128 * KiB, stream(1), true);
+  EXPECT_EQ(events.synchronized(), waits_before) << "waited for stream 1, whose work runs before the new block's";
+  const auto s = a.get_stats();
+  EXPECT_EQ(s.handoffs, 1u);
+  EXPECT_EQ(s.budget_waits, 0u);
+  EXPECT_EQ(s.create_calls, 2u) << "the evicted block's chunk was not the one mapped";
+  EXPECT_LE(s.mapped_peak, 256 * KiB);
+  EXPECT_LE(device.chunk_bytes_in_use(), 256 * KiB) << "physical pages beyond the budget";
+  EXPECT_EQ(a.find(gone)->state, residency::evicted);
+  // Until the new block is written, the queued work still reads the evicted bytes there.
+  EXPECT_EQ(static_cast<unsigned char*>(gone)[4096], 0x5A);
+  EXPECT_EQ(static_cast<unsigned char*>(next)[4096], 0x5A) << "the new mapping is another chunk";
+  EXPECT_TRUE(a.validate());
+  // The old address goes once the old use has completed.
+  const auto unmaps = a.get_stats().unmap_calls;
+  events.complete_all();
+  (void)a.reclaim();
+  EXPECT_EQ(a.get_stats().unmap_calls, unmaps + 1);
+  EXPECT_TRUE(a.validate());
+  for (void* p : {kept, gone, next}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, NeverHandsAChunkToAnotherStream) {
+  auto a = make(256 * KiB);
+  void* kept = a.allocate(128 * KiB, stream(1), true);
+  void* gone = a.allocate(128 * KiB, stream(1), true);
+  a.evict(gone);
+  const auto waits_before = events.synchronized();
+  void* next = a.allocate(128 * KiB, stream(2), true);  // nothing orders stream 2 after stream 1
+  EXPECT_GT(events.synchronized(), waits_before);
+  EXPECT_EQ(a.get_stats().handoffs, 0u);
+  EXPECT_EQ(a.get_stats().budget_waits, 1u);
+  EXPECT_TRUE(a.validate());
+  for (void* p : {kept, gone, next}) a.deallocate(p);
+}
+
+TEST_F(CachingAllocator, NeverHandsOffABlockAlsoUsedOnAnotherStream) {
+  auto a = make(256 * KiB);
+  void* kept = a.allocate(128 * KiB, stream(1), true);
+  void* gone = a.allocate(128 * KiB, stream(1), true);
+  a.record_stream(gone, stream(2));  // stream 2's use is not ordered before stream 1's later work
+  a.evict(gone);
+  const auto waits_before = events.synchronized();
+  void* next = a.allocate(128 * KiB, stream(1), true);
+  EXPECT_GT(events.synchronized(), waits_before);
+  EXPECT_EQ(a.get_stats().handoffs, 0u);
+  EXPECT_TRUE(a.validate());
+  for (void* p : {kept, gone, next}) a.deallocate(p);
+}
+
+// A restore must be at the evicted block's own address: a freed segment of its size cannot
+// be reused in place, but its chunk can move there when the caller names its stream.
+TEST_F(CachingAllocator, RestoreOnANamedStreamTakesTheChunkOfASegmentFreedThere) {
+  for (const bool named : {false, true}) {
+    SCOPED_TRACE(named ? "stream named" : "no stream");
+    auto a = make(256 * KiB);
+    void* x = a.allocate(128 * KiB, stream(1), true);
+    a.evict(x);
+    events.complete_all();
+    (void)a.reclaim();                                     // x's chunk is pooled
+    void* y = a.allocate(128 * KiB, stream(1), true);     // ... and mapped for y
+    void* z = a.allocate(128 * KiB, stream(1), true);
+    a.deallocate(y);  // free in stream order: stream 1 may still use y
+    const auto waits_before = events.synchronized();
+    if (named) {
+      a.restore(x, stream(1));
+    } else {
+      a.restore(x);
+    }
+    EXPECT_EQ(a.find(x)->state, residency::resident);
+    EXPECT_EQ(a.get_stats().handoffs, named ? 1u : 0u);
+    EXPECT_EQ(events.synchronized() - waits_before, named ? 0u : 1u);
+    EXPECT_LE(a.get_stats().mapped_peak, 256 * KiB);
+    EXPECT_LE(device.chunk_bytes_in_use(), 256 * KiB);
+    EXPECT_TRUE(a.validate());
+    // y's old address is not handed out again while its old mapping may be in use.
+    a.deallocate(z);
+    void* w = a.allocate(64 * KiB, stream(2));
+    if (named) {
+      EXPECT_FALSE(static_cast<char*>(w) + 64 * KiB > y && w < static_cast<char*>(y) + 128 * KiB);
+    }
+    EXPECT_TRUE(a.validate());
+    for (void* p : {x, w}) a.deallocate(p);
+    EXPECT_TRUE(a.validate());
+  }
+}
+
+// The block whose chunk was handed off comes back before its old use has run: its old
+// mapping is at the very address, so that one is settled (a wait) before the new one.
+TEST_F(CachingAllocator, RestoringAHandedOffBlockSettlesItsOldMappingFirst) {
+  auto a = make(256 * KiB);
+  void* kept = a.allocate(128 * KiB, stream(1), true);
+  void* gone = a.allocate(128 * KiB, stream(1), true);
+  a.evict(gone);
+  void* next = a.allocate(128 * KiB, stream(1), true);  // takes gone's chunk
+  ASSERT_EQ(a.get_stats().handoffs, 1u);
+  a.deallocate(kept);  // room for gone again, in stream order
+  const auto waits_before = events.synchronized();
+  a.restore(gone, stream(1));
+  EXPECT_EQ(a.find(gone)->state, residency::resident);
+  EXPECT_GE(events.synchronized(), waits_before + 1) << "mapped over an old mapping still in use";
+  EXPECT_LE(a.get_stats().mapped_peak, 256 * KiB);
+  EXPECT_LE(device.chunk_bytes_in_use(), 256 * KiB);
+  std::memset(gone, 1, 128 * KiB);
+  std::memset(next, 2, 128 * KiB);
+  EXPECT_EQ(static_cast<unsigned char*>(gone)[0], 1) << "gone and next share a chunk";
+  EXPECT_TRUE(a.validate());
+  for (void* p : {gone, next}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
+TEST_F(CachingAllocator, HandoffCanBeSwitchedOff) {
+  host_vmm dev{host_vmm_options{kGranularity, 1 * GiB}};
+  options o;
+  o.budget = 256 * KiB;
+  o.reserve = 1 * GiB;
+  o.stream_ordered_handoff = false;
+  caching_allocator a(dev, events, o);
+  void* kept = a.allocate(128 * KiB, stream(1), true);
+  void* gone = a.allocate(128 * KiB, stream(1), true);
+  a.evict(gone);
+  void* next = a.allocate(128 * KiB, stream(1), true);
+  EXPECT_EQ(a.get_stats().handoffs, 0u);
+  EXPECT_EQ(a.get_stats().budget_waits, 1u);
+  for (void* p : {kept, gone, next}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, UnderPressureASmallRequestIsCutFromAFreeLargeBlock) {
   auto a = make(4 * MiB);
   void* big = a.allocate(3 * MiB, nullptr);   // an exact 3 MiB segment (the 20 MiB one does not fit)

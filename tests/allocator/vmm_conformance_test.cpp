@@ -217,6 +217,24 @@ TYPED_TEST_P(VmmConformance, ChunkKeepsItsDataWhenRemappedElsewhere) {
   EXPECT_EQ(this->read(second, size), bytes);
 }
 
+// Note [Stream-ordered handoff] maps a chunk at its new address before the old mapping is
+// gone: both must show the same bytes, and the chunk must outlive the first unmap.
+TYPED_TEST_P(VmmConformance, AChunkMappedAtTwoAddressesShowsTheSameBytesThroughBoth) {
+  const std::size_t size = this->g_;
+  std::byte* old_home = this->reserve(size);
+  std::byte* new_home = this->reserve(size);
+  const chunk_handle h = this->create(size);
+  this->map_rw(old_home, size, h);
+  this->map_rw(new_home, size, h);
+  const auto bytes = pattern(size, 7);
+  ASSERT_TRUE(this->write(new_home, bytes)) << this->device().last_error();
+  EXPECT_EQ(this->read(old_home, size), bytes) << "the two mappings do not share the chunk";
+  EXPECT_EQ(this->device().release_chunk(h), vmm_status::invalid_argument) << "released while mapped twice";
+  ASSERT_EQ(this->device().unmap(old_home, size), vmm_status::ok);
+  EXPECT_EQ(this->read(new_home, size), bytes) << "unmapping the old address took the bytes";
+  EXPECT_EQ(this->device().release_chunk(h), vmm_status::invalid_argument) << "released while still mapped once";
+}
+
 // The interface's own copies (used by the allocator's segment trim): a round trip through
 // host memory, and a refusal, not a fault, where the range is not wholly mapped.
 TYPED_TEST_P(VmmConformance, CopiesRoundTripAMappedRangeAndRefuseAnUnmappedOne) {
@@ -494,6 +512,7 @@ REGISTER_TYPED_TEST_SUITE_P(VmmConformance, GranularityIsAPowerOfTwo,
                             CreateChunkRejectsSizeNotMultipleOfGranularity,
                             MappedChunkIsWritableAfterSetAccess,
                             ChunkKeepsItsDataWhenRemappedElsewhere,
+                            AChunkMappedAtTwoAddressesShowsTheSameBytesThroughBoth,
                             CopiesRoundTripAMappedRangeAndRefuseAnUnmappedOne,
                             SetAccessCoversAdjacentMappingsInOneCall,
                             ReservedRangeFaultsBeforeAnyMapping, UnmappedRangeFaultsOnAccess,
