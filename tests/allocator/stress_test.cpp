@@ -144,7 +144,13 @@ worker_result run_worker(caching_allocator& a, overlap_checker& overlaps, stream
         ++r.evictions;
       } else {
         try {
-          a.restore(b.ptr);
+          // Half the restores name the stream, which lets them take a chunk whose last use
+          // is still pending there (Note [Stream-ordered handoff]).
+          if (rng() % 2 == 0) {
+            a.restore(b.ptr, s);
+          } else {
+            a.restore(b.ptr);
+          }
         } catch (const out_of_memory&) {
           ++r.ooms;
           continue;
@@ -194,6 +200,7 @@ TEST(AllocatorStress, SingleThreadMatchesTheReferenceModel) {
   EXPECT_GT(r.ooms, 0u) << "the budget was never reached: the test does not exercise the ladder";
   auto st = a.get_stats();
   EXPECT_LE(st.mapped_peak, kBudget);
+  EXPECT_GT(st.handoffs, 0u) << "no stream-ordered handoff ran: the test does not exercise it";
   EXPECT_EQ(st.allocated, 0u);
   EXPECT_TRUE(a.validate());
 }
@@ -225,6 +232,7 @@ TEST(AllocatorStress, FourThreadsOnTheirOwnStreamsShareOneBudget) {
   EXPECT_EQ(total, operations() / kThreads * kThreads);
   auto st = a.get_stats();
   EXPECT_LE(st.mapped_peak, kBudget);
+  EXPECT_GT(st.handoffs, 0u) << "no stream-ordered handoff ran: the test does not exercise it";
   EXPECT_EQ(st.allocated, 0u);
   EXPECT_EQ(st.allocs, st.frees);
   EXPECT_TRUE(a.validate());
