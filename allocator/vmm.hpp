@@ -60,8 +60,9 @@ class vmm {
   // Releases a chunk. Precondition: the chunk is not mapped anywhere.
   virtual vmm_status release_chunk(chunk_handle handle) noexcept = 0;
 
-  // Maps the whole chunk at `address` (inside a reservation, not yet mapped).
-  // The range is not accessible until set_access.
+  // Maps the whole chunk at `address` (inside a reservation, not yet mapped). A chunk may
+  // be mapped at several addresses at once; each shows the same bytes (Note
+  // [Stream-ordered handoff]). The range is not accessible until set_access.
   virtual vmm_status map(void* address, std::size_t size, chunk_handle handle) noexcept = 0;
   // Grants read/write access to a mapped range (one call may cover several chunks).
   virtual vmm_status set_access(void* address, std::size_t size) noexcept = 0;
