@@ -130,6 +130,7 @@ struct caching_allocator::impl {
   std::deque<pending> pending_evictions;
   std::multimap<std::size_t, chunk_handle> chunk_pool;    // size -> unmapped chunk (Note [Chunk pool])
   std::vector<old_mapping> old_mappings;                   // Note [Stream-ordered handoff]
+  static constexpr std::size_t kSettleBatch = 16;          // old mappings a poll lets build up
   struct handed_chunk {
     std::size_t size = 0;
     chunk_handle chunk = 0;
@@ -502,8 +503,9 @@ struct caching_allocator::impl {
   // ---- stream-ordered handoff (Note [Stream-ordered handoff]) -------------------------
   // Unmaps the old mappings whose events have completed (all of them with `wait`), or
   // only those overlapping [lo, lo + bytes) when `lo` is given, or only those of `chunk`.
+  // With `in_order`, stops at the first one not complete: polls take them oldest first.
   void settle_old_mappings(bool wait, const char* lo = nullptr, std::size_t bytes = 0,
-                           std::optional<chunk_handle> chunk = std::nullopt) {
+                           std::optional<chunk_handle> chunk = std::nullopt, bool in_order = false) {
     if (old_mappings.empty()) return;
     std::vector<old_mapping> done;
     for (auto it = old_mappings.begin(); it != old_mappings.end();) {
@@ -519,6 +521,7 @@ struct caching_allocator::impl {
         }
       }
       if (!complete) {
+        if (in_order) break;
         ++it;
         continue;
       }
@@ -681,7 +684,10 @@ struct caching_allocator::impl {
   void poll() {
     if (!pending_frees.empty()) process_pending_frees(false);
     if (!pending_evictions.empty()) process_pending_evictions(false);
-    settle_old_mappings(false);
+    // Old mappings hold no memory of their own (their chunks are counted where they are
+    // mapped now), only address space: settled in batches, oldest first, which keeps the
+    // event queries off every allocation's path.
+    if (old_mappings.size() >= kSettleBatch) settle_old_mappings(false, nullptr, 0, std::nullopt, true);
   }
 
   // Releases the wholly free segments `whole` (blocks spanning their segment) until
@@ -1555,6 +1561,7 @@ std::size_t caching_allocator::reclaim() {
   // Bytes taken out of segments: a chunk that goes to the pool is unmapped too.
   std::size_t before = impl_->st.mapped - impl_->st.pooled;
   impl_->poll();
+  impl_->settle_old_mappings(false);  // every completed one, not only a batch
   return before - (impl_->st.mapped - impl_->st.pooled);
 }
 
