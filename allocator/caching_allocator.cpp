@@ -1298,7 +1298,9 @@ struct caching_allocator::impl {
       cancel_eviction(b);
       return;
     }
+    const std::uint64_t handoffs_before = st.handoffs;
     map_under_budget(*b->seg, b->requested, stream);
+    if (st.handoffs != handoffs_before) ++st.restore_handoffs;
     b->state = residency::resident;
     st.evicted -= b->size;
     st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
@@ -1589,6 +1591,12 @@ void caching_allocator::set_exact_small_segments(bool exact) {
 void caching_allocator::set_segment_trim(bool trim) {
   std::lock_guard lock(impl_->mutex);
   impl_->opts.trim_segments = trim;
+}
+
+void caching_allocator::set_stream_ordered_handoff(bool handoff) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->opts.stream_ordered_handoff = handoff;
+  if (!handoff) impl_->orphan_handoff();
 }
 
 void caching_allocator::set_budget(std::size_t bytes) {

@@ -158,6 +158,7 @@ struct stats {
   std::uint64_t pool_trims = 0;    // pooled chunks released to make room
   std::uint64_t handoffs = 0;      // mappings given a chunk whose old use was still queued on the
                                    // same stream, without a wait (Note [Stream-ordered handoff])
+  std::uint64_t restore_handoffs = 0;  // of those, mappings for restore(ptr, stream)
   std::uint64_t pressure_calls = 0;  // times the pressure handler was asked to evict more
   std::uint64_t allocs = 0, frees = 0;
   std::uint64_t evictions = 0, restores = 0, cancelled_evictions = 0;
@@ -255,6 +256,8 @@ class caching_allocator {
   void set_exact_small_segments(bool exact);
   // Switches Note [Segment trim] on or off (see options).
   void set_segment_trim(bool trim);
+  // Switches Note [Stream-ordered handoff] on or off (see options).
+  void set_stream_ordered_handoff(bool handoff);
 
   // Changes the budget (0: physical capacity). Throws out_of_memory, leaving the budget
   // unchanged, if the mapped bytes cannot be brought under it.

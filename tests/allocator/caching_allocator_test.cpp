@@ -723,6 +723,7 @@ TEST_F(CachingAllocator, RestoreOnANamedStreamTakesTheChunkOfASegmentFreedThere)
     }
     EXPECT_EQ(a.find(x)->state, residency::resident);
     EXPECT_EQ(a.get_stats().handoffs, named ? 1u : 0u);
+    EXPECT_EQ(a.get_stats().restore_handoffs, named ? 1u : 0u);
     EXPECT_EQ(events.synchronized() - waits_before, named ? 0u : 1u);
     EXPECT_LE(a.get_stats().mapped_peak, 256 * KiB);
     EXPECT_LE(device.chunk_bytes_in_use(), 256 * KiB);

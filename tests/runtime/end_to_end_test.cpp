@@ -33,6 +33,8 @@ struct outcome {
   std::size_t retained = 0;
   std::map<std::string, std::size_t> evicted_by_producer;  // distinct evicted buffers
   std::size_t mapped_peak = 0;  // the allocator's, over the whole run
+  std::uint64_t handoffs = 0;   // Note [Stream-ordered handoff]
+  std::uint64_t restore_handoffs = 0;
 };
 
 constexpr int kIterations = 4;
@@ -75,13 +77,14 @@ workloads::models::model_config matrix_config(model_kind kind) {
 
 outcome train(const workloads::models::model_config& config, const std::string& policy, const std::string& budget,
               int streams = 1, validate_mode validate = validate_mode::first, bool retention = true,
-              bool multi_pass = true) {
+              bool multi_pass = true, bool handoff = true) {
   workloads::host_session_options so;
   so.scaled_size_classes = true;  // 2 MiB segments would swamp these megabyte-sized models
   workloads::host_session session(so);
   // As in a real process (and `sublinear demo`): the engine's allocator settings hold from
   // the first allocation, the parameters' included.
   if (!budget.empty()) use_engine_allocator_settings(session.allocator());
+  session.allocator().set_stream_ordered_handoff(handoff);
   auto ctx = session.make_context();
   auto model = workloads::models::make_model(config);
   model->init(ctx, 7);
@@ -118,6 +121,8 @@ outcome train(const workloads::models::model_config& config, const std::string& 
     for (const auto& e : rt->get().evictions()) ++out.evicted_by_producer[e.producer];
   }
   out.mapped_peak = session.allocator().get_stats().mapped_peak;
+  out.handoffs = session.allocator().get_stats().handoffs;
+  out.restore_handoffs = session.allocator().get_stats().restore_handoffs;
   model->release();
   return out;
 }
@@ -212,6 +217,28 @@ TEST(EndToEndMultiPass, AResNetBelowEveryDropSetRecomputesTwiceAndTrainsBitIdent
   ASSERT_EQ(two.params.size(), baseline.size());
   for (std::size_t i = 0; i < two.params.size(); ++i)
     ASSERT_TRUE(two.params[i] == baseline[i]) << "two streams: parameter tensor " << i << " differs";
+}
+
+// Note [Stream-ordered handoff]: regeneration names the recipe's stream, so at a tight
+// budget a restore takes the chunk of an eviction or a free still queued there instead of
+// waiting for it. Both ways train bit-identically within the budget.
+TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIdentically) {
+  const auto config = matrix_config(model_kind::resnet);
+  const std::vector<std::vector<float>> baseline = train(config, "none", "").params;
+  const outcome waits = train(config, "reforward", "0.3x", 1, validate_mode::first, true, true, false);
+  ASSERT_EQ(waits.plan_error, "");
+  EXPECT_EQ(waits.handoffs, 0u) << "handed off with the handoff switched off";
+  expect_exact_within_budget(waits, baseline);
+  const outcome hands = train(config, "reforward", "0.3x");
+  ASSERT_EQ(hands.plan_error, "");
+  EXPECT_GT(hands.evictions, 0u);
+  expect_exact_within_budget(hands, baseline);
+  // The stream is busy with the backward pass when the engine restores, so at 0.3x some
+  // pending eviction or free of the wanted size is still queued on it: hundreds of
+  // handoffs an iteration in `sublinear demo` at 0.5x (docs/benchmarks.md, session 21).
+  EXPECT_GT(hands.restore_handoffs, 0u) << "no regeneration took a queued chunk: does the engine still name its stream?";
+  ::testing::Test::RecordProperty("handoffs", static_cast<int>(hands.handoffs));
+  ::testing::Test::RecordProperty("restore_handoffs", static_cast<int>(hands.restore_handoffs));
 }
 
 TEST(EndToEndTiered, AResNetKeepsItsConvolutionsDropsTheCheapTierAndTrainsBitIdentically) {
