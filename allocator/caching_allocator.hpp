@@ -69,6 +69,10 @@
 //   Mapping over an address whose old mapping is still pending settles that one first.
 //   `options::stream_ordered_handoff = false` waits as before.
 // Limitations: exact sizes only, like the pool; work on other streams never takes part.
+//   Until its old use completes, an evicted block's address shows the new owner's pages:
+//   a stray access queued after the eviction (a pointer the engine's safety net cannot
+//   see) lands there instead of faulting once the pages are gone. The handoff trades that
+//   late fault for not draining the stream; switch it off to debug such a program.
 //
 // Note [Strict budget]
 // Every path that maps pages (new segment, restore) first checks mapped + size <=
