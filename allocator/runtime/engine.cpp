@@ -155,6 +155,8 @@ struct engine::impl {
   std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
   std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
   std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
+  std::uint64_t waits_at_begin = 0;                      // the allocator's budget + release waits when it began
+  std::uint64_t handoffs_at_begin = 0;                   // and its handoffs
   std::vector<std::uint8_t> held;                        // buffer -> freed by the program, kept by the engine
   std::size_t held_count = 0;                            // of `held`: set now
   std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
@@ -462,6 +464,9 @@ struct engine::impl {
     }
     unoffloaded_peak = 0;
     alloc.reset_peaks();
+    const allocator::stats at_begin = alloc.get_stats();
+    waits_at_begin = at_begin.budget_waits + at_begin.release_waits;
+    handoffs_at_begin = at_begin.handoffs;
     iteration_started_s = dev.now_s();
   }
 
@@ -475,6 +480,8 @@ struct engine::impl {
     }
     auto s = alloc.get_stats();
     current.peak_mapped = s.mapped_peak;
+    current.allocator_waits = static_cast<std::size_t>(s.budget_waits + s.release_waits - waits_at_begin);
+    current.handoffs = static_cast<std::size_t>(s.handoffs - handoffs_at_begin);
     current.wall_s = dev.now_s() - iteration_started_s;
     current.diverged = diverged;
     reports.push_back(current);

@@ -197,6 +197,10 @@ struct iteration_report {
   std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)
   std::size_t offloaded_bytes = 0;  // their bytes
   std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch
+  std::size_t allocator_waits = 0;  // times the allocator waited for a stream to make room (budget and
+                                    // release waits: each one drains that stream's queue)
+  std::size_t handoffs = 0;         // mappings that took a chunk still in use by queued work of their
+                                    // stream instead of waiting (Note [Stream-ordered handoff])
   bool diverged = false;
   std::size_t validation_mismatches = 0;
   double wall_s = 0.0;

@@ -161,6 +161,8 @@ report_totals totals(const run_report& r) {
     t.pressure_evictions += it.pressure_evictions;
     t.kept_resident += it.kept_resident;
     t.retained += it.retained;
+    t.allocator_waits += it.allocator_waits;
+    t.handoffs += it.handoffs;
     t.evictions += it.evictions;
     t.evicted_bytes += it.evicted_bytes;
     t.recomputed_launches += it.recomputed_launches;
@@ -243,6 +245,8 @@ std::string to_json(const run_report& r) {
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
     w.member("offload_restores", it.offload_restores);
+    w.member("allocator_waits", it.allocator_waits);
+    w.member("handoffs", it.handoffs);
     w.member("diverged", it.diverged);
     w.member("validation_mismatches", it.validation_mismatches);
     w.member("wall_s", it.wall_s);
@@ -362,6 +366,8 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
     ir.offload_restores = size_or(it, "offload_restores");
+    ir.allocator_waits = size_or(it, "allocator_waits");
+    ir.handoffs = size_or(it, "handoffs");
     ir.diverged = it.at("diverged").as_bool();
     ir.validation_mismatches = size_or(it, "validation_mismatches");
     ir.wall_s = it.at("wall_s").as_number();
@@ -466,6 +472,9 @@ std::string render_text(const run_report& r, std::size_t top) {
         << " planned evictions not made: no room for the buffer's own pages\n";
   if (t.retained > 0)
     out << "  retained           " << t.retained << " frees deferred so that recipes read the block in place\n";
+  if (t.allocator_waits > 0 || t.handoffs > 0)
+    out << "  allocator          " << t.allocator_waits << " waits for a stream to make room, " << t.handoffs
+        << " chunks taken from queued work without one\n";
   if (t.diverged > 0) out << "  diverged           " << t.diverged << " iterations differed from the trace and were traced again\n";
   if (t.validation_mismatches > 0)
     out << "  validation         " << t.validation_mismatches << " regenerated buffers differed; they are no longer evicted\n";

@@ -108,6 +108,8 @@ struct report_totals {
   std::size_t pressure_evictions = 0;
   std::size_t kept_resident = 0;
   std::size_t retained = 0;             // frees deferred (Note [Retention])
+  std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room
+  std::size_t handoffs = 0;             // Note [Stream-ordered handoff]
 };
 [[nodiscard]] report_totals totals(const run_report& r);
 

@@ -95,6 +95,8 @@ std::string_view report_schema() {
           "offloads": {"$ref": "#/$defs/count", "description": "Blocks copied to host memory and evicted while tracing under an absolute budget."},
           "offloaded_bytes": {"$ref": "#/$defs/bytes"},
           "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
+          "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
+          "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
           "wall_s": {"$ref": "#/$defs/seconds"}

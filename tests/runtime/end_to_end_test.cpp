@@ -237,6 +237,10 @@ TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIden
   // pending eviction or free of the wanted size is still queued on it: hundreds of
   // handoffs an iteration in `sublinear demo` at 0.5x (docs/benchmarks.md, session 21).
   EXPECT_GT(hands.restore_handoffs, 0u) << "no regeneration took a queued chunk: does the engine still name its stream?";
+  // The iteration reports count them too (the report's "allocator" line).
+  std::size_t reported = 0;
+  for (const auto& r : hands.reports) reported += r.handoffs;
+  EXPECT_EQ(reported, hands.handoffs);
   ::testing::Test::RecordProperty("handoffs", static_cast<int>(hands.handoffs));
   ::testing::Test::RecordProperty("restore_handoffs", static_cast<int>(hands.restore_handoffs));
 }
