@@ -485,7 +485,9 @@ struct caching_allocator::impl {
 
   // Releases a fully free segment whose single block `b` is in a free set (or, for an
   // evicted dedicated block, already unmapped).
-  void release_segment(block* b, bool keep_chunk = false) {
+  // With `give_range` false the address range stays taken: a handed-off chunk's old
+  // mapping still covers it and gives it back once settled (Note [Stream-ordered handoff]).
+  void release_segment(block* b, bool keep_chunk = false, bool give_range = true) {
     segment* seg = b->seg;
     if (seg->has_free_event) {
       events.release(seg->free_event);
@@ -495,9 +497,17 @@ struct caching_allocator::impl {
     if (seg->mapped) unmap_segment(*seg, keep_chunk);
     st.reserved -= seg->size;
     ++st.segments_released;
-    give_address_range(seg->base, seg->size);
+    if (give_range) give_address_range(seg->base, seg->size);
     recycle(b);
     segments.erase(seg->base);
+  }
+
+  // An evicting block's pages are gone from it (unmapped, or handed to another mapping).
+  void note_evicted(block* b) {
+    b->state = residency::evicted;
+    st.evicted += b->size;
+    st.evicted_total += b->size;
+    ++st.evictions;
   }
 
   // ---- stream-ordered handoff (Note [Stream-ordered handoff]) -------------------------
@@ -587,10 +597,7 @@ struct caching_allocator::impl {
       old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(it->events), false, false});
       pending_evictions.erase(it);
       seg->mapped = false;
-      b->state = residency::evicted;
-      st.evicted += b->size;
-      st.evicted_total += b->size;
-      ++st.evictions;
+      note_evicted(b);
       handoff = handed_chunk{bytes, seg->handle, stream};
       ++st.handoffs;
       return true;
@@ -610,14 +617,10 @@ struct caching_allocator::impl {
         } else {
           evs.push_back(events.record(seg->stream));
         }
-        erase_free(b);
         old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(evs), true, false});
         handoff = handed_chunk{bytes, seg->handle, stream};
-        seg->mapped = false;
-        st.reserved -= seg->size;
-        ++st.segments_released;
-        recycle(b);
-        segments.erase(seg->base);
+        seg->mapped = false;  // the old mapping is unmapped when settled, not here
+        release_segment(b, false, false);
         ++st.handoffs;
         return true;
       }
@@ -672,10 +675,7 @@ struct caching_allocator::impl {
     for (block* b : done) segs.push_back(b->seg);
     unmap_segments(segs, opts.pool_chunks);
     for (block* b : done) {
-      b->state = residency::evicted;
-      st.evicted += b->size;
-      st.evicted_total += b->size;
-      ++st.evictions;
+      note_evicted(b);
       unmapped += b->size;
     }
     return unmapped;
@@ -1077,6 +1077,7 @@ struct caching_allocator::impl {
   block* new_segment(std::size_t size, pool_kind kind, stream_handle stream, std::size_t requested) {
     char* base = take_address_range(size);
     if (base == nullptr) {
+      orphan_handoff();  // make_room may have set one aside for this segment
       throw_oom(requested, "the reserved address space (" + format_bytes(reservation_size) +
                                ") has no free range of " + format_bytes(size) + "; set a larger options.reserve");
     }

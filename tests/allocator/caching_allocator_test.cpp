@@ -642,14 +642,25 @@ TEST_F(CachingAllocator, WaitsForPendingEvictionsWhenTheBudgetRequiresIt) {
   a.deallocate(e);
 }
 
+// Note [Stream-ordered handoff]'s setting: a 256 KiB budget filled by two 128 KiB
+// evictable blocks on stream 1, the second evicted while its last use is still queued.
+struct full_budget {
+  void* kept;
+  void* gone;
+};
+full_budget one_eviction_pending(caching_allocator& a) {
+  void* kept = a.allocate(128 * KiB, stream(1), true);
+  void* gone = a.allocate(128 * KiB, stream(1), true);
+  std::memset(gone, 0x5A, 128 * KiB);
+  a.evict(gone);
+  return {kept, gone};
+}
+
 // Note [Stream-ordered handoff]: work queued later on the stream that last used an evicted
 // block runs after that use, so its chunk can take the new mapping at once.
 TEST_F(CachingAllocator, HandsAPendingEvictionsChunkToAMappingOnTheSameStreamWithoutWaiting) {
   auto a = make(256 * KiB);
-  void* kept = a.allocate(128 * KiB, stream(1), true);
-  void* gone = a.allocate(128 * KiB, stream(1), true);
-  std::memset(gone, 0x5A, 128 * KiB);
-  a.evict(gone);  // its last use is still queued on stream 1
+  auto [kept, gone] = one_eviction_pending(a);  // gone's last use is still queued on stream 1
   const auto waits_before = events.synchronized();
   void* next = a.allocate(128 * KiB, stream(1), true);
   EXPECT_EQ(events.synchronized(), waits_before) << "waited for stream 1, whose work runs before the new block's";
@@ -676,9 +687,7 @@ TEST_F(CachingAllocator, HandsAPendingEvictionsChunkToAMappingOnTheSameStreamWit
 
 TEST_F(CachingAllocator, NeverHandsAChunkToAnotherStream) {
   auto a = make(256 * KiB);
-  void* kept = a.allocate(128 * KiB, stream(1), true);
-  void* gone = a.allocate(128 * KiB, stream(1), true);
-  a.evict(gone);
+  auto [kept, gone] = one_eviction_pending(a);
   const auto waits_before = events.synchronized();
   void* next = a.allocate(128 * KiB, stream(2), true);  // nothing orders stream 2 after stream 1
   EXPECT_GT(events.synchronized(), waits_before);
@@ -744,9 +753,7 @@ TEST_F(CachingAllocator, RestoreOnANamedStreamTakesTheChunkOfASegmentFreedThere)
 // mapping is at the very address, so that one is settled (a wait) before the new one.
 TEST_F(CachingAllocator, RestoringAHandedOffBlockSettlesItsOldMappingFirst) {
   auto a = make(256 * KiB);
-  void* kept = a.allocate(128 * KiB, stream(1), true);
-  void* gone = a.allocate(128 * KiB, stream(1), true);
-  a.evict(gone);
+  auto [kept, gone] = one_eviction_pending(a);
   void* next = a.allocate(128 * KiB, stream(1), true);  // takes gone's chunk
   ASSERT_EQ(a.get_stats().handoffs, 1u);
   a.deallocate(kept);  // room for gone again, in stream order
@@ -771,9 +778,7 @@ TEST_F(CachingAllocator, HandoffCanBeSwitchedOff) {
   o.reserve = 1 * GiB;
   o.stream_ordered_handoff = false;
   caching_allocator a(dev, events, o);
-  void* kept = a.allocate(128 * KiB, stream(1), true);
-  void* gone = a.allocate(128 * KiB, stream(1), true);
-  a.evict(gone);
+  auto [kept, gone] = one_eviction_pending(a);
   void* next = a.allocate(128 * KiB, stream(1), true);
   EXPECT_EQ(a.get_stats().handoffs, 0u);
   EXPECT_EQ(a.get_stats().budget_waits, 1u);
