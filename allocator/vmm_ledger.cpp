@@ -108,6 +108,16 @@ const char* vmm_ledger::check_unmap(const void* address, std::size_t size) const
   return nullptr;
 }
 
+const char* vmm_ledger::check_unmap_ranges(std::span<const vmm_range> sorted) const noexcept {
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (const char* why = check_unmap(sorted[i].address, sorted[i].size)) return why;
+    if (i > 0 && to_uint(sorted[i - 1].address) + sorted[i - 1].size > to_uint(sorted[i].address)) {
+      return "two of the ranges overlap";
+    }
+  }
+  return nullptr;
+}
+
 void vmm_ledger::add_reservation(const void* address, std::size_t size) {
   reservations_.emplace(to_uint(address), size);
 }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 
 #include "allocator/vmm.hpp"
 
@@ -44,6 +45,10 @@ class vmm_ledger {
                                       chunk_handle handle) const noexcept;
   [[nodiscard]] const char* check_set_access(const void* address, std::size_t size) const noexcept;
   [[nodiscard]] const char* check_unmap(const void* address, std::size_t size) const noexcept;
+  // unmap_ranges' precondition: every range passes check_unmap and no two overlap (so a
+  // batch naming one mapping twice is refused before anything is unmapped). `sorted` must
+  // be the batch in address order.
+  [[nodiscard]] const char* check_unmap_ranges(std::span<const vmm_range> sorted) const noexcept;
 
   // Record a successful device call. The caller has checked first; these may throw
   // std::bad_alloc (the backend turns it into a status).

@@ -47,6 +47,7 @@ class cuda_vmm final : public vmm {
   vmm_status map(void* address, std::size_t size, chunk_handle handle) noexcept override;
   vmm_status set_access(void* address, std::size_t size) noexcept override;
   vmm_status unmap(void* address, std::size_t size) noexcept override;
+  vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept override;
 
   [[nodiscard]] std::string name() const override { return "cuda"; }
   [[nodiscard]] std::string last_error() const override;

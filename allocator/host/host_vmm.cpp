@@ -353,23 +353,18 @@ vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {
 //   run: one system call and one flush per run instead of per range. Replacing the file
 //   mapping (rather than munmap) keeps the range reserved, so nothing else can be placed
 //   there and a stray access faults. unmap() is a batch of one.
-// Limitations: only adjacent ranges merge. CUDA's backend keeps the default (one
-//   cuMemUnmap per mapping): whether one call may span several mappings is not relied on.
+// Limitations: only adjacent ranges merge. CUDA's backend checks the batch the same way
+//   but makes one cuMemUnmap per mapping: whether one call may span several mappings is
+//   not relied on.
 vmm_status host_vmm::unmap_ranges(std::span<const vmm_range> ranges) noexcept {
   return guarded("unmap", [&] {
     const std::lock_guard lock(mutex_);
     std::vector<vmm_range> sorted(ranges.begin(), ranges.end());
     std::sort(sorted.begin(), sorted.end(),
               [](const vmm_range& a, const vmm_range& b) { return a.address < b.address; });
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      if (const char* why = ledger_.check_unmap(sorted[i].address, sorted[i].size)) {
-        set_error("unmap", why);
-        return vmm_status::invalid_argument;
-      }
-      if (i > 0 && static_cast<char*>(sorted[i - 1].address) + sorted[i - 1].size > sorted[i].address) {
-        set_error("unmap", "two of the ranges overlap");
-        return vmm_status::invalid_argument;
-      }
+    if (const char* why = ledger_.check_unmap_ranges(sorted)) {
+      set_error("unmap", why);
+      return vmm_status::invalid_argument;
     }
     for (std::size_t first = 0; first < sorted.size();) {
       std::size_t last = first;
