@@ -28,6 +28,7 @@
 #include "policy/budget.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/cupti/cupti_collector.hpp"
+#include "tracer/online_iterations.hpp"
 #include "tracer/recorder.hpp"
 #include "tracer/trace_file.hpp"
 
@@ -102,10 +103,10 @@ class untraced_events final : public allocator::stream_events {
 // with the engine scope held.
 class runtime_listener final : public tracer::launch_listener {
  public:
-  runtime_listener(engine& e, std::function<void()> before_enter)
+  runtime_listener(engine& e, std::function<void(const tracer::launch_description&)> before_enter)
       : inner_(e), before_enter_(std::move(before_enter)) {}
   void on_enter(const tracer::launch_description& op) override {
-    before_enter_();
+    before_enter_(op);
     const marker_inbox::engine_scope scope;
     inner_.on_enter(op);
   }
@@ -116,7 +117,7 @@ class runtime_listener final : public tracer::launch_listener {
 
  private:
   engine_listener inner_;
-  std::function<void()> before_enter_;
+  std::function<void(const tracer::launch_description&)> before_enter_;
 };
 
 std::string command_line() {
@@ -157,6 +158,13 @@ struct process_runtime::impl {
   std::atomic<bool> tracing_stopped{false};
   std::atomic<std::uint32_t> enters{0};
 
+  // SUBLINEAR_ITERATION=auto (Note [Online iteration boundaries]): until the program marks
+  // an iteration itself, which switches this off for good.
+  std::mutex auto_mutex;
+  std::unique_ptr<tracer::online_iterations> auto_boundaries;
+  std::atomic<bool> explicit_markers{false};
+  std::size_t auto_period_logged = 0;
+
   ~impl() {
     if (context != nullptr && api != nullptr) SUBLINEAR_CU_UNCHECKED(api->primary_ctx_release(device));
   }
@@ -188,9 +196,41 @@ struct process_runtime::impl {
     if (markers != nullptr) markers->poll();
   }
 
+  // A boundary found by the online detector: the marker goes before this launch.
+  void auto_boundary(const tracer::launch_description& op) {
+    if (auto_boundaries == nullptr || explicit_markers.load(std::memory_order_relaxed)) return;
+    bool boundary = false;
+    {
+      const std::lock_guard lock(auto_mutex);
+      tracer::online_iterations& d = *auto_boundaries;
+      const tracer::event_kind kind = op.what == tracer::launch_description::kind::kernel ? tracer::event_kind::launch
+                                      : op.what == tracer::launch_description::kind::memcpy ? tracer::event_kind::memcpy
+                                                                                             : tracer::event_kind::memset;
+      const std::uint64_t signature =
+          tracer::launch_signature(kind, op.kernel_handle, op.grid, op.block, op.shared_mem,
+                                   kind == tracer::event_kind::launch ? 0 : op.bytes);
+      // Live bytes matter only while searching; once locked the signature alone is checked.
+      const std::size_t live = d.period() == 0 ? alloc->get_stats().allocated : 0;
+      boundary = d.on_launch(signature, live);
+      if (d.period() != auto_period_logged && config.log >= log_level::info) {
+        std::fprintf(stderr,
+                     d.period() != 0 ? "sublinear: iteration boundaries found: %zu launches per iteration\n"
+                                     : "sublinear: iteration boundaries lost (a launch differed from the period); "
+                                       "searching again\n",
+                     d.period());
+      }
+      auto_period_logged = d.period();
+    }
+    if (boundary) {
+      const marker_inbox::engine_scope scope;
+      deliver_marker();
+    }
+  }
+
   // Called at every launch ENTER.
-  void before_launch() {
+  void before_launch(const tracer::launch_description& op) {
     poll_markers();
+    auto_boundary(op);
     // Checking the trace's size every 4096 launches keeps a lock off the launch path.
     if ((enters.fetch_add(1, std::memory_order_relaxed) & 4095U) != 0 || tracing_stopped.load()) return;
     if (eng->state() != engine_state::trace || recorder->event_count() < max_traced_events) return;
@@ -199,10 +239,12 @@ struct process_runtime::impl {
     recorder->stop();
     if (config.log < log_level::warn) return;
     std::fprintf(stderr,
-                 "sublinear: warning: %zu events recorded without an iteration marker; tracing stopped and sublinear "
-                 "runs as a plain caching allocator. Mark iterations with sublinear_mark_iteration() (the PyTorch "
-                 "integration does it from the optimizer step).\n",
-                 max_traced_events);
+                 "sublinear: warning: %zu events recorded without an iteration marker%s; tracing stopped and "
+                 "sublinear runs as a plain caching allocator. Mark iterations with sublinear_mark_iteration() (the "
+                 "PyTorch integration does it from the optimizer step).\n",
+                 max_traced_events,
+                 auto_boundaries != nullptr ? " and no repeating iteration found in the launches (SUBLINEAR_ITERATION=auto)"
+                                            : "");
   }
 };
 
@@ -269,10 +311,17 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
   m->eng = std::make_unique<engine>(*m->alloc, *m->replay, *m->recorder, std::move(eo));
 
   impl* raw = m.get();
-  m->markers = std::make_unique<marker_inbox>([raw] { raw->deliver_marker(); });
+  m->markers = std::make_unique<marker_inbox>([raw] {
+    raw->explicit_markers.store(true, std::memory_order_relaxed);
+    raw->deliver_marker();
+  });
+  if (config.iteration == iteration_mode::automatic && !engine_config.disable) {
+    m->auto_boundaries = std::make_unique<tracer::online_iterations>();
+  }
   m->markers->set_next(m->alloc->set_observer(m->markers.get()));
   if (m->collector != nullptr) {
-    m->listener = std::make_unique<runtime_listener>(*m->eng, [raw] { raw->before_launch(); });
+    m->listener = std::make_unique<runtime_listener>(
+        *m->eng, [raw](const tracer::launch_description& op) { raw->before_launch(op); });
     m->collector->set_listener(m->listener.get());
   }
   if (config.log >= log_level::info) {
@@ -394,10 +443,16 @@ std::string process_runtime::status_line() const {
   std::string state = to_string(m.eng->state());
   if (!m.disabled_reason.empty()) state += " (" + m.disabled_reason + ")";
   if (m.tracing_stopped.load()) state += " (tracing stopped: no iteration markers)";
+  if (m.auto_boundaries != nullptr && !m.explicit_markers.load()) {
+    const std::size_t period = m.auto_boundaries->period();
+    state += period != 0 ? ", iterations detected every " + std::to_string(period) + " launches"
+                         : ", detecting iterations";
+  }
   return "active on " + m.device_label + ", budget " + budget + ", state " + state;
 }
 
 void process_runtime::mark_iteration() {
+  impl_->explicit_markers.store(true, std::memory_order_relaxed);
   impl_->poll_markers();
   const marker_inbox::engine_scope scope;
   impl_->deliver_marker();
