@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -132,6 +133,8 @@ struct engine::impl {
   std::vector<std::uint8_t> saved_needed;                // position -> a recipe replays it
   std::vector<std::uint64_t> expected_handle;            // position -> kernel handle (or ~kind)
   std::unordered_set<std::uint32_t> never_evict_allocs;  // alloc_index values that failed validation
+  std::unordered_set<std::string> unreplayable_kernels;  // kernels whose replay the device refused
+  std::unordered_set<buffer_id> regenerating;            // targets of the recipes running now
   std::vector<std::pair<std::uint32_t, std::uint32_t>> earlier_writing_slots;  // from earlier traced iterations
   std::vector<std::vector<launch_id>> uses;              // buffer -> launches touching it, ascending
   std::vector<std::vector<launch_id>> writers;           // buffer -> launches writing it, ascending
@@ -304,6 +307,11 @@ struct engine::impl {
     retaining = false;
     for (auto& b : g.buffers)
       if (b.alloc_index != none && never_evict_allocs.count(b.alloc_index) != 0) b.never_evict = true;
+    if (!unreplayable_kernels.empty()) {
+      for (auto& l : g.launches)
+        if (l.kernel < g.kernel_names.size() && unreplayable_kernels.count(g.kernel_names[l.kernel]) != 0)
+          l.replayable = false;
+    }
     if (opts.config.budget.empty()) {
       plan_error = "no budget set (SUBLINEAR_BUDGET)";
       return;
@@ -362,12 +370,35 @@ struct engine::impl {
     const auto& g = graph();
     const std::size_t n = g.launches.size();
     transient_buffers.clear();
+    // Note [Recurring allocations]
+    // Later iterations are matched against the traced one allocation by allocation, so the
+    // list must hold exactly the allocations every iteration makes. Those freed within the
+    // traced iteration recur. One allocated and not freed may be lazily created state
+    // (optimizer moments, made once) or the iteration's batch or loss, which the program
+    // holds until the next iteration allocates their successors and frees them: PyTorch's
+    // loops do that, and taking those for state diverged every validation iteration of
+    // ResNet-50 on the first GPU run. A carried-out allocation recurs when the traced
+    // iteration also freed a carried-in block of its size (its predecessor); the rest is
+    // state.
+    std::multiset<std::size_t> carried_in_freed;
+    for (const auto& buf : g.buffers) {
+      if (buf.alloc_index == none && buf.free_at != none) carried_in_freed.insert(buf.size);
+    }
     std::vector<std::pair<std::uint32_t, buffer_id>> by_alloc;
     for (buffer_id b = 0; b < g.buffers.size(); ++b) {
       const auto& buf = g.buffers[b];
-      // Buffers first allocated in the traced iteration and never freed (lazily created
-      // state) do not recur: later iterations are matched against the transient ones.
       if (buf.alloc_index != none && buf.free_at != none) by_alloc.emplace_back(buf.alloc_index, b);
+    }
+    std::vector<std::pair<std::uint32_t, buffer_id>> carried_out;
+    for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+      if (g.buffers[b].alloc_index != none && g.buffers[b].free_at == none) carried_out.emplace_back(g.buffers[b].alloc_index, b);
+    }
+    std::sort(carried_out.begin(), carried_out.end());
+    for (const auto& [idx, b] : carried_out) {
+      if (const auto it = carried_in_freed.find(g.buffers[b].size); it != carried_in_freed.end()) {
+        carried_in_freed.erase(it);
+        by_alloc.emplace_back(idx, b);
+      }
     }
     std::sort(by_alloc.begin(), by_alloc.end());
     for (auto& [idx, b] : by_alloc) transient_buffers.push_back(b);
@@ -627,6 +658,7 @@ struct engine::impl {
   void diverge(const std::string& why) {
     if (diverged) return;
     diverged = true;
+    current.divergence = why;
     restore_all_pending = true;
     // Without a plan for what comes next the budget cannot be kept: lift it for the rest
     // of this iteration (the next one is traced unbudgeted and planned again).
@@ -726,27 +758,119 @@ struct engine::impl {
     pin_scope& operator=(const pin_scope&) = delete;
   };
 
+  // Note [Failed recipe]
+  // A recipe can fail where it runs: the device refuses a replayed launch (on an H200 one
+  // of PyTorch's ResNet-50 kernels was refused with CUDA_ERROR_INVALID_VALUE, and the
+  // program saw CUDNN_STATUS_BAD_PARAM), an input changed since the original launch, or
+  // two recipes need each other's targets. While validating, every buffer evicted at a
+  // planned point has a copy of its bytes: the targets get them back, count as validation
+  // mismatches (never evicted again), a refused kernel is left out of every later plan,
+  // and the iteration goes on. Steady iterations run the recipes validation ran, so they
+  // meet the same failures only if something changed; without a copy the bytes are gone
+  // and the error says so. Out of memory is not a failed recipe: it propagates (the valve
+  // has already tried).
   void regenerate(std::size_t entry_index, allocator::stream_handle stream, int depth = 0, bool prefetch = false) {
+    const auto& e = plan.evictions[entry_index];
+    std::vector<buffer_id> pending;  // targets evicted now: what a failure must give back
+    if (!freed[e.target] && evicted[e.target]) pending.push_back(e.target);
+    for (buffer_id b : e.also_regenerates)
+      if (!freed[b] && evicted[b]) pending.push_back(b);
+    if (pending.empty()) return;
+    try {
+      regenerate_now(entry_index, stream, depth, prefetch);
+    } catch (const out_of_memory&) {
+      throw;
+    } catch (const std::exception& failure) {
+      if (recover_failed_recipe(pending, failure.what(), stream)) return;
+      if (depth > 0) throw;  // the outermost recipe says it once
+      throw error(std::string(failure.what()) +
+                  "; no copy of the evicted bytes was kept (SUBLINEAR_VALIDATE=first or always catches this in the "
+                  "first planned iteration, while copies exist)");
+    }
+  }
+
+  bool recover_failed_recipe(const std::vector<buffer_id>& pending, const std::string& why,
+                             allocator::stream_handle stream) {
+    for (buffer_id b : pending)
+      if (backups.find(b) == backups.end()) return false;
+    for (buffer_id b : pending) {
+      if (evicted[b]) {
+        try {
+          alloc.restore(addr[b], stream);
+        } catch (const std::exception&) {
+          return false;
+        }
+        evicted[b] = 0;
+        evicted_ranges.erase(addr[b]);
+      }
+      auto it = backups.find(b);
+      dev.upload(addr[b], it->second.data(), it->second.size(), stream);
+      backups.erase(it);
+      ++current.validation_mismatches;
+      const auto alloc_index = graph().buffers[b].alloc_index;
+      never_evict_allocs.insert(alloc_index);
+      record_for(b).never_evict = true;
+      log_warn("validation: regenerating buffer #" + std::to_string(alloc_index) + " (" +
+               format_bytes(graph().buffers[b].size) + ") failed (" + why +
+               "); its bytes were restored from the validation copy and it will not be evicted again");
+    }
+    return true;
+  }
+
+  void regenerate_now(std::size_t entry_index, allocator::stream_handle stream, int depth, bool prefetch) {
     const auto& e = plan.evictions[entry_index];
     std::vector<buffer_id> targets{e.target};
     targets.insert(targets.end(), e.also_regenerates.begin(), e.also_regenerates.end());
-    bool any = false;
-    for (buffer_id b : targets) any = any || (evicted[b] && !freed[b]);
-    if (!any) return;
     if (depth > 64) throw error("sublinear: replay recursion deeper than 64 recipes; the plan is cyclic");
     if (e.recipe.empty()) throw error("sublinear: an evicted buffer has no recipe to regenerate it");
     const auto& g = graph();
     pin_scope pinned(pins, g, e);
     std::unordered_set<buffer_id> regenerated(targets.begin(), targets.end());
     std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
+    // While this recipe runs, a recipe it needs first must not need its targets back.
+    std::vector<buffer_id> marked;
+    for (buffer_id b : targets)
+      if (regenerating.insert(b).second) marked.push_back(b);
+    struct unmark {
+      std::unordered_set<buffer_id>& set;
+      const std::vector<buffer_id>& ids;
+      ~unmark() {
+        for (buffer_id b : ids) set.erase(b);
+      }
+    } unmark_at_exit{regenerating, marked};
     // Inputs evicted at this moment that the plan expected resident: regenerate them first.
+    // A live temporary the recipe reads before writing it needs its bytes too (its scratch
+    // starts from them, below), but not regenerated here: that was tried, and on the host
+    // without write observation it corrupted the Transformer's parameters, which
+    // validation did not catch. Such a recipe fails instead (Note [Failed recipe]). Without
+    // write observation every block a launch touches may be written, so a recipe's inputs
+    // are temporaries too: the CUDA collector's case before session 22.
+    std::unordered_set<buffer_id> written_so_far;
     for (launch_id l : e.recipe) {
       for (buffer_id u : g.launches[l].touched) {
-        if (regenerated.count(u) || temps.count(u) || !evicted[u] || freed[u]) continue;
+        if (regenerated.count(u) || !evicted[u] || freed[u]) continue;
+        if (temps.count(u)) {
+          if (written_so_far.count(u) || !reads(l, u)) continue;
+          throw error("sublinear: the recipe of buffer #" + std::to_string(g.buffers[e.target].alloc_index) +
+                      " reads buffer #" + std::to_string(g.buffers[u].alloc_index) +
+                      " as a temporary, and that buffer is evicted now: the plan is invalid here");
+        }
+        if (regenerating.count(u) != 0) {
+          throw error("sublinear: the recipe of buffer #" + std::to_string(g.buffers[e.target].alloc_index) +
+                      " needs buffer #" + std::to_string(g.buffers[u].alloc_index) +
+                      ", which is itself waiting for this recipe (the plan is cyclic here)");
+        }
         if (carrier_of(u) < 0) throw error("sublinear: a recipe input was evicted with no way to regenerate it");
         regenerate(static_cast<std::size_t>(carrier_of(u)), stream, depth + 1);
+        if (evicted[u]) throw error("sublinear: a recipe input could not be regenerated");
       }
+      for (buffer_id w : g.launches[l].written) written_so_far.insert(w);
     }
+    // What the recipe's own launches write of each live temporary (check_versions).
+    std::unordered_map<buffer_id, std::uint64_t> recipe_writes;
+    for (launch_id l : e.recipe)
+      for (buffer_id w : g.launches[l].written)
+        if (temps.count(w)) ++recipe_writes[w];
     const double started = dev.now_s();
     if (opts.config.log >= log_level::debug)
       log_debug("iteration " + std::to_string(iteration_index) + ": regenerate buffer " + std::to_string(e.target) +
@@ -797,7 +921,12 @@ struct engine::impl {
       const launch_id l = e.recipe[i];
       saved_op& so = saved[l];
       if (!so.present) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
-      check_versions(l, so, regenerated, temps);
+      try {
+        check_versions(l, so, regenerated, temps, recipe_writes);
+      } catch (...) {
+        release_scratch();
+        throw;
+      }
       // Only the temporaries this launch touched: a freed workspace's addresses may belong
       // to another buffer by the time a later recipe launch ran.
       moves.clear();
@@ -827,7 +956,15 @@ struct engine::impl {
       op.params = params;
       patch(op, params, moves);
       touch_and_restore(op, stream);  // a block offloaded while tracing that the recipe reads
-      dev.replay(op, stream);
+      try {
+        dev.replay(op, stream);
+      } catch (const std::exception& failure) {
+        release_scratch();
+        // Note [Failed recipe]: the kernel stays out of every later plan.
+        unreplayable_kernels.insert(kernel_name_of(l));
+        throw error("sublinear: replaying " + kernel_name_of(l) + " to regenerate buffer #" +
+                    std::to_string(g.buffers[e.target].alloc_index) + " failed: " + failure.what());
+      }
       // A retained input is freed later by the engine, on its own stream's order: make that
       // free wait for this replay too when it runs on another stream.
       for (buffer_id u : g.launches[l].touched)
@@ -865,17 +1002,41 @@ struct engine::impl {
   }
 
   // Note [Replay recipes]: inputs must hold the values they had at the original launch.
+  // So must a live temporary at its first use in the recipe, whose scratch starts from its
+  // present bytes; a freed one has none to check (its scratch holds what the recipe writes).
+  // A live temporary the launch reads may have been written since only by the recipe's own
+  // launches: each write counts once in its version (`recipe_writes`). One it only writes
+  // needs no bytes of its own.
   void check_versions(launch_id l, const saved_op& so, const std::unordered_set<buffer_id>& regenerated,
-                      const std::unordered_set<buffer_id>& temps) const {
+                      const std::unordered_set<buffer_id>& temps,
+                      const std::unordered_map<buffer_id, std::uint64_t>& recipe_writes) const {
     const auto& touched = graph().launches[l].touched;
     for (std::size_t i = 0; i < touched.size(); ++i) {
       buffer_id u = touched[i];
-      if (regenerated.count(u) || temps.count(u)) continue;
-      if (version[u] != so.input_versions[i]) {
+      if (regenerated.count(u) || (temps.count(u) && (freed[u] || !reads(l, u)))) continue;
+      std::uint64_t expected = so.input_versions[i];
+      if (temps.count(u)) {
+        const auto w = recipe_writes.find(u);
+        if (w != recipe_writes.end()) expected += w->second;
+      }
+      if (version[u] != expected) {
         throw error("sublinear: replay of launch " + std::to_string(l) + " would read buffer " + std::to_string(u) +
                     " after it changed; the plan is invalid for this iteration");
       }
     }
+  }
+
+  // Whether launch `l` may read buffer `u` (the analysis's inputs: every touched buffer but
+  // one it writes first after its allocation).
+  [[nodiscard]] bool reads(launch_id l, buffer_id u) const {
+    const auto& in = an.inputs[l];
+    return std::binary_search(in.begin(), in.end(), u);
+  }
+
+  [[nodiscard]] std::string kernel_name_of(launch_id l) const {
+    const auto& g = graph();
+    const std::uint32_t k = g.launches[l].kernel;
+    return k < g.kernel_names.size() ? g.kernel_names[k] : "launch " + std::to_string(l);
   }
 
   void validate_regenerated(buffer_id b, allocator::stream_handle stream) {

@@ -202,6 +202,7 @@ struct iteration_report {
   std::size_t handoffs = 0;         // mappings that took a chunk still in use by queued work of their
                                     // stream instead of waiting (Note [Stream-ordered handoff])
   bool diverged = false;
+  std::string divergence;           // why it diverged: the first event that differed from the trace
   std::size_t validation_mismatches = 0;
   double wall_s = 0.0;
 };

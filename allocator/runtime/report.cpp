@@ -248,6 +248,7 @@ std::string to_json(const run_report& r) {
     w.member("allocator_waits", it.allocator_waits);
     w.member("handoffs", it.handoffs);
     w.member("diverged", it.diverged);
+    if (it.diverged) w.member("divergence", it.divergence);
     w.member("validation_mismatches", it.validation_mismatches);
     w.member("wall_s", it.wall_s);
     w.end_object();
@@ -369,6 +370,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.allocator_waits = size_or(it, "allocator_waits");
     ir.handoffs = size_or(it, "handoffs");
     ir.diverged = it.at("diverged").as_bool();
+    if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
     ir.validation_mismatches = size_or(it, "validation_mismatches");
     ir.wall_s = it.at("wall_s").as_number();
     r.iterations.push_back(ir);
@@ -489,6 +491,9 @@ std::string render_text(const run_report& r, std::size_t top) {
   }
   out << text::table({"iter", "state", "peak mapped", "budget", "evictions", "recomputed", "recompute", "stall", "wall"}, rows,
                {false, true, false, false, false, false, false, false, false});
+  for (const auto& it : r.iterations) {
+    if (it.diverged && !it.divergence.empty()) out << "  iteration " << it.index << " diverged: " << it.divergence << "\n";
+  }
   out << "\ntop evicted buffers (by bytes given back over the run)\n" << render_eviction_table(r, top);
   return out.str();
 }

@@ -98,6 +98,7 @@ std::string_view report_schema() {
           "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
           "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
+          "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
           "wall_s": {"$ref": "#/$defs/seconds"}
         }

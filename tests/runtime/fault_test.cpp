@@ -221,6 +221,7 @@ TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
   ASSERT_EQ(reports.size(), 8u);
   EXPECT_GT(reports[2].evictions, 0u) << "the first shape was planned and evicted";
   EXPECT_TRUE(reports[4].diverged) << "the new shape is detected in the iteration it appears";
+  EXPECT_NE(reports[4].divergence.find("has size"), std::string::npos) << "the report says why: " << reports[4].divergence;
   EXPECT_EQ(reports[5].state, engine_state::trace) << "and traced again";
   EXPECT_GT(reports[7].evictions, 0u) << "the new shape is planned too";
   for (const auto& r : reports) {
@@ -228,6 +229,95 @@ TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
       EXPECT_LE(r.peak_mapped, r.budget) << r.index;
     }
   }
+}
+
+// PyTorch's training loops hold the batch (and the loss) in a Python variable until the
+// next iteration assigns it again: each is allocated in one iteration and freed in the next,
+// after its successor is allocated. Found on the first GPU run (ResNet-50 through
+// sublinear.torch.enable): every validation iteration diverged at its first allocation,
+// because the traced iteration's carried-out batch had been taken for lazily created state
+// that does not recur.
+TEST(EngineFaults, ABatchFreedInTheNextIterationDoesNotDivergeTheRun) {
+  float* batch = nullptr;
+  const int iterations = 7;
+  const twice t = train_twice("0.5x", "chain", iterations, [&](chain_model& m, int it) {
+    auto* next = static_cast<float*>(m.alloc.allocate(kFloats * sizeof(float) / 2, nullptr));
+    m.dev.memset_async(next, 0, kFloats * sizeof(float) / 2, nullptr);
+    if (batch != nullptr) m.alloc.deallocate(batch);
+    batch = next;
+    m.iteration(12, kFloats, false);
+    if (it == iterations - 1) {
+      m.dev.synchronize();
+      m.alloc.deallocate(batch);
+      batch = nullptr;
+    }
+  });
+  EXPECT_EQ(t.with, t.without);
+  ASSERT_EQ(t.reports.size(), static_cast<std::size_t>(iterations));
+  for (const auto& r : t.reports) EXPECT_FALSE(r.diverged) << "iteration " << r.index << ": " << r.divergence;
+  EXPECT_EQ(t.reports[2].state, engine_state::validate);
+  EXPECT_EQ(t.reports[5].state, engine_state::steady);
+  EXPECT_GT(t.reports[5].evictions, 0u);
+  for (const auto& r : t.reports) {
+    if (r.state != engine_state::trace) {
+      EXPECT_LE(r.peak_mapped, r.budget) << r.index;
+    }
+  }
+}
+
+// Note [Failed recipe]: the device refuses to replay the kernel that produces most
+// activations (an H200 refused one of PyTorch's ResNet-50 kernels this way). Validation
+// restores the bytes from its copies, the run stays bit-identical, and no later plan uses
+// that kernel again.
+TEST(EngineFaults, AReplayTheDeviceRefusesIsCaughtByValidationAndItsKernelIsNotReplayedAgain) {
+  std::vector<float> without, with;
+  std::vector<iteration_report> reports;
+  for (bool with_engine : {false, true}) {
+    chain_model m;
+    std::unique_ptr<host_runtime> rt;
+    if (with_engine) {
+      // 0.8x: the side buffer (from the fill kernel) alone makes a plan without the scale kernel.
+      rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.8x", "greedy"));
+      rt->replay_device().refuse_replay_of("test_fault_scale");
+    }
+    for (int it = 0; it < 7; ++it) {
+      m.iteration(12, kFloats, false);
+      if (rt) rt->mark_iteration();
+    }
+    if (rt) reports = rt->get().iterations();
+    (with_engine ? with : without) = m.result();
+  }
+  EXPECT_EQ(with, without);
+  ASSERT_EQ(reports.size(), 7u);
+  EXPECT_EQ(reports[2].state, engine_state::validate);
+  EXPECT_GT(reports[2].validation_mismatches, 0u) << "the refused replays count as mismatches";
+  for (std::size_t i = 3; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].validation_mismatches, 0u) << "iteration " << i << " replayed the refused kernel again";
+    EXPECT_FALSE(reports[i].diverged) << i;
+  }
+  EXPECT_GT(reports[6].evictions, 0u) << "a plan without the refused kernel still evicts";
+  EXPECT_LE(reports[6].peak_mapped, reports[6].budget);
+}
+
+TEST(EngineFaults, ARefusedReplayWithoutAValidationCopyFailsNamingTheKernelAndTheRemedy) {
+  chain_model m;
+  engine_options o = options_for("0.5x", "greedy");
+  o.config.validate = validate_mode::off;
+  host_runtime rt(m.dev, m.alloc, o);
+  rt.replay_device().refuse_replay_of("test_fault_scale");
+  std::string failure;
+  try {
+    for (int it = 0; it < 4; ++it) {
+      m.iteration(12, kFloats, false);
+      rt.mark_iteration();
+    }
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  m.dev.synchronize();
+  EXPECT_NE(failure.find("test_fault_scale"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("SUBLINEAR_VALIDATE"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("refused"), std::string::npos) << "the device's reason is kept: " << failure;
 }
 
 TEST(EngineFaults, AKernelThatIsNotReplaySafeIsCaughtByValidationAndNeverEvictedAgain) {

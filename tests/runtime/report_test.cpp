@@ -624,6 +624,18 @@ TEST(ReportJson, OffloadPrefetchValveAndKeptResidentCountsRoundTrip) {
   EXPECT_NE(text.find("allocator          4 waits for a stream to make room, 9 chunks taken"), std::string::npos) << text;
 }
 
+TEST(ReportJson, ADivergenceKeepsItsReasonThroughJsonAndText) {
+  run_report r = offloading_report(4u << 20);
+  r.iterations[2].diverged = true;
+  r.iterations[2].divergence = "allocation 17 has size 4096, traced 8192";
+  const run_report back = parse_report(to_json(r), "d.json");
+  EXPECT_TRUE(back.iterations[2].diverged);
+  EXPECT_EQ(back.iterations[2].divergence, "allocation 17 has size 4096, traced 8192");
+  EXPECT_EQ(back.iterations[1].divergence, "") << "written only for a diverged iteration";
+  const std::string text = render_text(back);
+  EXPECT_NE(text.find("iteration 2 diverged: allocation 17 has size 4096, traced 8192"), std::string::npos) << text;
+}
+
 TEST(ReportTotals, ATracedIterationAboveItsAbsoluteBudgetIsNotWithinBudget) {
   EXPECT_TRUE(totals(offloading_report(4u << 20)).within_budget);
   EXPECT_FALSE(totals(offloading_report(5u << 20)).within_budget);

@@ -17,6 +17,7 @@ void host_replay_device::replay(const launch_view& op, allocator::stream_handle 
     case launch_view::kind::kernel: {
       const host::kernel* k = host::kernels().by_id(static_cast<std::uint32_t>(op.kernel_handle));
       if (k == nullptr) throw error("sublinear: replay of an unknown host kernel id " + std::to_string(op.kernel_handle));
+      if (refused_.count(k->name) != 0) throw device_error("host device: launch of " + k->name + " refused (invalid value)");
       host::launch_config cfg{{op.grid.x, op.grid.y, op.grid.z}, {op.block.x, op.block.y, op.block.z}, op.shared_mem};
       dev_.launch(*k, cfg, on(stream), op.params.data());
       break;
@@ -81,7 +82,8 @@ class host_runtime::hook final : public host::launch_hook {
   engine& engine_;
 };
 
-host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options)
+host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options,
+                           host_runtime_options runtime)
     : dev_(dev), config_(options.config), granularity_(alloc.granularity()) {
   if (!options.config.report.empty()) options.record_timeline = true;  // the report's timeline and plot
   tracer::recorder_options ro;
@@ -97,7 +99,7 @@ host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& allo
   dev.add_hook(hook_.get());
   tracer::host_collector_options co;
   co.time_launches = true;
-  co.observe_writes = true;
+  co.observe_writes = runtime.observe_writes;
   collector_ = std::make_unique<tracer::host_collector>(dev, *recorder_, co);
 }
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_set>
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/host/device.hpp"
@@ -23,14 +24,27 @@ class host_replay_device final : public replay_device {
   void copy(void* dst, const void* src, std::size_t bytes, allocator::stream_handle stream) override;
   double now_s() override;
 
+  // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
+  // cannot run as a plain one (Note [Failed recipe] in engine.cpp): the fault tests use it.
+  void refuse_replay_of(std::string kernel_name) { refused_.insert(std::move(kernel_name)); }
+
  private:
   host::device& dev_;
+  std::unordered_set<std::string> refused_;
+};
+
+struct host_runtime_options {
+  // Hash the blocks each kernel touches to learn which it wrote (Note [Write observation]).
+  // Off, the trace is what the CUPTI collector gives on a GPU: every touched block may
+  // have been written. The tests run both.
+  bool observe_writes = true;
 };
 
 class host_runtime {
  public:
   // Installs itself on `alloc` (observer) and `dev` (launch hooks) and starts tracing.
-  host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options);
+  host_runtime(host::device& dev, allocator::caching_allocator& alloc, engine_options options,
+               host_runtime_options runtime = {});
   ~host_runtime();
   host_runtime(const host_runtime&) = delete;
   host_runtime& operator=(const host_runtime&) = delete;
@@ -40,6 +54,7 @@ class host_runtime {
   void set_model_name(std::string name) { model_ = std::move(name); }
   [[nodiscard]] engine& get() { return *engine_; }
   [[nodiscard]] tracer::recorder& recorder() { return *recorder_; }
+  [[nodiscard]] host_replay_device& replay_device() { return *replay_; }
 
  private:
   class hook;
