@@ -59,7 +59,8 @@ namespace event_flags {
 inline constexpr std::uint8_t evictable = 1U << 0;        // alloc: placed as evictable
 inline constexpr std::uint8_t preexisting = 1U << 1;      // alloc: live before recording began
 inline constexpr std::uint8_t never_replay = 1U << 2;     // launch: on the never-replay list
-inline constexpr std::uint8_t names_event = 1U << 3;      // launch: its attributes name an event
+inline constexpr std::uint8_t names_event = 1U << 3;      // launch: its attributes name an event, or need
+                                                          // more than a plain launch (clusters, cooperative)
 inline constexpr std::uint8_t writes_observed = 1U << 4;  // launch: trace::writes lists its writes
 inline constexpr std::uint8_t timed = 1U << 5;            // duration_ns is a measurement
 inline constexpr std::uint8_t all = 0x3F;

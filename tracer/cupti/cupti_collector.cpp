@@ -5,6 +5,7 @@
 #include <cupti.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -12,10 +13,13 @@
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "allocator/cuda/driver_api.hpp"
+#include "tracer/block_hashes.hpp"
 #include "tracer/param_packing.hpp"
 
 namespace sublinear::tracer {
@@ -42,6 +46,10 @@ struct driver_extras {
   decltype(&::cuKernelGetParamInfo) kernel_param_info = nullptr;
   decltype(&::cuFuncGetName) func_name = nullptr;
   decltype(&::cuKernelGetName) kernel_name = nullptr;
+  // Write observation (Note [Write observation on CUDA]); optional: without them no
+  // launch is observed.
+  decltype(&::cuCtxSynchronize) ctx_synchronize = nullptr;
+  decltype(&::cuMemcpyDtoH_v2) memcpy_dtoh = nullptr;
 };
 
 template <class Fn>
@@ -107,6 +115,9 @@ void resolve_extras(void* h, loaded_driver& l) {
   resolve(h, "cuKernelGetParamInfo", l.api.kernel_param_info, missing);
   resolve(h, "cuFuncGetName", l.api.func_name, missing);
   resolve(h, "cuKernelGetName", l.api.kernel_name, missing);
+  std::string optional;
+  resolve(h, "cuCtxSynchronize", l.api.ctx_synchronize, optional);
+  resolve(h, "cuMemcpyDtoH_v2", l.api.memcpy_dtoh, optional);
   if (!missing.empty()) {
     l.why = std::string(allocator::driver_library) + " lacks " + missing +
             " (a driver for CUDA 12.4 or later is required to read kernel parameter layouts)";
@@ -152,6 +163,35 @@ thread_local std::vector<std::byte> t_packed;
 thread_local std::uint32_t t_packed_correlation = 0;
 thread_local bool t_packed_valid = false;
 
+// Note [Write observation on CUDA]
+// Rationale: recipes are exact only if the trace says which blocks each kernel wrote.
+//   Without it every touched block may have been written: a recipe's inputs become its
+//   temporaries, weights look modified by every kernel that reads them, and plans fail
+//   validation or are refused. The first GPU run (session 22) showed exactly that: every
+//   regenerated convolution of the cuDNN ResNet failed validation. The host collector
+//   observes writes by hashing the touched blocks around each kernel (Note [Write
+//   observation] in host_collector.hpp); this does the same on the device.
+// Approach: while the recorder records (the traced iterations only), at a kernel's ENTER
+//   (after the engine's own work for it) the context is synchronized and each block its
+//   parameters point into is hashed, reusing the hash kept from the last observed kernel
+//   that touched it (Note [Hash reuse]); at EXIT the context is synchronized again and the
+//   blocks hashed again; the ones that changed are the launch's writes. Hashing copies
+//   the block to host memory in 64 MiB pieces. Copies and sets drop the kept hashes of
+//   their destination; a graph launch, whose nodes are not seen, drops them all.
+// Limitations: the traced iterations run serialized and pay the copies: about the
+//   touched bytes of each kernel once (the before-hash is usually reused), at the
+//   device-to-host bandwidth. A kernel that writes a block and restores its bytes reads as
+//   not writing it, which is what a recipe needs. Pointers the scan cannot see (inside
+//   device-side structures) are neither hashed nor, as before, treated as touched.
+struct observation {
+  std::uint32_t correlation = 0;
+  std::vector<block_extent> blocks;
+  std::vector<std::uint64_t> before;
+  bool open = false;
+};
+thread_local observation t_observation;
+thread_local std::vector<std::byte> t_staging;
+
 struct layout_entry {
   std::string name;
   std::vector<param_slot> params;
@@ -183,9 +223,33 @@ struct decoded_call {
   void** extra = nullptr;
   const CUlaunchAttribute* attrs = nullptr;
   unsigned num_attrs = 0;
+  bool cooperative = false;
   copy_kind copy = copy_kind::unknown;
   std::uint64_t event = 0;
 };
+
+// Whether the replay engine's plain cuLaunchKernel reproduces this launch. Attributes that
+// only tune it (priority, L2 access policy, memory synchronisation domain) do not matter; a
+// cluster shape, a cooperative grid, programmatic dependent launch or an event the launch
+// records do, and such a launch is recorded as not replayable (its outputs are never
+// evicted). The engine also survives a replay the driver refuses (Note [Failed recipe]
+// in engine.cpp); this keeps such kernels out of plans from the start.
+bool plainly_replayable(const decoded_call& d) {
+  if (d.cooperative) return false;
+  for (unsigned i = 0; i < d.num_attrs; ++i) {
+    switch (d.attrs[i].id) {
+      case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
 
 decoded_call decode(CUpti_CallbackId cbid, const void* p) {
   decoded_call d;
@@ -247,6 +311,7 @@ decoded_call decode(CUpti_CallbackId cbid, const void* p) {
       kernel(a->f, {a->gridDimX, a->gridDimY, a->gridDimZ}, {a->blockDimX, a->blockDimY, a->blockDimZ},
              a->sharedMemBytes, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
              a->kernelParams, nullptr);
+      d.cooperative = true;
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
@@ -341,6 +406,79 @@ struct cupti_collector::impl {
 
   std::atomic<bool> warned{false};
 
+  kept_hashes kept;                       // Note [Hash reuse], on device blocks
+  std::atomic<std::uint64_t> epoch{0};
+  std::atomic<std::uint64_t> observed{0};  // launches whose writes were observed
+
+  bool observing() const {
+    return opts.observe_writes && drv != nullptr && drv->ctx_synchronize != nullptr && drv->memcpy_dtoh != nullptr &&
+           rec.recording();
+  }
+
+  // The hash of a device block's bytes, copied to host memory in pieces.
+  std::uint64_t device_hash(const block_extent& b) {
+    constexpr std::uint64_t piece = std::uint64_t{64} << 20;
+    std::uint64_t h = 0x243F6A8885A308D3ULL ^ b.size;
+    for (std::uint64_t off = 0; off < b.size; off += piece) {
+      const std::size_t n = static_cast<std::size_t>(std::min(piece, b.size - off));
+      t_staging.resize(n);
+      const CUresult r = drv->memcpy_dtoh(t_staging.data(), static_cast<CUdeviceptr>(b.base + off), n);
+      if (r != CUDA_SUCCESS) throw std::runtime_error("cuMemcpyDtoH failed while observing writes (CUresult " +
+                                                      std::to_string(static_cast<int>(r)) + ")");
+      h = (h ^ hash_bytes(t_staging.data(), n)) * 0x9E3779B97F4A7C15ULL;
+    }
+    return h;
+  }
+
+  void synchronize_for_observation() {
+    const CUresult r = drv->ctx_synchronize();
+    if (r != CUDA_SUCCESS) throw std::runtime_error("cuCtxSynchronize failed while observing writes (CUresult " +
+                                                    std::to_string(static_cast<int>(r)) + ")");
+  }
+
+  // At ENTER, after the listener: the blocks the kernel may touch, hashed before it runs.
+  void open_observation(std::uint32_t correlation) {
+    t_observation.open = false;
+    if (!observing()) return;
+    observation& o = t_observation;
+    o.correlation = correlation;
+    o.blocks = rec.touched_blocks(t_packed);
+    o.before.clear();
+    if (!o.blocks.empty()) {
+      synchronize_for_observation();
+      const std::uint64_t e = epoch.load(std::memory_order_relaxed);
+      for (const block_extent& b : o.blocks) {
+        std::uint64_t h = 0;
+        if (!kept.find(b, e, h)) h = device_hash(b);
+        o.before.push_back(h);
+      }
+    }
+    o.open = true;
+  }
+
+  // At EXIT, once the launch is recorded as `seq`: which of those blocks it changed.
+  void close_observation(std::uint32_t correlation, std::uint64_t seq) {
+    observation& o = t_observation;
+    if (!o.open || o.correlation != correlation) {
+      epoch.fetch_add(1, std::memory_order_relaxed);  // an unobserved kernel: kept hashes go stale
+      return;
+    }
+    o.open = false;
+    if (seq == no_seq) return;
+    std::vector<std::uint64_t> written;
+    if (!o.blocks.empty()) {
+      synchronize_for_observation();
+      const std::uint64_t e = epoch.load(std::memory_order_relaxed);
+      for (std::size_t i = 0; i < o.blocks.size(); ++i) {
+        const std::uint64_t after = device_hash(o.blocks[i]);
+        if (after != o.before[i]) written.push_back(o.blocks[i].base);
+        kept.keep(o.blocks[i], e, after);
+      }
+    }
+    rec.set_writes(seq, written);
+    observed.fetch_add(1, std::memory_order_relaxed);
+  }
+
   // The layout and name of a kernel handle, queried once.
   const layout_entry& layout_for(CUfunction f, const char* symbol) {
     const std::uint64_t key = as_u64(f);
@@ -416,7 +554,10 @@ struct cupti_collector::impl {
       case decoded_call::what::kernel:
         pack(d, cb, layout_for(d.function, cb.symbolName));
         d.op.params = t_packed;
-        [[fallthrough]];
+        l.on_enter(d.op);
+        // After the engine's own work for this launch (a block restored while tracing).
+        open_observation(cb.correlationId);
+        break;
       case decoded_call::what::graph:
       case decoded_call::what::memcpy:
       case decoded_call::what::memset: l.on_enter(d.op); break;
@@ -440,14 +581,11 @@ struct cupti_collector::impl {
         a.stream = d.op.stream;
         a.params = t_packed;
         a.correlation = cb.correlationId;
-        for (unsigned i = 0; i < d.num_attrs; ++i) {
-          if (d.attrs[i].id == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT ||
-              d.attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT) {
-            a.flags |= event_flags::names_event;
-          }
-        }
+        if (!plainly_replayable(d)) a.flags |= event_flags::names_event;
         const kernel_description desc{&layout, opts.flag_tensor_maps};
-        remember(cb.correlationId, rec.record_launch(a, &describe_cuda_kernel, &desc));
+        const std::uint64_t seq = rec.record_launch(a, &describe_cuda_kernel, &desc);
+        remember(cb.correlationId, seq);
+        close_observation(cb.correlationId, seq);
         break;
       }
       case decoded_call::what::graph: {
@@ -462,13 +600,16 @@ struct cupti_collector::impl {
           k.never_replay = true;  // its nodes' pointers are not scanned
           return k;
         }, &desc));
+        epoch.fetch_add(1, std::memory_order_relaxed);  // its nodes may write anything
         break;
       }
       case decoded_call::what::memcpy:
         remember(cb.correlationId, rec.record_memcpy(d.op.dst, d.op.src, d.op.bytes, d.op.stream, d.copy));
+        kept.drop(reinterpret_cast<std::uintptr_t>(d.op.dst), d.op.bytes);
         break;
       case decoded_call::what::memset:
         remember(cb.correlationId, rec.record_memset(d.op.dst, d.op.value, d.op.bytes, d.op.stream));
+        kept.drop(reinterpret_cast<std::uintptr_t>(d.op.dst), d.op.bytes);
         break;
       case decoded_call::what::event_record: rec.record_event_record(d.event, d.op.stream); break;
       case decoded_call::what::event_wait: rec.record_event_wait(d.event, d.op.stream); break;

@@ -102,6 +102,9 @@ class untraced_scope {
 struct cupti_options {
   bool durations = true;         // enable the activity API for kernel/copy/set durations
   bool flag_tensor_maps = true;  // a 128-byte, 64-aligned parameter makes a kernel never-replay
+  // Hash the blocks each kernel touches before and after it while recording, to learn its
+  // writes (Note [Write observation on CUDA] in cupti_collector.cpp).
+  bool observe_writes = true;
   launch_listener* listener = nullptr;  // see Note [Launch listener]; also set_listener()
   // Created from InitializeInjection, which the driver calls from inside cuInit: libcuda is
   // loaded but must not be initialized again from here, so its entry points are looked up

@@ -59,6 +59,7 @@
 #include <mutex>
 
 #include "allocator/host/device.hpp"
+#include "tracer/block_hashes.hpp"
 #include "tracer/recorder.hpp"
 
 namespace sublinear::tracer {
@@ -69,30 +70,6 @@ struct host_collector_options {
   // Take a block's hash before a kernel from the last observed kernel that touched it
   // (Note [Hash reuse]); off, every touched block is hashed just before every kernel.
   bool reuse_hashes = true;
-};
-
-// The hashes an observing collector keeps for reuse (Note [Hash reuse]), shared with the
-// host functions on the streams. Thread-safe.
-class kept_hashes {
- public:
-  // The hash of `b` kept in `epoch`, if any.
-  [[nodiscard]] bool find(const block_extent& b, std::uint64_t epoch, std::uint64_t& hash) const;
-  // Keeps `hash` for `b` (taken in `epoch`), dropping every kept hash it overlaps.
-  void keep(const block_extent& b, std::uint64_t epoch, std::uint64_t hash);
-  // Drops the hashes of blocks overlapping [base, base + bytes).
-  void drop(std::uint64_t base, std::uint64_t bytes);
-  [[nodiscard]] std::size_t size() const;
-
- private:
-  struct entry {
-    std::uint64_t size;
-    std::uint32_t allocation;
-    std::uint64_t epoch;
-    std::uint64_t hash;
-  };
-  void drop_overlapping(std::uint64_t base, std::uint64_t end);  // mutex_ held
-  mutable std::mutex mutex_;
-  std::map<std::uint64_t, entry> by_base_;  // disjoint extents, by base address
 };
 
 class host_collector final : public host::launch_hook {
@@ -138,7 +115,5 @@ class host_collector final : public host::launch_hook {
   std::atomic<bool> kept_in_epoch_{false};  // a probe of this epoch may keep hashes
 };
 
-// 64-bit content hash used by write observation (fast, not cryptographic).
-[[nodiscard]] std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept;
 
 }  // namespace sublinear::tracer

@@ -33,6 +33,8 @@ using tracer::block_extent;
 using tracer::event;
 using tracer::event_kind;
 using tracer::trace;
+using tracer::write_record;
+namespace event_flags = tracer::event_flags;
 
 #define ASSERT_CUDA(expr)                                                               \
   do {                                                                                  \
@@ -213,6 +215,50 @@ TEST_F(CuptiOnHandWrittenKernels, WorkspaceIsABufferLiveOnlyAcrossTheLaunchesUsi
   EXPECT_TRUE(a.graph.buffers[at(in)].persistent());
   EXPECT_EQ(a.graph.buffers[at(in)].users, (std::vector<policy::launch_id>{0}));
   EXPECT_EQ(a.graph.buffers[at(out)].users, (std::vector<policy::launch_id>{1}));
+  EXPECT_EQ(download(out, 1), std::vector<float>{static_cast<float>(n)});
+}
+
+// Note [Write observation on CUDA]: with a listener installed (as the process runtime
+// has), the collector hashes the blocks each kernel touches before and after it while
+// recording, so the trace says which blocks it wrote: the partial sums write the
+// workspace and only read the input; the final sum writes the output and only reads the
+// workspace. Without it every touched block would count as written.
+TEST_F(CuptiOnHandWrittenKernels, WritesAreObservedWhenAListenerIsInstalled) {
+  struct quiet final : tracer::launch_listener {
+    void on_enter(const tracer::launch_description&) override {}
+    void on_exit(const tracer::launch_description&) override {}
+  } listener;
+  collector_->set_listener(&listener);
+  constexpr int n = 1 << 16;
+  constexpr int parts = 128;
+  float* in = block(n);
+  float* out = block(1);
+  upload(in, std::vector<float>(n, 1.0f));
+  ASSERT_CUDA(cudaStreamSynchronize(stream_));
+  recorder_->mark_iteration();
+  float* workspace = block(parts);
+  ASSERT_CUDA(launch_partial_sums(in, n, workspace, parts, stream_));
+  ASSERT_CUDA(launch_finish_sum(workspace, parts, out, stream_));
+  free_block(workspace, parts);
+  recorder_->mark_iteration();
+  collector_->set_listener(nullptr);
+  const trace t = finish();
+
+  std::vector<const event*> launches;
+  for (const event& e : t.events)
+    if (e.kind == event_kind::launch) launches.push_back(&e);
+  ASSERT_EQ(launches.size(), 2u);
+  const auto written_by = [&](const event* e) {
+    std::vector<std::uint64_t> out_bases;
+    for (const write_record& w : t.writes)
+      if (w.seq == e->seq) out_bases.push_back(w.address);
+    return out_bases;
+  };
+  for (const event* e : launches) EXPECT_NE(e->flags & event_flags::writes_observed, 0) << "not observed";
+  EXPECT_EQ(written_by(launches[0]), std::vector<std::uint64_t>{address(workspace)});
+  EXPECT_EQ(written_by(launches[1]), std::vector<std::uint64_t>{address(out)});
+  const tracer::analysed_iteration a = tracer::analyse(t, t.marked_iterations().at(0));
+  EXPECT_EQ(a.observed_launches, 2u);
   EXPECT_EQ(download(out, 1), std::vector<float>{static_cast<float>(n)});
 }
 
