@@ -54,7 +54,7 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=["resnet50", "gpt2"], required=True)
     p.add_argument("--mode", choices=["baseline", "checkpoint", "enable", "preload"], required=True)
-    p.add_argument("--iterations", type=int, default=0, help="default: 6 (5 with --quick)")
+    p.add_argument("--iterations", type=int, default=0, help="default: 12 (10 with --quick)")
     p.add_argument("--quick", action="store_true", help="smaller inputs and fewer iterations")
     p.add_argument("--budget", default=None)
     p.add_argument("--policy", default=None)
@@ -223,7 +223,7 @@ def train(torch: Any, a: argparse.Namespace, result: Dict[str, Any], sublinear: 
     torch.manual_seed(0)
     from torch.utils.checkpoint import checkpoint  # noqa: PLC0415
 
-    iterations = a.iterations or (5 if a.quick else 6)
+    iterations = a.iterations or (10 if a.quick else 12)
     device = torch.device(a.device)
     on_gpu = a.device == "cuda"
     data = torch.Generator().manual_seed(1234)

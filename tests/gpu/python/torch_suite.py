@@ -9,14 +9,16 @@ Per model, in this order:
   baseline     PyTorch's caching allocator, no checkpointing (the reference parameters)
   checkpoint   torch.utils.checkpoint on every stage/block; its peak reserved memory is the
                budget of the two sublinear runs ("at equal memory")
-  enable       sublinear.torch.enable(budget=<checkpoint's peak>)
-  preload      `sublinear run --budget <checkpoint's peak> --iteration auto -- python ...`
+  enable       sublinear.torch.enable(budget=<checkpoint's peak>); when the planner finds
+               that budget infeasible (a figure: equal_memory), again at the smallest
+               feasible budget it named plus one 2 MiB page, which the checks then use
+  preload      `sublinear run --budget <that budget> --iteration auto -- python ...`
                with PYTORCH_NO_CUDA_MEMORY_CACHING=1: the zero-code-change route
   baseline2    (without --quick) the baseline again: the model's own reproducibility
 
-Checks (each passed or failed): the parameters of enable and preload are bit-identical to
-baseline's; their peak mapped memory never exceeds the budget in an iteration with a budget
-in force; a budget was in force at all. Figures: median iteration time of each configuration
+Checks (each passed or failed), the budget ones read from sublinear's report: the parameters
+of enable and preload are bit-identical to baseline's; a plan was made; the run ended in
+planned iterations (any divergence is named); no iteration mapped more than its budget. Figures: median iteration time of each configuration
 (sublinear's over its budgeted iterations), peaks, and the ratios to baseline and to
 checkpoint. Checkpoint's own bit-identity is a figure, not a check: recomputing BatchNorm in
 train mode updates its running statistics twice, which is the point sublinear makes.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -47,8 +50,8 @@ SKIP = 77
 DEADLINE = float("inf")  # time.monotonic() by which every run must have finished (--time-limit)
 
 
-def run_worker(args: List[str], env: Dict[str, str], timeout: float, prefix: Optional[List[str]] = None
-               ) -> Dict[str, Any]:
+def run_worker(args: List[str], env: Dict[str, str], timeout: float, prefix: Optional[List[str]] = None,
+               log: Optional[Path] = None) -> Dict[str, Any]:
     cmd = (prefix or []) + [sys.executable, str(WORKER)] + args
     timeout = min(timeout, DEADLINE - time.monotonic() - 3)
     if timeout < 10:
@@ -59,6 +62,8 @@ def run_worker(args: List[str], env: Dict[str, str], timeout: float, prefix: Opt
     except subprocess.TimeoutExpired:
         return {"status": "failed", "reason": f"timed out after {timeout:.0f} s", "command": cmd}
     wall = time.perf_counter() - start
+    if log is not None:
+        log.write_text(p.stderr)  # sublinear's log lines (divergences, plan errors) for every run
     lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
     try:
         result = json.loads(lines[-1])
@@ -108,17 +113,45 @@ def report_figures(path: Path) -> Dict[str, Any]:
         "budget_bytes": [i.get("budget_bytes", 0) for i in its],
         "wall_s": [i.get("wall_s", 0.0) for i in its],
         "states": [i.get("state", "") for i in its],
+        "diverged": [i.get("divergence", "") if i.get("diverged") else "" for i in its],
     }
 
 
-def budget_checks(name: str, peaks: List[int], budgets: List[int]) -> Dict[str, Dict[str, Any]]:
-    budgeted = [(i, p, b) for i, (p, b) in enumerate(zip(peaks, budgets)) if b > 0]
-    over = [{"iteration": i, "peak": p, "budget": b} for i, p, b in budgeted if p > b]
+PLANNED = ("validate", "steady")
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def smallest_feasible(error: str) -> Optional[int]:
+    """The smallest feasible budget an infeasible-budget error names, in bytes (rounded up to
+    the MiB), or None."""
+    m = re.search(r"smallest feasible budget for it is ([0-9.]+) (B|KiB|MiB|GiB|TiB)", error)
+    if m is None:
+        return None
+    b = float(m.group(1)) * UNITS[m.group(2)]
+    return int(-(-b // (1 << 20))) << 20
+
+
+def budget_checks(name: str, rep: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """From sublinear's report (never from the process's own view of the allocator, whose
+    budget after a refused plan is the device's capacity): a plan was made, the run ended in
+    planned iterations, and no iteration with a budget mapped more than it."""
+    plan = rep.get("plan") or {}
+    states = rep.get("states", [])
+    peaks, budgets = rep.get("peak_bytes", []), rep.get("budget_bytes", [])
+    planned = [i for i, st in enumerate(states) if st in PLANNED and budgets[i] > 0]
+    over = [{"iteration": i, "state": states[i], "peak": p, "budget": b}
+            for i, (p, b) in enumerate(zip(peaks, budgets)) if b > 0 and p > b]
+    error = plan.get("error") or rep.get("error") or ""
+    diverged = [f"iteration {i}: {d}" for i, d in enumerate(rep.get("diverged", [])) if d]
     return {
-        f"{name}_budget_in_force": {"passed": bool(budgeted),
-                                    "detail": f"{len(budgeted)} of {len(peaks)} iterations had a budget"},
-        f"{name}_peak_within_budget": {"passed": bool(budgeted) and not over, "detail": over or "every budgeted "
-                                       "iteration at or under its budget"},
+        f"{name}_plan_made": {"passed": not error and plan.get("budget_bytes", 0) > 0,
+                              "detail": error or f"planner {plan.get('planner')}, budget {plan.get('budget_bytes')}"},
+        f"{name}_budget_in_force": {"passed": bool(planned) and bool(states) and states[-1] in PLANNED and
+                                              budgets[-1] > 0,
+                                    "detail": f"{len(planned)} of {len(states)} iterations planned; states "
+                                              f"{states}" + (f"; divergences: {diverged}" if diverged else "")},
+        f"{name}_peak_within_budget": {"passed": bool(budgets) and not over,
+                                       "detail": over or "every iteration with a budget at or under it"},
     }
 
 
@@ -158,15 +191,34 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     out["budget_bytes"] = budget
 
     enable_report = work / f"{model}-enable-report.json"
-    runs["enable"] = run_worker(common + ["--mode", "enable", "--budget", str(budget), "--report", str(enable_report),
-                                          "--dump", str(dumps["enable"])], clean_env(), a.timeout)
+
+    def enable_at(b: int, tag: str) -> Dict[str, Any]:
+        r = run_worker(common + ["--mode", "enable", "--budget", str(b), "--report", str(enable_report),
+                                 "--dump", str(dumps["enable"])], clean_env(), a.timeout,
+                       log=work / f"{model}-{tag}.stderr")
+        if r.get("status") == "passed":
+            r["report"] = report_figures(enable_report)
+        return r
+
+    runs["enable"] = enable_at(budget, "enable")
+    # At the checkpoint run's memory the plan may be infeasible (sublinear's floor counts
+    # its allocator's whole pages). That is a figure; the checks then run at the smallest
+    # feasible budget the planner named, plus one 2 MiB page.
+    error = ((runs["enable"].get("report") or {}).get("plan") or {}).get("error") or ""
+    out["equal_memory"] = {"budget_bytes": budget, "feasible": not error, "error": error or None}
+    smallest = smallest_feasible(error)
+    if smallest is not None:
+        budget = smallest + (2 << 20)
+        out["budget_bytes"] = budget
+        runs["enable_at_checkpoint_memory"] = runs["enable"]
+        runs["enable"] = enable_at(budget, "enable")
     preload_report = work / f"{model}-preload-report.json"
     env = clean_env()
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     cli = a.cli.split() if a.cli else [sys.executable, "-m", "sublinear"]
     prefix = cli + ["run", "--budget", str(budget), "--report", str(preload_report), "--iteration", "auto", "--"]
     runs["preload"] = run_worker(common + ["--mode", "preload", "--dump", str(dumps["preload"])], env, a.timeout,
-                                 prefix=prefix)
+                                 prefix=prefix, log=work / f"{model}-preload.stderr")
     if runs["preload"].get("status") == "passed":
         runs["preload"]["report"] = report_figures(preload_report)
     if not a.quick:
@@ -190,11 +242,7 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
             checks[f"{route}_ran"] = {"passed": False, "detail": r.get("reason")}
             continue
         checks.update(identical(f"{route}_bit_identical", base, r, dumps["baseline"], dumps[route]))
-        if route == "enable":
-            checks.update(budget_checks(route, r.get("peak_bytes", []), r.get("budget_bytes", [])))
-        else:
-            rep = r.get("report", {})
-            checks.update(budget_checks(route, rep.get("peak_bytes", []), rep.get("budget_bytes", [])))
+        checks.update(budget_checks(route, r.get("report", {})))
 
     fig = out["figures"]
     base_t = median_of(steady_times(base))
@@ -202,20 +250,21 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     fig["baseline_iteration_s"] = base_t
     fig["baseline_peak_reserved_bytes"] = max(base.get("peak_bytes") or [0])
     fig["checkpoint_iteration_s"] = ck_t
-    fig["checkpoint_peak_reserved_bytes"] = budget if ck.get("status") == "passed" else None
+    fig["checkpoint_peak_reserved_bytes"] = max(ck.get("peak_bytes") or [0]) if ck.get("status") == "passed" else None
+    fig["sublinear_budget_bytes"] = budget
+    fig["equal_memory_feasible"] = out["equal_memory"]["feasible"]
     if ck.get("status") == "passed":
         fig["checkpoint_bit_identical_to_baseline"] = ck.get("state_sha256") == base.get("state_sha256")
     for route in ("enable", "preload"):
         r = runs[route]
         if r.get("status") != "passed":
             continue
-        if route == "enable":
-            t = median_of(steady_times(r))
-            peaks = [p for p, b in zip(r.get("peak_bytes", []), r.get("budget_bytes", [])) if b > 0]
-        else:
-            rep = r.get("report", {})
-            t = median_of([w for w, b in zip(rep.get("wall_s", []), rep.get("budget_bytes", [])) if b > 0])
-            peaks = [p for p, b in zip(rep.get("peak_bytes", []), rep.get("budget_bytes", [])) if b > 0]
+        # Planned iterations only (the report's states): traced ones run at full memory.
+        rep = r.get("report", {})
+        planned = [i for i, st in enumerate(rep.get("states", [])) if st in PLANNED]
+        t = median_of([rep["wall_s"][i] for i in planned]) if planned else None
+        peaks = [rep["peak_bytes"][i] for i in planned]
+        fig[f"{route}_planned_iterations"] = len(planned)
         fig[f"{route}_iteration_s"] = t
         fig[f"{route}_budgeted_peak_mapped_bytes"] = max(peaks) if peaks else None
         if t and base_t:

@@ -104,7 +104,7 @@ std::filesystem::path artifacts() {
 std::vector<std::string> trainer_arguments() {
   const char* quick = std::getenv("GPU_SUITE_QUICK");
   if (quick != nullptr && std::string(quick) == "1") {
-    return {"--iterations", "5", "--batch", "16", "--blocks", "3", "--channels", "32", "--size", "32"};
+    return {"--iterations", "6", "--batch", "32", "--blocks", "4", "--channels", "64", "--size", "32"};
   }
   return {"--iterations", "6", "--batch", "32", "--blocks", "6", "--channels", "64", "--size", "32"};
 }
@@ -112,6 +112,18 @@ std::vector<std::string> trainer_arguments() {
 // Runs the trainer in mode `mode` with `settings` (NAME=value) added to an environment
 // from which every SUBLINEAR_* variable of ours has been removed.
 // `extra` arguments come last and so win over the defaults.
+// The trainer beside this test's own executable, so that a build directory copied to another
+// machine (the GPU machine gets stripped copies) still finds it; the build's path otherwise.
+std::string trainer_program() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path beside = self.parent_path() / "gpu_resnet_train";
+    if (std::filesystem::exists(beside, ec)) return beside.string();
+  }
+  return SUBLINEAR_GPU_RESNET_TRAIN;
+}
+
 child_run train(const std::string& tag, const std::string& mode, const std::vector<std::string>& settings,
                 const std::vector<std::string>& extra = {}) {
   const std::filesystem::path dir = artifacts();
@@ -121,7 +133,7 @@ child_run train(const std::string& tag, const std::string& mode, const std::vect
   const std::string err = (dir / (tag + ".stderr")).string();
   std::filesystem::remove(out);
 
-  std::vector<std::string> args{SUBLINEAR_GPU_RESNET_TRAIN, "--mode", mode, "--dump", run.dump, "--out", out};
+  std::vector<std::string> args{trainer_program(), "--mode", mode, "--dump", run.dump, "--out", out};
   for (auto& a : trainer_arguments()) args.push_back(a);
   for (const auto& a : extra) args.push_back(a);
   std::vector<std::string> env;
