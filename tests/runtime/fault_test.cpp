@@ -272,18 +272,24 @@ TEST(EngineFaults, ABatchFreedInTheNextIterationDoesNotDivergeTheRun) {
 TEST(EngineFaults, AReplayTheDeviceRefusesIsCaughtByValidationAndItsKernelIsNotReplayedAgain) {
   std::vector<float> without, with;
   std::vector<iteration_report> reports;
+  std::size_t refused_in_validation = 0, refused_in_all = 0;
   for (bool with_engine : {false, true}) {
     chain_model m;
     std::unique_ptr<host_runtime> rt;
     if (with_engine) {
-      // 0.8x: the side buffer (from the fill kernel) alone makes a plan without the scale kernel.
-      rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.8x", "greedy"));
+      // chen at 0.8x: its first plan replays the scale kernel and, with that kernel still
+      // allowed, its re-plans would again (10 refusals against 5, in the normal and the
+      // AddressSanitizer builds alike). The cost-based planners' choice here depends on
+      // measured durations: under AddressSanitizer greedy at 0.8x planned without it.
+      rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.8x", "chen"));
       rt->replay_device().refuse_replay_of("test_fault_scale");
     }
     for (int it = 0; it < 7; ++it) {
       m.iteration(12, kFloats, false);
       if (rt) rt->mark_iteration();
+      if (rt && it == 2) refused_in_validation = rt->replay_device().refusals();
     }
+    if (rt) refused_in_all = rt->replay_device().refusals();
     if (rt) reports = rt->get().iterations();
     (with_engine ? with : without) = m.result();
   }
@@ -295,8 +301,9 @@ TEST(EngineFaults, AReplayTheDeviceRefusesIsCaughtByValidationAndItsKernelIsNotR
     EXPECT_EQ(reports[i].validation_mismatches, 0u) << "iteration " << i << " replayed the refused kernel again";
     EXPECT_FALSE(reports[i].diverged) << i;
   }
-  EXPECT_GT(reports[6].evictions, 0u) << "a plan without the refused kernel still evicts";
-  EXPECT_LE(reports[6].peak_mapped, reports[6].budget);
+  // Every later plan leaves the refused kernel out: no replay of it is attempted again.
+  EXPECT_GT(refused_in_validation, 0u);
+  EXPECT_EQ(refused_in_all, refused_in_validation) << "a later plan replayed the refused kernel";
 }
 
 TEST(EngineFaults, ARefusedReplayWithoutAValidationCopyFailsNamingTheKernelAndTheRemedy) {

@@ -17,7 +17,10 @@ void host_replay_device::replay(const launch_view& op, allocator::stream_handle 
     case launch_view::kind::kernel: {
       const host::kernel* k = host::kernels().by_id(static_cast<std::uint32_t>(op.kernel_handle));
       if (k == nullptr) throw error("sublinear: replay of an unknown host kernel id " + std::to_string(op.kernel_handle));
-      if (refused_.count(k->name) != 0) throw device_error("host device: launch of " + k->name + " refused (invalid value)");
+      if (refused_.count(k->name) != 0) {
+        ++refusals_;
+        throw device_error("host device: launch of " + k->name + " refused (invalid value)");
+      }
       host::launch_config cfg{{op.grid.x, op.grid.y, op.grid.z}, {op.block.x, op.block.y, op.block.z}, op.shared_mem};
       dev_.launch(*k, cfg, on(stream), op.params.data());
       break;

@@ -27,10 +27,13 @@ class host_replay_device final : public replay_device {
   // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
   // cannot run as a plain one (Note [Failed recipe] in engine.cpp): the fault tests use it.
   void refuse_replay_of(std::string kernel_name) { refused_.insert(std::move(kernel_name)); }
+  // Replays refused so far.
+  [[nodiscard]] std::size_t refusals() const noexcept { return refusals_; }
 
  private:
   host::device& dev_;
   std::unordered_set<std::string> refused_;
+  std::size_t refusals_ = 0;
 };
 
 struct host_runtime_options {
