@@ -1,9 +1,12 @@
 // See Note [Replay through the driver] in cuda_replay_device.hpp.
 #include "allocator/runtime/cuda/cuda_replay_device.hpp"
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "allocator/cuda/driver_table.hpp"
 #include "sublinear/error.hpp"
@@ -15,6 +18,32 @@ namespace {
 CUdeviceptr device_ptr(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }
 CUstream cu_stream(allocator::stream_handle s) { return static_cast<CUstream>(s); }
 }  // namespace
+
+cuda_replay_device::cuda_replay_device(const allocator::driver_api& api, CUctx_st* context)
+    : api_(api), context_(context) {
+  // The same library load_driver opened; optional entry points (drivers before 12.4 lack them).
+  if (void* h = ::dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
+    func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");
+    kernel_param_info_ = ::dlsym(h, "cuKernelGetParamInfo");
+  }
+}
+
+std::vector<std::size_t> cuda_replay_device::parameter_offsets(std::uint64_t handle) const {
+  std::vector<std::size_t> offsets;
+  auto* func_info = reinterpret_cast<decltype(&::cuFuncGetParamInfo)>(func_param_info_);
+  auto* kernel_info = reinterpret_cast<decltype(&::cuKernelGetParamInfo)>(kernel_param_info_);
+  std::size_t offset = 0, size = 0;
+  const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(handle));
+  const bool as_function = func_info != nullptr && func_info(f, 0, &offset, &size) == CUDA_SUCCESS;
+  const auto k = reinterpret_cast<CUkernel>(static_cast<std::uintptr_t>(handle));
+  if (!as_function && (kernel_info == nullptr || kernel_info(k, 0, &offset, &size) != CUDA_SUCCESS)) return offsets;
+  for (std::size_t i = 0;; ++i) {
+    const CUresult r = as_function ? func_info(f, i, &offset, &size) : kernel_info(k, i, &offset, &size);
+    if (r != CUDA_SUCCESS) break;  // past the last parameter
+    offsets.push_back(offset);
+  }
+  return offsets;
+}
 
 void cuda_replay_device::enter() {
   CUcontext current = nullptr;
@@ -35,10 +64,21 @@ void cuda_replay_device::replay(const launch_view& op, allocator::stream_handle 
       std::size_t size = op.params.size();
       void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(op.params.data()),
                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-      SUBLINEAR_CU_CHECK(api_, api_.launch_kernel(reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(op.kernel_handle)),
-                                                  op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z,
-                                                  op.shared_mem, cu_stream(stream), nullptr,
-                                                  size != 0 ? extra : nullptr));
+      const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(op.kernel_handle));
+      CUresult r = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z,
+                                      op.shared_mem, cu_stream(stream), nullptr, size != 0 ? extra : nullptr);
+      if (r == CUDA_ERROR_INVALID_VALUE && size != 0) {
+        // The kernelParams form, one pointer per parameter into the same packed block.
+        const std::vector<std::size_t> offsets = parameter_offsets(op.kernel_handle);
+        std::vector<void*> args;
+        for (std::size_t o : offsets)
+          if (o < size) args.push_back(const_cast<std::byte*>(op.params.data()) + o);
+        if (!args.empty() && args.size() == offsets.size()) {
+          r = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z,
+                                 op.shared_mem, cu_stream(stream), args.data(), nullptr);
+        }
+      }
+      SUBLINEAR_CU_CHECK(api_, r);
       break;
     }
     case launch_view::kind::memcpy:

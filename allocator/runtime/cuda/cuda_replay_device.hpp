@@ -14,14 +14,24 @@
 //   collector does not record the engine's own work, and in the device's primary context
 //   when the calling thread has none. Failures throw sublinear::device_error naming the
 //   call and the driver's error.
+//   When the driver refuses the packed block with CUDA_ERROR_INVALID_VALUE, the launch is
+//   tried once more in the kernelParams form (one pointer per parameter, at the offsets
+//   cuFuncGetParamInfo gives): on an H200 (session 22) cuDNN's
+//   bn_fw_tr_1C11_singleread kernel, whose one argument is a large struct, was refused
+//   through `extra`; whether the second form takes it has not been run yet.
 // Limitations: launch attributes of cuLaunchKernelEx (clusters, cooperative, programmatic
-//   dependent launch) are not recorded, so a replay is a plain launch; a kernel that needs
-//   them fails to launch and the error is reported. A cuGraphLaunch (handle 0) cannot be
-//   replayed (the tracer marks it never-replay, so no plan asks). Not run on a GPU in the
-//   session that wrote it: the GPU suite exercises it.
+//   dependent launch) are not recorded, so a replay is a plain launch; the tracer records
+//   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the
+//   tracer marks it never-replay, so no plan asks). A launch the driver still refuses
+//   throws; the engine turns that into a validation mismatch while a copy exists (Note
+//   [Failed recipe] in engine.cpp).
 //
 // This header does not include <cuda.h>.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
 
 #include "allocator/runtime/engine.hpp"
 
@@ -37,7 +47,7 @@ class cuda_replay_device final : public replay_device {
  public:
   // `api` is the loaded driver (allocator::load_driver); `context` the device's primary
   // context, used on threads that have no current context.
-  cuda_replay_device(const allocator::driver_api& api, CUctx_st* context) : api_(api), context_(context) {}
+  cuda_replay_device(const allocator::driver_api& api, CUctx_st* context);
 
   void replay(const launch_view& op, allocator::stream_handle stream) override;
   void download(void* host_dst, const void* device_src, std::size_t bytes, allocator::stream_handle stream) override;
@@ -47,8 +57,13 @@ class cuda_replay_device final : public replay_device {
 
  private:
   void enter();
+  // The parameter offsets of a kernel handle (a CUfunction, else a CUkernel); empty when
+  // the driver cannot say.
+  [[nodiscard]] std::vector<std::size_t> parameter_offsets(std::uint64_t handle) const;
   const allocator::driver_api& api_;
   CUctx_st* context_;
+  void* func_param_info_ = nullptr;    // cuFuncGetParamInfo, when the driver has it
+  void* kernel_param_info_ = nullptr;  // cuKernelGetParamInfo
 };
 
 }  // namespace sublinear::runtime
