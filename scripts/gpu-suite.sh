@@ -6,7 +6,8 @@
 #
 #   RESULTS.json  default: $OUT/gpu-suite.json when $OUT is set, else <build dir>/gpu-suite.json
 #   --quick       smaller models and fewer repetitions (about half the time)
-#   --skip-build  use the build directory as it is
+#   --skip-build  use the build directory as it is (for instance the stripped binaries that
+#                 scripts/gpu-bundle.sh prepares on a machine with the build dependencies)
 #   --build-dir   default: build-gpu/ in the repository
 #   PYTHON=...    the Python whose torch part 4 uses (default: python3 on PATH)
 #
@@ -90,6 +91,22 @@ if [ $? -ne 0 ]; then
   exit 1
 fi
 say "device: $device"
+
+# ---- the CUDA libraries the binaries link, when the loader cannot find them ------------------
+# (on the lent GPU machines cuDNN lives in PyTorch's site-packages and the toolkit's libraries
+# under /usr/local/cuda-*/targets; ldconfig knows neither)
+extra_libs=""
+for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libcupti.so.13; do
+  ldconfig -p 2>/dev/null | grep -q "$lib" && continue
+  found="$(find /usr/local /opt /usr/lib -name "$lib" 2>/dev/null | head -1)"
+  [ -n "$found" ] && case ":$extra_libs:" in *":$(dirname "$found"):"*) ;; *) extra_libs="$extra_libs:$(dirname "$found")" ;; esac
+done
+if [ -n "$extra_libs" ]; then
+  export LD_LIBRARY_PATH="${extra_libs#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "library path: $LD_LIBRARY_PATH"
+fi
+# Binaries built elsewhere and carried here (scripts/gpu-bundle.sh) find libsublinear.so beside them.
+[ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # ---- build -----------------------------------------------------------------------------------
 targets="test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
