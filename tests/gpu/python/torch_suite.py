@@ -11,7 +11,9 @@ Per model, in this order:
                budget of the two sublinear runs ("at equal memory")
   enable       sublinear.torch.enable(budget=<checkpoint's peak>); when the planner finds
                that budget infeasible (a figure: equal_memory), again at the smallest
-               feasible budget it named plus one 2 MiB page, which the checks then use
+               feasible budget it named plus 10% (the smallest feasible budget moves
+               between runs of the same model: 516 and 543 MiB for ResNet-50 on an H200),
+               which the checks then use
   preload      `sublinear run --budget <that budget> --iteration auto -- python ...`
                with PYTORCH_NO_CUDA_MEMORY_CACHING=1: the zero-code-change route
   baseline2    (without --quick) the baseline again: the model's own reproducibility
@@ -203,12 +205,13 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     runs["enable"] = enable_at(budget, "enable")
     # At the checkpoint run's memory the plan may be infeasible (sublinear's floor counts
     # its allocator's whole pages). That is a figure; the checks then run at the smallest
-    # feasible budget the planner named, plus one 2 MiB page.
+    # feasible budget the planner named, plus 10%: it moved by 5% between two runs of
+    # ResNet-50 on an H200 (session 22), and one page above it was refused.
     error = ((runs["enable"].get("report") or {}).get("plan") or {}).get("error") or ""
     out["equal_memory"] = {"budget_bytes": budget, "feasible": not error, "error": error or None}
     smallest = smallest_feasible(error)
     if smallest is not None:
-        budget = smallest + (2 << 20)
+        budget = (smallest * 11 // 10 + (2 << 20) - 1) // (2 << 20) * (2 << 20)
         out["budget_bytes"] = budget
         runs["enable_at_checkpoint_memory"] = runs["enable"]
         runs["enable"] = enable_at(budget, "enable")
