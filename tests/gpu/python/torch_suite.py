@@ -194,9 +194,15 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
 
     enable_report = work / f"{model}-enable-report.json"
 
+    def traced_env(route: str) -> Dict[str, str]:
+        # The planned iteration's trace, for `sublinear plan --trace` on any machine later.
+        env = clean_env()
+        env["SUBLINEAR_TRACE"] = str(work / f"{model}-{route}.sltrace")
+        return env
+
     def enable_at(b: int, tag: str) -> Dict[str, Any]:
         r = run_worker(common + ["--mode", "enable", "--budget", str(b), "--report", str(enable_report),
-                                 "--dump", str(dumps["enable"])], clean_env(), a.timeout,
+                                 "--dump", str(dumps["enable"])], traced_env("enable"), a.timeout,
                        log=work / f"{model}-{tag}.stderr")
         if r.get("status") == "passed":
             r["report"] = report_figures(enable_report)
@@ -216,7 +222,7 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
         runs["enable_at_checkpoint_memory"] = runs["enable"]
         runs["enable"] = enable_at(budget, "enable")
     preload_report = work / f"{model}-preload-report.json"
-    env = clean_env()
+    env = traced_env("preload")
     env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     cli = a.cli.split() if a.cli else [sys.executable, "-m", "sublinear"]
     prefix = cli + ["run", "--budget", str(budget), "--report", str(preload_report), "--iteration", "auto", "--"]
