@@ -13,13 +13,13 @@
 
 #include "benchmarks/workloads/models/registry.hpp"
 #include "benchmarks/workloads/training.hpp"
-#include "tracer_fixture.hpp"
+#include "marked_training.hpp"
 
 namespace sublinear::tracer {
 namespace {
 
 using workloads::models::model_kind;
-using testing::traced_session;
+using testing::train_marked;
 
 struct launch {
   std::uint64_t signature;
@@ -151,23 +151,6 @@ TEST(LaunchSignature, DependsOnKernelShapeAndBytesNeverOnAddresses) {
 }
 
 // ---- the host workloads -----------------------------------------------------------------
-
-trace train_marked(model_kind kind, int iterations) {
-  traced_session s;
-  workloads::context ctx = s.ctx();
-  workloads::models::model_config mc;
-  mc.kind = kind;
-  mc.batch = 2;
-  if (workloads::models::uses_depth(kind)) mc.depth = kind == model_kind::resnet ? 8 : kind == model_kind::densenet ? 10 : 2;
-  if (workloads::models::uses_seq_len(kind)) mc.seq_len = 6;
-  auto m = workloads::models::make_model(mc);
-  workloads::training_options o;
-  o.iterations = iterations;
-  o.on_iteration_end = [&](const workloads::iteration_figures&) { s.rec().mark_iteration(); };
-  static_cast<void>(workloads::train(ctx, *m, o));
-  m->release();
-  return s.take();
-}
 
 class OnlineIterationsOnWorkloads : public ::testing::TestWithParam<model_kind> {};
 

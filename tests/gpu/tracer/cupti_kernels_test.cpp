@@ -104,6 +104,30 @@ class CuptiOnHandWrittenKernels : public ::testing::Test {
     return recorder_->take();
   }
 
+  // One marked iteration of a two-kernel reduction of n ones: partial sums into a workspace
+  // allocated and freed around the two launches, then the final sum into `out`.
+  struct reduction {
+    static constexpr int n = 1 << 16;
+    static constexpr int parts = 128;
+    float* in = nullptr;
+    float* out = nullptr;
+    float* workspace = nullptr;
+  };
+  reduction reduce_in_one_iteration() {
+    reduction r;
+    r.in = block(reduction::n);
+    r.out = block(1);
+    upload(r.in, std::vector<float>(reduction::n, 1.0f));
+    EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    recorder_->mark_iteration();
+    r.workspace = block(reduction::parts);
+    EXPECT_EQ(launch_partial_sums(r.in, reduction::n, r.workspace, reduction::parts, stream_), cudaSuccess);
+    EXPECT_EQ(launch_finish_sum(r.workspace, reduction::parts, r.out, stream_), cudaSuccess);
+    free_block(r.workspace, reduction::parts);
+    recorder_->mark_iteration();
+    return r;
+  }
+
   static std::vector<const event*> launches_of(const trace& t, const std::string& name) {
     std::vector<const event*> found;
     for (const event& e : t.events) {
@@ -182,18 +206,11 @@ TEST_F(CuptiOnHandWrittenKernels, InPlaceKernelTouchesOnlyTheBufferItUpdates) {
 }
 
 TEST_F(CuptiOnHandWrittenKernels, WorkspaceIsABufferLiveOnlyAcrossTheLaunchesUsingIt) {
-  constexpr int n = 1 << 16;
-  constexpr int parts = 128;
-  float* in = block(n);
-  float* out = block(1);
-  upload(in, std::vector<float>(n, 1.0f));
-  ASSERT_CUDA(cudaStreamSynchronize(stream_));
-  recorder_->mark_iteration();
-  float* workspace = block(parts);
-  ASSERT_CUDA(launch_partial_sums(in, n, workspace, parts, stream_));
-  ASSERT_CUDA(launch_finish_sum(workspace, parts, out, stream_));
-  free_block(workspace, parts);
-  recorder_->mark_iteration();
+  constexpr int n = reduction::n;
+  const reduction r = reduce_in_one_iteration();
+  float* in = r.in;
+  float* out = r.out;
+  float* workspace = r.workspace;
   const trace t = finish();
 
   const auto iterations = t.marked_iterations();
@@ -229,18 +246,10 @@ TEST_F(CuptiOnHandWrittenKernels, WritesAreObservedWhenAListenerIsInstalled) {
     void on_exit(const tracer::launch_description&) override {}
   } listener;
   collector_->set_listener(&listener);
-  constexpr int n = 1 << 16;
-  constexpr int parts = 128;
-  float* in = block(n);
-  float* out = block(1);
-  upload(in, std::vector<float>(n, 1.0f));
-  ASSERT_CUDA(cudaStreamSynchronize(stream_));
-  recorder_->mark_iteration();
-  float* workspace = block(parts);
-  ASSERT_CUDA(launch_partial_sums(in, n, workspace, parts, stream_));
-  ASSERT_CUDA(launch_finish_sum(workspace, parts, out, stream_));
-  free_block(workspace, parts);
-  recorder_->mark_iteration();
+  constexpr int n = reduction::n;
+  const reduction r = reduce_in_one_iteration();
+  float* out = r.out;
+  float* workspace = r.workspace;
   collector_->set_listener(nullptr);
   const trace t = finish();
 
