@@ -163,7 +163,7 @@ struct process_runtime::impl {
   std::mutex auto_mutex;
   std::unique_ptr<tracer::online_iterations> auto_boundaries;
   std::atomic<bool> explicit_markers{false};
-  std::size_t auto_period_logged = 0;
+  std::atomic<std::size_t> auto_period{0};  // the detector's period, for status_line() on any thread
 
   ~impl() {
     if (context != nullptr && api != nullptr) SUBLINEAR_CU_UNCHECKED(api->primary_ctx_release(device));
@@ -212,14 +212,14 @@ struct process_runtime::impl {
       // Live bytes matter only while searching; once locked the signature alone is checked.
       const std::size_t live = d.period() == 0 ? alloc->get_stats().allocated : 0;
       boundary = d.on_launch(signature, live);
-      if (d.period() != auto_period_logged && config.log >= log_level::info) {
+      if (d.period() != auto_period.load(std::memory_order_relaxed) && config.log >= log_level::info) {
         std::fprintf(stderr,
                      d.period() != 0 ? "sublinear: iteration boundaries found: %zu launches per iteration\n"
                                      : "sublinear: iteration boundaries lost (a launch differed from the period); "
                                        "searching again\n",
                      d.period());
       }
-      auto_period_logged = d.period();
+      auto_period.store(d.period(), std::memory_order_relaxed);
     }
     if (boundary) {
       const marker_inbox::engine_scope scope;
@@ -444,7 +444,7 @@ std::string process_runtime::status_line() const {
   if (!m.disabled_reason.empty()) state += " (" + m.disabled_reason + ")";
   if (m.tracing_stopped.load()) state += " (tracing stopped: no iteration markers)";
   if (m.auto_boundaries != nullptr && !m.explicit_markers.load()) {
-    const std::size_t period = m.auto_boundaries->period();
+    const std::size_t period = m.auto_period.load(std::memory_order_relaxed);
     state += period != 0 ? ", iterations detected every " + std::to_string(period) + " launches"
                          : ", detecting iterations";
   }
