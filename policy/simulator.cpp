@@ -404,20 +404,27 @@ std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& rec
                           const std::vector<buffer_id>& temporaries) {
   if (temporaries.empty()) return 0;
   // Each temporary holds its bytes from the first recipe launch that touches it to the
-  // last; the most held at once is what the recipe needs.
-  std::vector<std::int64_t> delta(recipe.size() + 1, 0);
-  for (buffer_id x : temporaries) {
-    std::size_t first = recipe.size(), last = 0;
-    for (std::size_t i = 0; i < recipe.size(); ++i) {
-      const auto& t = it.launches[recipe[i]].touched;
-      if (!std::binary_search(t.begin(), t.end(), x)) continue;
-      first = std::min(first, i);
-      last = i;
+  // last; the most held at once is what the recipe needs. One pass over the recipe's
+  // touches: recipes that rebuild long chains have thousands of launches and temporaries.
+  std::vector<buffer_id> temps(temporaries);
+  std::sort(temps.begin(), temps.end());
+  temps.erase(std::unique(temps.begin(), temps.end()), temps.end());
+  std::vector<std::size_t> first(temps.size(), recipe.size()), last(temps.size(), 0);
+  for (std::size_t i = 0; i < recipe.size(); ++i) {
+    for (buffer_id x : it.launches[recipe[i]].touched) {
+      const auto at = std::lower_bound(temps.begin(), temps.end(), x);
+      if (at == temps.end() || *at != x) continue;
+      const auto k = static_cast<std::size_t>(at - temps.begin());
+      first[k] = std::min(first[k], i);
+      last[k] = i;
     }
-    if (first == recipe.size()) first = last = 0;
-    const auto b = static_cast<std::int64_t>(round_up(it.buffers[x].size, unplanned_rounding));
-    delta[first] += b;
-    delta[last + 1] -= b;
+  }
+  std::vector<std::int64_t> delta(recipe.size() + 1, 0);
+  for (std::size_t k = 0; k < temps.size(); ++k) {
+    if (first[k] == recipe.size()) first[k] = last[k] = 0;
+    const auto b = static_cast<std::int64_t>(round_up(it.buffers[temps[k]].size, unplanned_rounding));
+    delta[first[k]] += b;
+    delta[last[k] + 1] -= b;
   }
   std::int64_t level = 0, most = 0;
   for (auto d : delta) {
