@@ -91,6 +91,15 @@ void recipe_builder::require(buffer_id b, launch_id before) {
     }
     return;
   }
+  // Note [Unknown producers] (tracer/analysis.cpp): bytes no recorded launch produced
+  // cannot be rebuilt; a recipe that reads them through scratch would read garbage.
+  if (!buf.users.empty() && !df_->writes(buf.users.front(), b)) {
+    if (failure_.empty()) {
+      failure_ = "buffer " + std::to_string(b) + " would have to be rebuilt, but no launch is seen writing it before " +
+                 launch_label(df_->graph(), buf.users.front()) + " reads it (a write the tracer did not observe)";
+    }
+    return;
+  }
   for (launch_id w : df_->writers_in(b, buf.alloc_at, before)) {
     if (queued_epoch_[w] == epoch_) continue;
     queued_epoch_[w] = epoch_;
@@ -190,6 +199,17 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
           case role::unset: {
             seen.push_back(x);
             const bool resident = df_->allocated_at(x, r) && !is_evicted(x);
+            if (writes && is_evicted(x) && df_->allocated_at(x, r) && it.buffers[x].users.front() != l) {
+              // Updated in place while evicted: the runtime has no resident bytes to start
+              // its scratch from. (Rebuilding it from its writers instead was tried: on
+              // traces without observed writes, where every touched block counts as
+              // written, recipes grew to whole chains and planning took five times longer.)
+              if (failure_.empty()) {
+                failure_ = launch_label(it, l) + " updates buffer " + std::to_string(x) +
+                           " in place, and that buffer is evicted at the restore point";
+              }
+              break;
+            }
             if (writes) {
               set_role(x, role::side);
             } else if (resident && !forced_scratch(x) && !df_->written_in(x, l, r)) {

@@ -25,6 +25,12 @@
 //   same "first write is an output" rule the tracer uses. A buffer read in place by one
 //   recipe launch but written by another cannot live at one address for both; it is then
 //   forced to scratch and the sweep repeats (rare; at most once per such buffer).
+//   A recipe launch that writes a buffer evicted at r, and is not that buffer's first
+//   user (it updates it in place), refuses the recipe: the runtime starts a side output's
+//   scratch from its resident bytes, and there are none.
+//   A buffer that would have to be rebuilt but whose first user does not write it has
+//   no known producer (Note [Unknown producers] in tracer/analysis.cpp): the recipe is
+//   refused.
 // Limitations: the contents a side output had before the launch are taken not to
 //   influence the launch's other outputs (true of running statistics, not of an
 //   accumulator read back by the same kernel); the runtime's validation hash catches the

@@ -110,6 +110,22 @@ class builder {
     for (launch_id l = 0; l < n; ++l) {
       for (buffer_id b : g.launches[l].touched) g.buffers[b].users.push_back(l);
     }
+    // Note [Unknown producers]: a block allocated in the iteration whose first user does
+    // not write it holds bytes no recorded launch produced. Either the program reads
+    // memory it never wrote, or the tracer missed the write: the pointer sat where the
+    // scan cannot see it (an opaque descriptor, a pointer in device memory), or the
+    // write left the bytes as they were, which hashing cannot tell from no write. No
+    // recipe can rebuild such a block, and a recipe that reads it through scratch would
+    // read garbage; it is never evicted, and recipe building refuses to rebuild it
+    // (Note [Recipe closure]). Counted, so that traces show what the tracer missed.
+    for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+      policy::buffer& B = g.buffers[b];
+      if (B.alloc_index == none || B.users.empty()) continue;
+      const policy::launch& first = g.launches[B.users.front()];
+      if (std::binary_search(first.written.begin(), first.written.end(), b)) continue;
+      B.never_evict = true;
+      out_.unproduced.push_back(b);
+    }
     // Live bytes per position, the peak and the turning point.
     std::vector<std::int64_t> delta(n + 2, 0);
     for (const policy::buffer& b : g.buffers) {

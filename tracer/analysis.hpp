@@ -26,6 +26,8 @@
 //   `min_idle_gap` launches between the last use before and the first use after it.
 //   Cost: the measured duration where the launch was timed, otherwise an estimate from
 //   the bytes it touches (`unmeasured_cost_per_byte`).
+//   A buffer allocated in the iteration whose first user does not write it has no known
+//   producer and is never evicted (Note [Unknown producers] in analysis.cpp).
 // Limitations: reads are known only conservatively: a launch is taken to read every
 //   buffer it touches except one it writes first after its allocation.
 #pragma once
@@ -75,6 +77,9 @@ struct analysed_iteration {
   std::size_t held_bytes_at_turning_point = 0;   // bytes held across graph.turning_point
   std::size_t observed_launches = 0;             // launches whose writes were observed
   std::size_t timed_launches = 0;                // launches with a measured duration
+  // Buffers allocated in the iteration whose first user reads them without writing them:
+  // their producer is unknown (Note [Unknown producers] in analysis.cpp); never evicted.
+  std::vector<policy::buffer_id> unproduced;
   // Every (kernel index, parameter offset) seen written through, known ones included.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> writing_slots;
 };

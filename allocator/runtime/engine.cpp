@@ -293,6 +293,13 @@ struct engine::impl {
              std::to_string(an.graph.candidates.size()) + " candidate activations, live peak " +
              format_bytes(an.graph.peak_bytes) + " at launch " + std::to_string(an.graph.turning_point) +
              ", mapped peak " + format_bytes(traced_peak));
+    if (!an.unproduced.empty()) {
+      std::size_t bytes = 0;
+      for (buffer_id b : an.unproduced) bytes += an.graph.buffers[b].size;
+      log_info(std::to_string(an.unproduced.size()) + " buffers (" + format_bytes(bytes) +
+               ") are read before any observed write: their producer is unknown and they are never evicted "
+               "(`sublinear plan` on SUBLINEAR_TRACE's file lists them)");
+    }
     make_plan(traced_peak);
   }
 

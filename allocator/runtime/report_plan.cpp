@@ -32,6 +32,18 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.launches = g.launches.size();
   out.buffers = g.buffers.size();
   out.candidates = g.candidates.size();
+  out.observed_launches = an.observed_launches;
+  out.unproduced_count = an.unproduced.size();
+  for (policy::buffer_id b : an.unproduced) {
+    const policy::buffer& B = g.buffers[b];
+    out.unproduced_bytes += B.size;
+    const std::uint32_t k = g.launches[B.users.front()].kernel;
+    out.unproduced.push_back({B.alloc_index, B.size,
+                              k < g.kernel_names.size() ? g.kernel_names[k] : "launch " + std::to_string(B.users.front())});
+  }
+  std::stable_sort(out.unproduced.begin(), out.unproduced.end(),
+                   [](const unproduced_buffer& a, const unproduced_buffer& b) { return a.bytes > b.bytes; });
+  if (out.unproduced.size() > 16) out.unproduced.resize(16);
   for (const auto& l : g.launches) out.iteration_compute_s += l.cost_s;
   out.live_peak = g.peak_bytes;
   out.unplanned_peak = policy::simulate(g, policy::plan{}).peak;
@@ -79,6 +91,21 @@ std::string render_plan_preview(const plan_preview& p) {
   out << "traced iteration: " << p.launches << " launches, " << p.buffers << " buffers (" << p.candidates
       << " eviction candidates), " << text::seconds(p.iteration_compute_s) << " of compute, on the " << p.device
       << " device (pages of " << format_bytes(p.granularity) << ")\n";
+  if (p.observed_launches > 0 || p.unproduced_count > 0) {
+    out << "writes observed for " << p.observed_launches << " of " << p.launches << " launches";
+    if (p.unproduced_count > 0) {
+      out << "; " << p.unproduced_count << " buffer" << (p.unproduced_count == 1 ? " is" : "s are")
+          << " read before any observed write (" << format_bytes(p.unproduced_bytes)
+          << "), never evicted; the largest:";
+      const std::size_t shown = std::min<std::size_t>(p.unproduced.size(), 4);
+      for (std::size_t i = 0; i < shown; ++i) {
+        const auto& u = p.unproduced[i];
+        out << (i == 0 ? " " : ", ") << "#" << u.alloc_index << " (" << format_bytes(u.bytes) << ", read first by "
+            << u.first_reader << ")";
+      }
+    }
+    out << "\n";
+  }
   out << "peak without eviction: " << format_bytes(p.unplanned_peak) << " of live buffers";
   if (p.traced_mapped_peak > 0) {
     out << ", " << format_bytes(p.traced_mapped_peak) << " mapped (the allocator's cache adds "
@@ -125,6 +152,19 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("launches", p.launches);
   w.member("buffers", p.buffers);
   w.member("candidates", p.candidates);
+  w.member("observed_launches", p.observed_launches);
+  w.member("unproduced_count", p.unproduced_count);
+  w.member("unproduced_bytes", p.unproduced_bytes);
+  w.key("unproduced");
+  w.begin_array();
+  for (const auto& u : p.unproduced) {
+    w.begin_object(true);
+    w.member("alloc_index", u.alloc_index);
+    w.member("bytes", u.bytes);
+    w.member("first_reader", u.first_reader);
+    w.end_object();
+  }
+  w.end_array();
   w.member("iteration_compute_s", p.iteration_compute_s);
   w.member("live_peak_bytes", p.live_peak);
   w.member("unplanned_peak_bytes", p.unplanned_peak);

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,10 +49,22 @@ struct plan_preview_row {
   double planning_s = 0.0;
 };
 
+// A buffer no recorded launch is seen producing (Note [Unknown producers] in
+// tracer/analysis.cpp): never evicted. Listed so a trace shows what its tracer missed.
+struct unproduced_buffer {
+  std::uint32_t alloc_index = 0;
+  std::size_t bytes = 0;
+  std::string first_reader;  // the kernel that reads it first
+};
+
 struct plan_preview {
   std::string device;
   std::size_t granularity = 0;
   std::size_t launches = 0;
+  std::size_t observed_launches = 0;   // launches whose writes the trace observed
+  std::size_t unproduced_count = 0;
+  std::size_t unproduced_bytes = 0;
+  std::vector<unproduced_buffer> unproduced;  // the largest ones, at most 16
   std::size_t buffers = 0;
   std::size_t candidates = 0;
   double iteration_compute_s = 0.0;    // sum of the launches' costs

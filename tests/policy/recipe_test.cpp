@@ -215,6 +215,83 @@ TEST(Recipe, BuilderGivesTheSameAnswerWhenReused) {
   EXPECT_EQ(first.inputs, again.inputs);
 }
 
+// A launch that writes a new output and updates an earlier buffer in place (an
+// accumulator, or a bias copied into an output before a GEMM adds into it):
+//   L0 init(W) -> x | L1 k(W, x) -> t, x updated in place | L2 loss(t) | L3 bwd(t) | L4 bwd(x)
+struct in_place_scenario {
+  iteration it;
+  buffer_id W, x, t;
+};
+in_place_scenario make_in_place_scenario() {
+  test::hand_iteration h;
+  in_place_scenario s{};
+  s.W = h.persistent(1024);
+  s.x = h.transient(4096, 0, 5);
+  s.t = h.transient(4096, 1, 5);
+  h.launch({s.W}, {s.x});
+  h.launch({s.W, s.x}, {s.t, s.x}, 2.0);
+  h.launch({s.t}, {});
+  h.launch({s.t}, {});
+  h.launch({s.x}, {});
+  s.it = h.finish(2);
+  return s;
+}
+
+TEST(Recipe, AResidentBufferUpdatedInPlaceByTheProducerIsASideOutput) {
+  const in_place_scenario s = make_in_place_scenario();
+  const buffer_id t[] = {s.t};
+  const recipe_result r = build_recipe(s.it, t, 3);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_THAT(r.launches, ElementsAre(1u));
+  EXPECT_THAT(r.temporaries, ElementsAre(s.x));  // its scratch starts from the resident bytes
+}
+
+TEST(Recipe, AnEvictedBufferUpdatedInPlaceByTheProducerIsRefused) {
+  const in_place_scenario s = make_in_place_scenario();
+  const buffer_id t[] = {s.t};
+  // x is evicted at the restore point: L1 would update bytes that are not there.
+  const auto evicted = evicted_mask(s.it, {s.x});
+  const recipe_result r = build_recipe(s.it, t, 3, evicted, evicted_inputs::temporary);
+  EXPECT_FALSE(r.ok);
+  EXPECT_THAT(r.error, HasSubstr("launch 1"));
+  EXPECT_THAT(r.error, HasSubstr("updates buffer " + std::to_string(s.x) + " in place"));
+  EXPECT_THAT(r.launches, IsEmpty());
+}
+
+TEST(Recipe, AnEvictedSideOutputThatIsTheLaunchsFreshOutputNeedsNoRebuilding) {
+  const scenario s = make_scenario();
+  // q is the conv's fresh side output: its old bytes are never read, evicted or not.
+  const buffer_id t[] = {s.y};
+  const auto evicted = evicted_mask(s.it, {s.q});
+  const recipe_result r = build_recipe(s.it, t, 7, evicted, evicted_inputs::temporary);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_THAT(r.launches, ElementsAre(1u));
+}
+
+// Note [Unknown producers]: y is read by L0 and nothing recorded writes it before (the
+// tracer missed the write): L0 in | L1 f(y) -> z | L2 bwd(z) | L3 bwd(y)
+TEST(Recipe, ABufferNoLaunchIsSeenWritingIsNeverRebuilt) {
+  test::hand_iteration h;
+  const buffer_id y = h.transient(4096, 0, 4);
+  const buffer_id z = h.transient(4096, 1, 4);
+  h.launch({y}, {});
+  h.launch({y}, {z});
+  h.launch({z}, {});
+  h.launch({y}, {});
+  const iteration it = h.finish(1);
+  const buffer_id just_z[] = {z};
+  const recipe_result in_place = build_recipe(it, just_z, 2);
+  ASSERT_TRUE(in_place.ok) << in_place.error;  // y resident and unchanged: read where it is
+  EXPECT_THAT(in_place.inputs, ElementsAre(y));
+  const auto evicted = evicted_mask(it, {y});
+  const recipe_result through_scratch = build_recipe(it, just_z, 2, evicted, evicted_inputs::temporary);
+  EXPECT_FALSE(through_scratch.ok);
+  EXPECT_THAT(through_scratch.error, HasSubstr("no launch is seen writing it"));
+  EXPECT_THAT(through_scratch.error, HasSubstr("launch 0"));
+  const buffer_id just_y[] = {y};
+  EXPECT_FALSE(build_recipe(it, just_y, 3).ok);
+}
+
 TEST(Dataflow, ListsWritersInOrderAndAnswersLiveness) {
   scenario_options o;
   o.overwrite_x_after_forward = true;

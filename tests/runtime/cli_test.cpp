@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "benchmarks/workloads/training.hpp"
 #include "runtime/tight_session.hpp"
 #include "policy/planner.hpp"
+#include "tracer/analysis.hpp"
 #include "tracer/host/host_collector.hpp"
 #include "tracer/recorder.hpp"
 #include "tracer/trace_file.hpp"
@@ -349,6 +351,41 @@ TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
   EXPECT_EQ(p.overhead, p.granularity + p.budget / 16)
       << "without a mapped peak only the fragmentation allowance (a page and a sixteenth) is kept back";
   EXPECT_NE(render_plan_preview(p).find("--mapped-peak"), std::string::npos);
+}
+
+// Note [Unknown producers]: with the writes of one kernel removed from the trace (as if its
+// output pointers were hidden from the tracer), the buffers it produced are read before any
+// observed write; the preview counts them, never plans to evict them, and names the kernel
+// that reads each first.
+TEST(PlanPreviewReport, BuffersReadBeforeAnyObservedWriteAreListedAndNotEvicted) {
+  recorded_iteration rec = record_first_iteration(model_kind::mlp);
+  const tracer::analysed_iteration before = tracer::analyse_last_iteration(rec.trace);
+  ASSERT_FALSE(before.graph.candidates.empty());
+  ASSERT_TRUE(before.unproduced.empty()) << "the host workloads have none";
+  const policy::buffer_id c = before.graph.candidates.front();
+  const policy::launch_id producer = before.producer[c];
+  ASSERT_NE(producer, policy::none);
+  const std::uint32_t kernel = before.graph.launches[producer].kernel;
+  std::set<std::uint64_t> hidden;  // launches of that kernel
+  for (const tracer::event& e : rec.trace.events)
+    if (e.kind == tracer::event_kind::launch && e.kernel == kernel) hidden.insert(e.seq);
+  std::erase_if(rec.trace.writes, [&](const tracer::write_record& w) { return hidden.count(w.seq) != 0; });
+
+  plan_preview_options po;
+  po.budget = "0.5x";
+  po.policies = {"reforward"};
+  po.traced_mapped_peak = rec.mapped_peak;
+  const plan_preview p = preview_plans(rec.trace, po);
+  EXPECT_GE(p.unproduced_count, 1u);
+  EXPECT_LT(p.candidates, before.graph.candidates.size());
+  EXPECT_LT(p.observed_launches, p.launches);
+  bool found = false;
+  for (const auto& u : p.unproduced) found = found || u.bytes == before.graph.buffers[c].size;
+  EXPECT_TRUE(found) << "the candidate whose producer's writes were removed";
+  const std::string text = render_plan_preview(p);
+  EXPECT_NE(text.find("read before any observed write"), std::string::npos) << text;
+  EXPECT_NE(text.find("read first by"), std::string::npos) << text;
+  EXPECT_NE(plan_preview_json(p).find("\"unproduced_count\":"), std::string::npos);
 }
 
 TEST(PlanPreviewReport, RejectsAnUnknownPlannerBeforeAnalysing) {

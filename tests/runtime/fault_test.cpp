@@ -40,6 +40,19 @@ struct scale_params {
 void scale_body(const host::launch_config&, const scale_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
 }
+// scale_body's arithmetic with `out` passed encoded, as an opaque descriptor carries it:
+// the tracer's pointer scan cannot see the output, so the write is not recorded.
+constexpr std::uint64_t kHiddenKey = 0x3c3c'0000'0000'0003ull;
+struct hidden_scale_params {
+  const float* in;
+  std::uint64_t out_code;  // address ^ kHiddenKey
+  std::int64_t n;
+  float factor;
+};
+void hidden_scale_body(const host::launch_config&, const hidden_scale_params& p) {
+  auto* out = reinterpret_cast<float*>(static_cast<std::uintptr_t>(p.out_code ^ kHiddenKey));
+  for (std::int64_t i = 0; i < p.n; ++i) out[i] = p.in[i] * p.factor + 1.0f;
+}
 struct accumulate_params {
   float* acc;
   const float* in;
@@ -60,6 +73,13 @@ const host::kernel& scale_kernel() {
   static const host::kernel& k = host::register_kernel<scale_params, scale_body>(
       "test_fault_scale", {SUBLINEAR_PARAM(scale_params, out), SUBLINEAR_PARAM(scale_params, in),
                            SUBLINEAR_PARAM(scale_params, n), SUBLINEAR_PARAM(scale_params, factor)});
+  return k;
+}
+const host::kernel& hidden_scale_kernel() {
+  static const host::kernel& k = host::register_kernel<hidden_scale_params, hidden_scale_body>(
+      "test_fault_hidden_scale",
+      {SUBLINEAR_PARAM(hidden_scale_params, in), SUBLINEAR_PARAM(hidden_scale_params, out_code),
+       SUBLINEAR_PARAM(hidden_scale_params, n), SUBLINEAR_PARAM(hidden_scale_params, factor)});
   return k;
 }
 const host::kernel& accumulate_kernel() {
@@ -117,6 +137,9 @@ struct chain_model {
   }
   float* counter = nullptr;
   float* acc = nullptr;
+  // Every third activation (1, 4, 7, ...) is written through a pointer the tracer cannot
+  // see (Note [Unknown producers]).
+  bool hide_some_outputs = false;
 
   chain_model() {
     counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
@@ -151,8 +174,14 @@ struct chain_model {
     for (int l = 1; l < layers; ++l) {
       if (before_layer) before_layer(l);
       auto* next = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
-      scale_params sp{next, acts.back(), n, 0.5f + 0.01f * static_cast<float>(l)};
-      dev.launch(scale_kernel(), {}, nullptr, &sp);
+      const float factor = 0.5f + 0.01f * static_cast<float>(l);
+      if (hide_some_outputs && l % 3 == 1) {
+        hidden_scale_params hp{acts.back(), reinterpret_cast<std::uintptr_t>(next) ^ kHiddenKey, n, factor};
+        dev.launch(hidden_scale_kernel(), {}, nullptr, &hp);
+      } else {
+        scale_params sp{next, acts.back(), n, factor};
+        dev.launch(scale_kernel(), {}, nullptr, &sp);
+      }
       acts.push_back(next);
     }
     if (between) between();
@@ -359,6 +388,43 @@ TEST(EngineFaults, AKernelThatIsNotReplaySafeIsCaughtByValidationAndNeverEvicted
   EXPECT_GE(got.mismatches, 1u) << "the counter kernel's replay was not caught";
   EXPECT_TRUE(got.flagged) << "its buffer is marked never-evict in the report";
   EXPECT_EQ(got.last_mismatches, 0u) << "and it is not evicted again";
+}
+
+// On a GPU, PyTorch's GPT-2 blocks had recipes that read an evicted block through scratch
+// (session 22): a block whose writer the tracer did not see has no recipe. Here every third
+// activation is written through an encoded pointer. Such activations must stay resident
+// (Note [Unknown producers]); the rest are evicted and regenerated, and validation finds
+// nothing to repair.
+TEST(EngineFaults, ActivationsWrittenThroughAPointerTheTracerCannotSeeStayResidentAndTrainingStaysExact) {
+  for (const char* policy : {"reforward", "greedy", "chain"}) {
+    SCOPED_TRACE(policy);
+    std::vector<float> expected, got;
+    std::vector<iteration_report> reports;
+    for (bool with_engine : {false, true}) {
+      chain_model m;
+      m.hide_some_outputs = true;
+      std::unique_ptr<host_runtime> rt;
+      if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.6x", policy));
+      for (int it = 0; it < 6; ++it) {
+        m.iteration(12, kFloats, false);
+        if (rt) rt->mark_iteration();
+      }
+      (with_engine ? got : expected) = m.result();
+      if (rt) reports = rt->get().iterations();
+    }
+    EXPECT_EQ(got, expected);
+    std::size_t mismatches = 0, evictions = 0, planned = 0;
+    for (const auto& r : reports) {
+      mismatches += r.validation_mismatches;
+      evictions += r.evictions;
+      if (r.budget == 0) continue;
+      ++planned;
+      EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
+    }
+    EXPECT_GE(planned, 3u) << "the budget must be in force";
+    EXPECT_GT(evictions, 0u) << "the visible activations are still evicted";
+    EXPECT_EQ(mismatches, 0u) << "no recipe may rebuild a block whose writer was not seen";
+  }
 }
 
 TEST(EngineFaults, ABudgetBelowTheFeasibleMinimumGivesThePlannersErrorAndTrainsUnbudgeted) {

@@ -163,6 +163,52 @@ TEST_F(ScriptedIteration, MapsLaunchesAndBuffersBackToTheTrace) {
   }
 }
 
+// Note [Unknown producers]: h is written through a pointer the scan cannot see, then read
+// by the next layer and by the backward. Its first user only reads it, so nothing known
+// produces it: it is never evicted, though it is live across the turning point exactly
+// as a, which is a candidate.
+TEST(Analysis, ABufferReadBeforeAnyObservedWriteHasAnUnknownProducerAndIsNeverEvicted) {
+  traced_session s{observed_and_timed()};
+  auto ctx = s.ctx();
+  auto* w = static_cast<float*>(ctx.bytes(4096));
+  s.dev().memset_async(w, 0, 4096, nullptr);
+  s.rec().mark_iteration();
+  auto scale = [&](const float* in, float* out) {
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{in, out, 1024});
+  };
+  auto* a = static_cast<float*>(ctx.bytes(4096));
+  scale(w, a);
+  auto* h = static_cast<float*>(ctx.bytes(4096));
+  testing::launch(s.dev(), testing::hidden_output_kernel(),
+                  testing::hidden_output_params{a, testing::addr(h) ^ testing::kHiddenPointerKey, 1024});
+  auto* y = static_cast<float*>(ctx.bytes(4096));
+  scale(h, y);
+  auto* g = static_cast<float*>(ctx.bytes(4096));
+  scale(y, g);
+  ctx.release_bytes(y, 4096);
+  scale(h, g);
+  ctx.release_bytes(h, 4096);
+  scale(a, g);
+  ctx.release_bytes(a, 4096);
+  ctx.release_bytes(g, 4096);
+  s.rec().mark_iteration();
+  const trace t = s.take();
+  const analysed_iteration it = analyse(t, t.marked_iterations().at(0));
+  ctx.release_bytes(w, 4096);
+  constexpr buffer_id A = 1, H = 2;
+  ASSERT_EQ(it.graph.buffers.size(), 5u);
+  EXPECT_EQ(it.unproduced, std::vector<buffer_id>{H});
+  EXPECT_TRUE(it.graph.buffers[H].never_evict);
+  EXPECT_FALSE(it.graph.buffers[A].never_evict);
+  EXPECT_EQ(it.producer[H], none);
+  const auto& c = it.graph.candidates;
+  EXPECT_NE(std::find(c.begin(), c.end(), A), c.end());
+  EXPECT_EQ(std::find(c.begin(), c.end(), H), c.end());
+  // The hidden launch touches only its input; h's first user is the scale that reads it.
+  EXPECT_EQ(it.graph.launches[1].touched, std::vector<buffer_id>{A});
+  EXPECT_EQ(it.graph.buffers[H].users.front(), 2u);
+}
+
 TEST(Analysis, CopiesAndSetsAreLaunchesAndHostCopiesAreNotReplayable) {
   traced_session s;
   auto ctx = s.ctx();

@@ -85,6 +85,27 @@ inline const host::kernel& scale_kernel() {
   return k;
 }
 
+// out[i] = in[i] + 1, with `out` passed encoded, as an opaque descriptor would carry it
+// (a TMA tensor map, a pointer the kernel reads from device memory): the pointer scan
+// cannot see it, so the launch's write is not recorded.
+constexpr std::uint64_t kHiddenPointerKey = 0x5a5a'0000'0000'0005ull;
+struct hidden_output_params {
+  const float* in;
+  std::uint64_t out_code;  // address ^ kHiddenPointerKey
+  std::int64_t n;
+};
+inline void hidden_output_body(const host::launch_config&, const hidden_output_params& p) {
+  auto* out = reinterpret_cast<float*>(static_cast<std::uintptr_t>(p.out_code ^ kHiddenPointerKey));
+  for (std::int64_t i = 0; i < p.n; ++i) out[i] = p.in[i] + 1.0f;
+}
+inline const host::kernel& hidden_output_kernel() {
+  static const host::kernel& k = host::register_kernel<hidden_output_params, hidden_output_body>(
+      "tracer_test.hidden_output",
+      {SUBLINEAR_PARAM(hidden_output_params, in), SUBLINEAR_PARAM(hidden_output_params, out_code),
+       SUBLINEAR_PARAM(hidden_output_params, n)});
+  return k;
+}
+
 // Pointers only inside a by-value struct (a pair and an array), plus a scalar that is not
 // a pointer. The body sums the pair's first elements into every list entry's first element.
 struct nested_params {
