@@ -16,7 +16,8 @@
 //   scalars at once. Inserting a block registers it in every page it overlaps.
 // Limitations: pointers the kernel finds in device memory (NCCL work FIFOs, batched and
 //   grouped GEMM pointer arrays, TMA descriptors, module globals) are invisible here;
-//   such kernels go on the never-replay list and whatever they touch is never evicted. A
+//   such kernels go on the never-replay list and whatever they touch is never evicted (a
+//   block only read through such memory is not protected: docs/tracer.md). A
 //   scalar whose bits happen to equal a live address adds a spurious, harmless touch. A
 //   one-past-the-end pointer is not counted (it is the next block's base as often as not).
 #pragma once
