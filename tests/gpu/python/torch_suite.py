@@ -119,6 +119,37 @@ def report_figures(path: Path) -> Dict[str, Any]:
     }
 
 
+def trace_diagnosis(cli: List[str], trace: Path, budget: int, timeout: float) -> Dict[str, Any]:
+    """What `sublinear plan` says of a kept trace: for how many launches writes were observed,
+    and the blocks read before any observed write (Note [Unknown producers]) with the kernel
+    that reads each first: where to look when the tracer missed a kernel's writes."""
+    if not trace.exists():
+        return {"error": f"no trace at {trace}"}
+    out_json = trace.with_suffix(".plan.json")
+    cmd = cli + ["plan", "--trace", str(trace), "--budget", str(budget), "--json", str(out_json)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": f"{' '.join(cmd)}: {e}"}
+    if done.returncode != 0:
+        return {"error": f"{' '.join(cmd)} exited with {done.returncode}: {done.stderr.strip()[-500:]}"}
+    try:
+        p = json.loads(out_json.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return {"error": f"no JSON from sublinear plan at {out_json}: {e}"}
+    return {
+        "launches": p.get("launches"),
+        "observed_launches": p.get("observed_launches"),
+        "candidates": p.get("candidates"),
+        "unproduced_count": p.get("unproduced_count"),
+        "unproduced_bytes": p.get("unproduced_bytes"),
+        "unproduced": (p.get("unproduced") or [])[:8],
+        "planners": {r.get("planner"): (r.get("predicted_mapped_bytes") if r.get("feasible")
+                                        else {"smallest_feasible_bytes": r.get("smallest_feasible_bytes")})
+                     for r in p.get("planners", [])},
+    }
+
+
 PLANNED = ("validate", "steady")
 UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
@@ -233,6 +264,10 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     if not a.quick:
         runs["baseline2"] = run_worker(common + ["--mode", "baseline", "--dump", str(dumps["baseline2"])],
                                        clean_env(), a.timeout)
+
+    # The traces the budgeted runs kept, read back by `sublinear plan` on this machine.
+    out["traces"] = {route: trace_diagnosis(cli, work / f"{model}-{route}.sltrace", budget, a.timeout)
+                     for route in ("enable", "preload")}
 
     checks = out["checks"]
     base = runs["baseline"]
