@@ -405,31 +405,8 @@ std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& rec
   if (temporaries.empty()) return 0;
   // Each temporary holds its bytes from the first recipe launch that touches it to the
   // last; the most held at once is what the recipe needs.
-  if (temporaries.size() * recipe.size() <= 256) {
-    // Short recipes (most of them): a scan per temporary, no allocation but the deltas.
-    std::vector<std::int64_t> delta(recipe.size() + 1, 0);
-    for (buffer_id x : temporaries) {
-      std::size_t first = recipe.size(), last = 0;
-      for (std::size_t i = 0; i < recipe.size(); ++i) {
-        const auto& t = it.launches[recipe[i]].touched;
-        if (!std::binary_search(t.begin(), t.end(), x)) continue;
-        first = std::min(first, i);
-        last = i;
-      }
-      if (first == recipe.size()) first = last = 0;
-      const auto b = static_cast<std::int64_t>(round_up(it.buffers[x].size, unplanned_rounding));
-      delta[first] += b;
-      delta[last + 1] -= b;
-    }
-    std::int64_t level = 0, most = 0;
-    for (auto d : delta) {
-      level += d;
-      most = std::max(most, level);
-    }
-    return round_up(static_cast<std::size_t>(most), granularity_of(it));
-  }
-  // Long recipes (multi-pass plans rebuild whole chains: thousands of launches and
-  // temporaries): one pass over the recipe's touches.
+  // One pass over the recipe's touches: multi-pass plans rebuild whole chains, with
+  // thousands of launches and temporaries (a scan per temporary was quadratic there).
   std::vector<buffer_id> temps(temporaries);
   std::sort(temps.begin(), temps.end());
   temps.erase(std::unique(temps.begin(), temps.end()), temps.end());
