@@ -188,6 +188,7 @@ drop_plan_builder::outcome drop_plan_builder::build(std::span<const std::uint8_t
                                       held ? std::span<const launch_id>(regenerate_from_) : std::span<const launch_id>());
     if (!rr.ok) {
       out.error = "dropping buffer " + std::to_string(targets.front()) + ": " + rr.error;
+      for (buffer_id x : targets) out.refused.push_back(cs.index_of(x));
       break;
     }
     for (buffer_id x : rr.regenerated) {

@@ -82,6 +82,9 @@ class drop_plan_builder {
   struct outcome {
     bool ok = false;
     std::string error;
+    // When a recipe is refused: the candidates it was to restore (their restore point's
+    // targets). Keeping them resident is one way to a drop set that builds.
+    std::vector<std::uint32_t> refused;
     plan result;
   };
   // `dropped` has one entry per candidate index; nonzero drops it. `horizons` is empty or

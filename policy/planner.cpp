@@ -24,6 +24,7 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
   drop_plan_builder::outcome built = drops_.build(e.dropped, horizons);
   if (!built.ok) {
     e.error = std::move(built.error);
+    e.refused = std::move(built.refused);
     return e;
   }
   e.result = std::move(built.result);
@@ -168,7 +169,14 @@ class sqrtn_planner final : public planner {
       if ((i + 1) % seg != 0) continue;
       for (std::uint32_t c : segments[i].outputs) dropped[c] = 0;
     }
+    // A drop set of candidates need not build: a recipe may have to rebuild a block no
+    // launch is seen producing, or update an evicted block in place (docs/policy.md,
+    // "Recipes"). Chen's rule fixes the set; the targets of a refused recipe stay.
     context::evaluation e = ctx.evaluate(dropped);
+    for (std::size_t round = 0; !e.ok && !e.refused.empty() && round < k; ++round) {
+      for (std::uint32_t c : e.refused) dropped[c] = 0;
+      e = ctx.evaluate(dropped);
+    }
     if (!e.ok) throw std::logic_error("sublinear: internal error: sqrtn: " + e.error);
     // The plan does not depend on the budget: it fits or it does not.
     if (e.sim.peak > budget) throw infeasible_budget(name(), budget, e.sim.peak, ctx.lower_bound());

@@ -25,6 +25,7 @@ class planner::context {
   struct evaluation {
     bool ok = false;  // the plan could be built (recipes exist) and is valid
     std::string error;
+    std::vector<std::uint32_t> refused;  // when not ok: candidates whose recipe was refused
     std::vector<std::uint8_t> dropped;  // the drop set it came from
     plan result;
     simulation sim;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "policy/candidates.hpp"
+#include "policy/planner_detail.hpp"
 #include "policy/simulator.hpp"
 #include "policy/synthetic.hpp"
 #include "policy_support.hpp"
@@ -180,6 +181,48 @@ TEST(Planner, SqrtnCutsTheChainIntoSqrtNSegments) {
   std::size_t seg = 1;
   while (seg * seg < cs.size()) ++seg;
   EXPECT_EQ(targets, cs.size() - cs.size() / seg);
+}
+
+// Chen's rule fixes the drop set, and a drop set need not build: here it drops a and c,
+// and c's producer L2 updates a in place while a is evicted at c's restore point (a
+// recipe the builder refuses; docs/policy.md, "Recipes"). sqrtn keeps what the refused
+// recipe was to rebuild and drops the rest. (On an H200's PyTorch traces sqrtn threw an
+// internal error instead, and took `sublinear plan`'s other planners down with it.)
+TEST(Planner, SqrtnKeepsTheTargetsOfARecipeTheBuilderRefuses) {
+  test::hand_iteration h;
+  const buffer_id W = h.persistent(1024);
+  const buffer_id a = h.transient(1 << 20, 0, 9);
+  const buffer_id b = h.transient(1 << 20, 1, 8);
+  const buffer_id c = h.transient(1 << 20, 2, 7);
+  const buffer_id d = h.transient(1 << 20, 3, 6);
+  h.launch({W}, {a});        // L0
+  h.launch({a}, {b});        // L1
+  h.launch({b, a}, {c, a});  // L2: c, and a updated in place
+  h.launch({c}, {d});        // L3
+  h.launch({d}, {});         // L4: the loss
+  h.launch({d}, {});         // L5: backward
+  h.launch({c}, {});         // L6
+  h.launch({b}, {});         // L7
+  h.launch({a, W}, {});      // L8
+  const iteration it = h.finish(4);
+  planner::context ctx(it, false);
+  const candidate_set& cs = ctx.candidates();
+  ASSERT_NE(cs.index_of(a), none);
+  ASSERT_NE(cs.index_of(c), none);
+  std::vector<std::uint8_t> both(cs.size(), 0);
+  both[cs.index_of(a)] = 1;
+  both[cs.index_of(c)] = 1;
+  const planner::context::evaluation refused = ctx.evaluate(both);
+  ASSERT_FALSE(refused.ok) << "the scenario must hold a refused recipe";
+  EXPECT_THAT(refused.error, HasSubstr("in place"));
+  EXPECT_THAT(refused.refused, ::testing::ElementsAre(cs.index_of(c)));
+
+  const plan p = make_planner("sqrtn")->make_plan(it, simulate(it, plan{}).peak);
+  std::vector<buffer_id> evicted;
+  for (const eviction& e : p.evictions) evicted.push_back(e.target);
+  EXPECT_THAT(evicted, ::testing::Contains(a));
+  EXPECT_THAT(evicted, ::testing::Not(::testing::Contains(c)));
+  EXPECT_TRUE(simulate(it, p).valid);
 }
 
 // A candidate nobody plans holds round_up(size, 512) bytes, not a page of its own; only a
