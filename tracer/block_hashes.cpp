@@ -6,6 +6,21 @@
 
 namespace sublinear::tracer {
 
+bool all_bytes_are(const void* data, std::size_t bytes, std::uint8_t value) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  std::uint64_t pattern = 0;
+  std::memset(&pattern, value, sizeof pattern);
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    if (w != pattern) return false;
+  }
+  for (; i < bytes; ++i)
+    if (p[i] != value) return false;
+  return true;
+}
+
 std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept {
   // Word-at-a-time multiply-xorshift; fast enough to hash every touched block of a traced
   // iteration, and any changed word changes the result with overwhelming probability.

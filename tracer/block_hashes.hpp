@@ -12,6 +12,35 @@
 
 namespace sublinear::tracer {
 
+// Note [Filled fresh blocks]
+// Rationale: a block allocated in a traced iteration whose first kernel does not change
+//   it has, by the hashes alone, no producer (Note [Unknown producers] in analysis.cpp):
+//   it is never evicted, and no recipe may rebuild it, so nothing a recipe through it
+//   would rebuild can be evicted either. On an H200 (session 24) this was the cuDNN
+//   ResNet's 1 KiB convolution workspaces, allocated around each forward convolution,
+//   which the chosen kernel is handed but leaves as it found them: every convolution
+//   output became unrebuildable and the smallest feasible budget rose from under 80 to
+//   118 MiB of 159. Hashes cannot tell such a kernel from one reading bytes an unseen
+//   writer (a pointer inside a descriptor) put there, nor from one rewriting the bytes
+//   the same block held in the previous iteration at the same address.
+// Approach: while tracing, the engine fills every block it hands out with
+//   `fresh_fill_byte`, and waits for the fill (replay_device::fill). A collector hashing
+//   a block before a kernel (one with no kept hash) also checks whether every byte is
+//   still the fill; if so, no one wrote the block since it was allocated, seen or not,
+//   and the kernel counts as writing it: what it reads there is garbage, which a replay
+//   into scratch reproduces as well as any. An unseen writer, even one writing the
+//   bytes of the iteration before, leaves something other than the fill, and the block
+//   stays without a producer.
+// Limitations: a counted write that did not happen is conservative (as every touched
+//   block is without write observation). A block some writer filled entirely with the
+//   fill byte (0xA5: -2.9e-16 as float, finite in every float format, so programs that
+//   read their fresh memory see no NaN) reads as fresh. The fill costs a device memset
+//   and a stream synchronization per allocation in the traced iterations only.
+inline constexpr std::uint8_t fresh_fill_byte = 0xA5;
+
+// Whether every one of `bytes` bytes at `data` is `value`.
+[[nodiscard]] bool all_bytes_are(const void* data, std::size_t bytes, std::uint8_t value) noexcept;
+
 // 64-bit content hash used by write observation (fast, not cryptographic).
 [[nodiscard]] std::uint64_t hash_bytes(const void* data, std::size_t bytes) noexcept;
 

@@ -694,6 +694,11 @@ void device::memset_async(void* dst, int value, std::size_t bytes, stream* s) {
   impl_->submit(*st, std::move(w));
 }
 
+void device::memset_async_unobserved(void* dst, int value, std::size_t bytes, stream* s) {
+  const hook_scope quiet(impl_.get());
+  memset_async(dst, value, bytes, s);
+}
+
 void device::host_func(stream* s, std::function<void()> fn) {
   if (!fn) {
     throw config_error("host device: host_func: empty function");

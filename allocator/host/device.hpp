@@ -188,6 +188,9 @@ class device final : public allocator::stream_events {
 
   void memcpy_async(void* dst, const void* src, std::size_t bytes, stream* s);
   void memset_async(void* dst, int value, std::size_t bytes, stream* s);
+  // memset_async that no hook sees, as a CUPTI subscriber's own work under its callback
+  // suppression (the engine's fill of fresh blocks while tracing).
+  void memset_async_unobserved(void* dst, int value, std::size_t bytes, stream* s);
   void host_func(stream* s, std::function<void()> fn);  // cuLaunchHostFunc
 
   void synchronize(stream* s);

@@ -27,6 +27,7 @@
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
+#include "tracer/block_hashes.hpp"
 #include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
@@ -188,6 +189,7 @@ struct engine::impl {
   std::map<const char*, tracked_block> blocks;  // live blocks, by base (only with trace_budget_bytes)
   std::size_t offloaded_live = 0;            // of `blocks`: offloaded now
   std::uint64_t launch_clock = 0;
+  bool announcing_live_blocks = false;  // the engine's constructor tells the recorder of them
   std::vector<const char*> entering;         // blocks the launch entering now touches
   std::size_t unoffloaded_peak = 0;          // this iteration's peak had nothing been offloaded
   std::size_t planning_peak = 0;             // the last traced iteration's, for the overhead
@@ -1474,7 +1476,10 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
   impl_->previous_observer = alloc.set_observer(&recorder);
   // Blocks allocated before the engine existed (parameters, optimizer state) must be known
   // to the pointer scan, or launches would seem not to touch them.
+  // They hold data: not filled (Note [Filled fresh blocks]).
+  impl_->announcing_live_blocks = true;
   for (const auto& b : alloc.live_blocks()) recorder.on_allocate(b.base, b.requested, b.stream, b.evictable);
+  impl_->announcing_live_blocks = false;
   alloc.set_pressure_handler([m = impl_.get()](std::size_t shortfall) {
     std::lock_guard lock(m->mutex);
     engine_scope scope;
@@ -1571,6 +1576,10 @@ void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle s
   std::lock_guard lock(impl_->mutex);
   auto& m = *impl_;
   m.flush_memory_op();
+  if (m.opts.fill_fresh_blocks && !m.announcing_live_blocks && ptr != nullptr && size > 0 &&
+      m.st == engine_state::trace) {
+    m.dev.fill(ptr, tracer::fresh_fill_byte, size, stream);  // Note [Filled fresh blocks]
+  }
   // Only blocks allocated while tracing can be offloaded; planned iterations keep no map.
   if (m.trace_budget_bytes > 0 && ptr != nullptr && m.st == engine_state::trace) {
     auto& t = m.blocks[static_cast<const char*>(ptr)];

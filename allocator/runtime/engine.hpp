@@ -170,6 +170,9 @@ class replay_device {
                       allocator::stream_handle stream) = 0;
   // Queues a device-to-device copy on `stream` (scratch copies of side outputs).
   virtual void copy(void* dst, const void* src, std::size_t bytes, allocator::stream_handle stream) = 0;
+  // Sets `bytes` at `dst` to `value` on `stream` and waits for it, so that work on any
+  // stream afterwards sees the bytes (Note [Filled fresh blocks] in tracer/block_hashes.hpp).
+  virtual void fill(void* dst, std::uint8_t value, std::size_t bytes, allocator::stream_handle stream) = 0;
   // Monotonic seconds, for recompute-time accounting.
   virtual double now_s() = 0;
 };
@@ -249,6 +252,10 @@ struct engine_options {
   // does not fit (Note [Offloading the traced iteration]). Off, they run unbudgeted, as
   // a recording for `sublinear plan` does: its preview then matches the runtime's plan.
   bool budget_traced_iterations = true;
+  // Fill the blocks handed out while tracing, so that the collectors can tell a block no
+  // one wrote from one an unseen writer wrote (Note [Filled fresh blocks] in
+  // tracer/block_hashes.hpp). Off only in tests that show what it is for.
+  bool fill_fresh_blocks = true;
 };
 
 // Note [Planning overhead]

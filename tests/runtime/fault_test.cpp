@@ -53,6 +53,18 @@ void hidden_scale_body(const host::launch_config&, const hidden_scale_params& p)
   auto* out = reinterpret_cast<float*>(static_cast<std::uintptr_t>(p.out_code ^ kHiddenKey));
   for (std::int64_t i = 0; i < p.n; ++i) out[i] = p.in[i] * p.factor + 1.0f;
 }
+// scale_body with a workspace it is handed and never touches, as a cuDNN convolution
+// kernel may be (Note [Filled fresh blocks]).
+struct scale_ws_params {
+  float* out;
+  const float* in;
+  float* workspace;
+  std::int64_t n;
+  float factor;
+};
+void scale_ws_body(const host::launch_config&, const scale_ws_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
+}
 struct accumulate_params {
   float* acc;
   const float* in;
@@ -80,6 +92,13 @@ const host::kernel& hidden_scale_kernel() {
       "test_fault_hidden_scale",
       {SUBLINEAR_PARAM(hidden_scale_params, in), SUBLINEAR_PARAM(hidden_scale_params, out_code),
        SUBLINEAR_PARAM(hidden_scale_params, n), SUBLINEAR_PARAM(hidden_scale_params, factor)});
+  return k;
+}
+const host::kernel& scale_ws_kernel() {
+  static const host::kernel& k = host::register_kernel<scale_ws_params, scale_ws_body>(
+      "test_fault_scale_ws", {SUBLINEAR_PARAM(scale_ws_params, out), SUBLINEAR_PARAM(scale_ws_params, in),
+                              SUBLINEAR_PARAM(scale_ws_params, workspace), SUBLINEAR_PARAM(scale_ws_params, n),
+                              SUBLINEAR_PARAM(scale_ws_params, factor)});
   return k;
 }
 const host::kernel& accumulate_kernel() {
@@ -140,6 +159,9 @@ struct chain_model {
   // Every third activation (1, 4, 7, ...) is written through a pointer the tracer cannot
   // see (Note [Unknown producers]).
   bool hide_some_outputs = false;
+  // Every layer allocates a 1 KiB workspace right before its kernel, which is handed it
+  // and leaves it untouched, and frees it right after.
+  bool unused_workspaces = false;
 
   chain_model() {
     counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
@@ -175,7 +197,12 @@ struct chain_model {
       if (before_layer) before_layer(l);
       auto* next = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
       const float factor = 0.5f + 0.01f * static_cast<float>(l);
-      if (hide_some_outputs && l % 3 == 1) {
+      if (unused_workspaces) {
+        auto* ws = static_cast<float*>(alloc.allocate(1024, nullptr));
+        scale_ws_params wp{next, acts.back(), ws, n, factor};
+        dev.launch(scale_ws_kernel(), {}, nullptr, &wp);
+        alloc.deallocate(ws);
+      } else if (hide_some_outputs && l % 3 == 1) {
         hidden_scale_params hp{acts.back(), reinterpret_cast<std::uintptr_t>(next) ^ kHiddenKey, n, factor};
         dev.launch(hidden_scale_kernel(), {}, nullptr, &hp);
       } else {
@@ -424,6 +451,57 @@ TEST(EngineFaults, ActivationsWrittenThroughAPointerTheTracerCannotSeeStayReside
     EXPECT_GE(planned, 3u) << "the budget must be in force";
     EXPECT_GT(evictions, 0u) << "the visible activations are still evicted";
     EXPECT_EQ(mismatches, 0u) << "no recipe may rebuild a block whose writer was not seen";
+  }
+}
+
+// The cuDNN ResNet of the GPU suite on an H200 (session 24): each forward convolution is
+// handed a 1 KiB workspace, allocated around it, that it leaves as it found it. Without
+// the fill no launch is seen producing the workspaces, so no recipe through a layer can
+// be built and nothing is evicted; with it (Note [Filled fresh blocks]) the layers are
+// evicted and rebuilt, exactly.
+TEST(EngineFaults, KernelsHandedAWorkspaceTheyDoNotTouchCanStillBeReplayed) {
+  for (bool fill : {true, false}) {
+    SCOPED_TRACE(fill ? "fresh blocks filled" : "not filled");
+    std::vector<float> expected, got;
+    std::vector<iteration_report> reports;
+    std::string plan_error;
+    for (bool with_engine : {false, true}) {
+      chain_model m;
+      m.unused_workspaces = true;
+      std::unique_ptr<host_runtime> rt;
+      if (with_engine) {
+        engine_options o = options_for("0.6x", "reforward");
+        o.fill_fresh_blocks = fill;
+        rt = std::make_unique<host_runtime>(m.dev, m.alloc, o);
+      }
+      for (int it = 0; it < 6; ++it) {
+        m.iteration(12, kFloats, false);
+        if (rt) rt->mark_iteration();
+      }
+      (with_engine ? got : expected) = m.result();
+      if (rt) {
+        reports = rt->get().iterations();
+        plan_error = rt->get().plan_error();
+      }
+    }
+    EXPECT_EQ(got, expected);
+    std::size_t mismatches = 0, evictions = 0, planned = 0;
+    for (const auto& r : reports) {
+      mismatches += r.validation_mismatches;
+      evictions += r.evictions;
+      if (r.budget == 0) continue;
+      ++planned;
+      EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
+    }
+    EXPECT_EQ(mismatches, 0u);
+    if (fill) {
+      EXPECT_EQ(plan_error, "");
+      EXPECT_GE(planned, 3u) << "the budget must be in force";
+      EXPECT_GT(evictions, 0u) << "the layers are evicted and rebuilt";
+    } else {
+      EXPECT_EQ(evictions, 0u) << "without the fill no layer can be rebuilt";
+      EXPECT_NE(plan_error.find("infeasible"), std::string::npos) << plan_error;
+    }
   }
 }
 

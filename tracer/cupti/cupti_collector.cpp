@@ -187,6 +187,7 @@ struct observation {
   std::uint32_t correlation = 0;
   std::vector<block_extent> blocks;
   std::vector<std::uint64_t> before;
+  std::vector<std::uint8_t> fresh;  // still filled as allocated (Note [Filled fresh blocks])
   bool open = false;
 };
 thread_local observation t_observation;
@@ -415,8 +416,10 @@ struct cupti_collector::impl {
            rec.recording();
   }
 
-  // The hash of a device block's bytes, copied to host memory in pieces.
-  std::uint64_t device_hash(const block_extent& b) {
+  // The hash of a device block's bytes, copied to host memory in pieces; `fill`, when
+  // given, says whether every byte is fresh_fill_byte.
+  std::uint64_t device_hash(const block_extent& b, bool* fill = nullptr) {
+    if (fill != nullptr) *fill = true;
     constexpr std::uint64_t piece = std::uint64_t{64} << 20;
     std::uint64_t h = 0x243F6A8885A308D3ULL ^ b.size;
     for (std::uint64_t off = 0; off < b.size; off += piece) {
@@ -426,6 +429,7 @@ struct cupti_collector::impl {
       if (r != CUDA_SUCCESS) throw std::runtime_error("cuMemcpyDtoH failed while observing writes (CUresult " +
                                                       std::to_string(static_cast<int>(r)) + ")");
       h = (h ^ hash_bytes(t_staging.data(), n)) * 0x9E3779B97F4A7C15ULL;
+      if (fill != nullptr && *fill) *fill = all_bytes_are(t_staging.data(), n, fresh_fill_byte);
     }
     return h;
   }
@@ -444,12 +448,17 @@ struct cupti_collector::impl {
     o.correlation = correlation;
     o.blocks = rec.touched_blocks(t_packed);
     o.before.clear();
+    o.fresh.assign(o.blocks.size(), 0);
     if (!o.blocks.empty()) {
       synchronize_for_observation();
       const std::uint64_t e = epoch.load(std::memory_order_relaxed);
-      for (const block_extent& b : o.blocks) {
+      for (std::size_t i = 0; i < o.blocks.size(); ++i) {
         std::uint64_t h = 0;
-        if (!kept.find(b, e, h)) h = device_hash(b);
+        if (!kept.find(o.blocks[i], e, h)) {
+          bool fill = false;
+          h = device_hash(o.blocks[i], &fill);
+          o.fresh[i] = fill ? 1 : 0;
+        }
         o.before.push_back(h);
       }
     }
@@ -471,7 +480,7 @@ struct cupti_collector::impl {
       const std::uint64_t e = epoch.load(std::memory_order_relaxed);
       for (std::size_t i = 0; i < o.blocks.size(); ++i) {
         const std::uint64_t after = device_hash(o.blocks[i]);
-        if (after != o.before[i]) written.push_back(o.blocks[i].base);
+        if (after != o.before[i] || o.fresh[i] != 0) written.push_back(o.blocks[i].base);
         kept.keep(o.blocks[i], e, after);
       }
     }

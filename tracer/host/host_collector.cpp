@@ -38,19 +38,26 @@ struct probe {
   std::atomic<std::uint64_t>* reused = nullptr;  // blocks whose kept hash served
   std::vector<block_extent> blocks;
   std::vector<std::uint64_t> before;
+  std::vector<std::uint8_t> fresh;  // still filled as allocated (Note [Filled fresh blocks])
   std::uint64_t t0 = 0;
 
   void begin() {
     if (observe) {
       before.clear();
       before.reserve(blocks.size());
+      fresh.assign(blocks.size(), 0);
       std::uint64_t reused_here = 0;
-      for (const block_extent& b : blocks) {
+      for (std::size_t i = 0; i < blocks.size(); ++i) {
+        const block_extent& b = blocks[i];
         std::uint64_t h = 0;
         if (kept != nullptr && kept->find(b, epoch, h)) {
           ++reused_here;
         } else {
           h = hash_block(b);
+          fresh[i] = all_bytes_are(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b.base)),
+                                   static_cast<std::size_t>(b.size), fresh_fill_byte)
+                         ? 1
+                         : 0;
         }
         before.push_back(h);
       }
@@ -66,7 +73,7 @@ struct probe {
       std::vector<std::uint64_t> written;
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         const std::uint64_t after = hash_block(blocks[i]);
-        if (after != before[i]) written.push_back(blocks[i].base);
+        if (after != before[i] || fresh[i] != 0) written.push_back(blocks[i].base);
         if (kept != nullptr) kept->keep(blocks[i], epoch, after);
       }
       rec->set_writes(seq, written);

@@ -113,6 +113,13 @@ void cuda_replay_device::copy(void* dst, const void* src, std::size_t bytes, all
   SUBLINEAR_CU_CHECK(api_, api_.memcpy_async(device_ptr(dst), device_ptr(src), bytes, cu_stream(stream)));
 }
 
+void cuda_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, allocator::stream_handle stream) {
+  const tracer::untraced_scope untraced;
+  enter();
+  SUBLINEAR_CU_CHECK(api_, api_.memset_d8_async(device_ptr(dst), value, bytes, cu_stream(stream)));
+  SUBLINEAR_CU_CHECK(api_, api_.stream_synchronize(cu_stream(stream)));
+}
+
 double cuda_replay_device::now_s() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();

@@ -53,6 +53,7 @@ class cuda_replay_device final : public replay_device {
   void download(void* host_dst, const void* device_src, std::size_t bytes, allocator::stream_handle stream) override;
   void upload(void* device_dst, const void* host_src, std::size_t bytes, allocator::stream_handle stream) override;
   void copy(void* dst, const void* src, std::size_t bytes, allocator::stream_handle stream) override;
+  void fill(void* dst, std::uint8_t value, std::size_t bytes, allocator::stream_handle stream) override;
   double now_s() override;
 
  private:

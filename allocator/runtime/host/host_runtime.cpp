@@ -46,6 +46,11 @@ void host_replay_device::copy(void* dst, const void* src, std::size_t bytes, all
   dev_.memcpy_async(dst, src, bytes, on(stream));
 }
 
+void host_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, allocator::stream_handle stream) {
+  dev_.memset_async_unobserved(dst, value, bytes, on(stream));
+  dev_.synchronize(on(stream));
+}
+
 double host_replay_device::now_s() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
