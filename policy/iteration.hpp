@@ -47,6 +47,9 @@ struct buffer {
   launch_id alloc_at = 0;           // allocated before launch alloc_at (0 for persistent)
   launch_id free_at = none;         // freed before launch free_at; none: outlives the iteration
   bool never_evict = false;         // reached by a never-replay launch, or failed validation
+  bool unwritten_at_first_use = false;  // its first user found it as allocated: nothing
+                                        // produces it, and nothing needs to (Note [Filled
+                                        // fresh blocks] in tracer/block_hashes.hpp)
   std::vector<launch_id> users;     // launches touching it, ascending
 
   [[nodiscard]] bool persistent() const { return alloc_index == none || free_at == none; }

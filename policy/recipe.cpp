@@ -93,7 +93,7 @@ void recipe_builder::require(buffer_id b, launch_id before) {
   }
   // Note [Unknown producers] (tracer/analysis.cpp): bytes no recorded launch produced
   // cannot be rebuilt; a recipe that reads them through scratch would read garbage.
-  if (!buf.users.empty() && !df_->writes(buf.users.front(), b)) {
+  if (!buf.users.empty() && !buf.unwritten_at_first_use && !df_->writes(buf.users.front(), b)) {
     if (failure_.empty()) {
       failure_ = "buffer " + std::to_string(b) + " would have to be rebuilt, but no launch is seen writing it before " +
                  launch_label(df_->graph(), buf.users.front()) + " reads it (a write the tracer did not observe)";
@@ -158,6 +158,25 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
     pulled.clear();
     out.launches.clear();
     bool conflict = false;
+    // A resident side output the launch reads (it updates it in place) starts its scratch
+    // from the bytes it has at the restore point, which are the bytes the launch read only
+    // if every later write to it before r is the recipe's own (the runtime checks this by
+    // version: Note [Replay recipes] in engine.cpp). Launches are taken latest first, so
+    // the recipe's launches after l are all known when l is.
+    const auto stale_side_output = [&](buffer_id x, launch_id l) {
+      const buffer& bx = it.buffers[x];
+      if (bx.alloc_index != none && bx.users.front() == l) return false;  // l's fresh output
+      if (!df_->allocated_at(x, r) || is_evicted(x)) return false;
+      for (launch_id w : df_->writers_in(x, l + 1, r))
+        if (queued_epoch_[w] != epoch_) return true;
+      return false;
+    };
+    const auto refuse_stale = [&](buffer_id x, launch_id l) {
+      if (failure_.empty()) {
+        failure_ = launch_label(it, l) + " updates buffer " + std::to_string(x) +
+                   " in place, and a launch outside the recipe writes it again before the restore point";
+      }
+    };
     for (buffer_id t : targets) {
       if (role_of(t) == role::unset) seen.push_back(t);
       set_role(t, role::regenerated);
@@ -188,6 +207,8 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
             if (!writes) {
               set_role(x, role::scratch);
               require(x, l);
+            } else if (stale_side_output(x, l)) {
+              refuse_stale(x, l);
             }
             break;
           case role::in_place:
@@ -208,6 +229,10 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
                 failure_ = launch_label(it, l) + " updates buffer " + std::to_string(x) +
                            " in place, and that buffer is evicted at the restore point";
               }
+              break;
+            }
+            if (writes && stale_side_output(x, l)) {
+              refuse_stale(x, l);
               break;
             }
             if (writes) {

@@ -118,11 +118,19 @@ class builder {
     // recipe can rebuild such a block, and a recipe that reads it through scratch would
     // read garbage; it is never evicted, and recipe building refuses to rebuild it
     // (Note [Recipe closure]). Counted, so that traces show what the tracer missed.
+    // Unless the first user found it still filled as allocated (Note [Filled fresh
+    // blocks] in block_hashes.hpp): then no one wrote it, seen or not, and what that
+    // launch reads there is garbage a replay into scratch reproduces as well as any.
     for (buffer_id b = 0; b < g.buffers.size(); ++b) {
       policy::buffer& B = g.buffers[b];
       if (B.alloc_index == none || B.users.empty()) continue;
       const policy::launch& first = g.launches[B.users.front()];
       if (std::binary_search(first.written.begin(), first.written.end(), b)) continue;
+      const std::vector<buffer_id>& fresh = fresh_[B.users.front()];
+      if (std::binary_search(fresh.begin(), fresh.end(), b)) {
+        B.unwritten_at_first_use = true;
+        continue;
+      }
       B.never_evict = true;
       out_.unproduced.push_back(b);
     }
@@ -249,6 +257,7 @@ class builder {
     out_.graph.launches.push_back(std::move(L));
     out_.touches.push_back(std::move(touches));
     out_.launch_events.push_back(event_index);
+    fresh_.resize(out_.graph.launches.size());
   }
 
   void kernel_launch(std::size_t i, const event& e) {
@@ -273,6 +282,14 @@ class builder {
       std::vector<buffer_id> touched = L.touched;
       std::sort(touched.begin(), touched.end());
       std::erase_if(L.written, [&](buffer_id b) { return !std::binary_search(touched.begin(), touched.end(), b); });
+      std::vector<buffer_id> fresh;
+      for (const write_record& w : t_.fresh_of(e.seq)) {
+        if (const block_map::entry* b = live_.at(w.address)) fresh.push_back(b->id);
+      }
+      std::sort(fresh.begin(), fresh.end());
+      add_launch(i, e, std::move(L), std::move(touches));
+      fresh_.back() = std::move(fresh);
+      return;
     } else {
       L.written = L.touched;
     }
@@ -310,6 +327,9 @@ class builder {
   block_map before_;
   block_map live_;  // ids are buffer ids
   std::vector<scan_hit> hits_;
+  // Per launch: touched blocks it found still filled as allocated (Note [Filled fresh
+  // blocks] in block_hashes.hpp), ascending.
+  std::vector<std::vector<buffer_id>> fresh_;
   std::uint32_t next_alloc_index_ = 0;
   std::uint32_t memcpy_kernel_ = none;
   std::uint32_t memset_kernel_ = none;

@@ -26,16 +26,25 @@ namespace sublinear::tracer {
 // Approach: while tracing, the engine fills every block it hands out with
 //   `fresh_fill_byte`, and waits for the fill (replay_device::fill). A collector hashing
 //   a block before a kernel (one with no kept hash) also checks whether every byte is
-//   still the fill; if so, no one wrote the block since it was allocated, seen or not,
-//   and the kernel counts as writing it: what it reads there is garbage, which a replay
-//   into scratch reproduces as well as any. An unseen writer, even one writing the
-//   bytes of the iteration before, leaves something other than the fill, and the block
-//   stays without a producer.
-// Limitations: a counted write that did not happen is conservative (as every touched
-//   block is without write observation). A block some writer filled entirely with the
-//   fill byte (0xA5: -2.9e-16 as float, finite in every float format, so programs that
-//   read their fresh memory see no NaN) reads as fresh. The fill costs a device memset
-//   and a stream synchronization per allocation in the traced iterations only.
+//   still the fill; if so, and the kernel leaves the bytes as they were, the launch's
+//   record says so (trace::fresh, the FRESH section of the trace file). Analysis then
+//   knows that no one wrote the block since it was allocated, seen or not: what its
+//   first user reads there is garbage, which a replay into scratch reproduces as well
+//   as any, so the block needs no producer (policy::buffer::unwritten_at_first_use). An
+//   unseen writer, even one writing the bytes of the iteration before, leaves something
+//   other than the fill, and the block stays without a producer.
+// History: the first version counted such a launch as writing the block. On the H200
+//   the GPT-2 blocks then lost their budget: six validation mismatches, each a recipe
+//   whose GEMM "would read buffer 22 after it changed", a 1 MiB block allocated in the
+//   first traced iteration and handed to every GEMM (by its size and users, cuBLAS's
+//   workspace). Counted as written by the GEMM that first met it filled, its slot became
+//   a writing slot (Note [Write generalization] in analysis.cpp), so every GEMM "wrote"
+//   it. A fresh record is not a write; `EngineFaults.*PersistentWorkspace*` reproduces
+//   the case on the host.
+// Limitations: a block some writer filled entirely with the fill byte (0xA5: -2.9e-16
+//   as float, finite in every float format, so programs that read their fresh memory see
+//   no NaN) reads as fresh. The fill costs a device memset and a stream synchronization
+//   per allocation in the traced iterations only.
 inline constexpr std::uint8_t fresh_fill_byte = 0xA5;
 
 // Whether every one of `bytes` bytes at `data` is `value`.

@@ -38,6 +38,14 @@ std::span<const write_record> trace::writes_of(std::uint64_t seq) const {
   return {writes.data() + (lo - writes.begin()), static_cast<std::size_t>(hi - lo)};
 }
 
+std::span<const write_record> trace::fresh_of(std::uint64_t seq) const {
+  auto lo = std::lower_bound(fresh.begin(), fresh.end(), seq,
+                             [](const write_record& w, std::uint64_t s) { return w.seq < s; });
+  auto hi = std::upper_bound(lo, fresh.end(), seq,
+                             [](std::uint64_t s, const write_record& w) { return s < w.seq; });
+  return {fresh.data() + (lo - fresh.begin()), static_cast<std::size_t>(hi - lo)};
+}
+
 std::vector<event_range> trace::marked_iterations() const {
   std::vector<event_range> out;
   std::size_t open = events.size();  // index after the last marker seen; size(): none yet

@@ -135,6 +135,9 @@ struct trace {
   std::vector<event> events;          // in sequence order
   std::vector<std::byte> arena;       // every launch's parameter bytes
   std::vector<write_record> writes;   // ordered by (seq, address)
+  // Blocks an observed launch found still filled as allocated: no one had written them
+  // (Note [Filled fresh blocks] in block_hashes.hpp). Ordered by (seq, address).
+  std::vector<write_record> fresh;
 
   // The parameter bytes of a launch event. Precondition: the trace is valid (see
   // trace_file.hpp: the reader checks every offset).
@@ -143,6 +146,8 @@ struct trace {
   }
   // The writes recorded for the launch with sequence number `seq` (ordered by address).
   [[nodiscard]] std::span<const write_record> writes_of(std::uint64_t seq) const;
+  // Its fresh records.
+  [[nodiscard]] std::span<const write_record> fresh_of(std::uint64_t seq) const;
   // Complete iterations: the events between consecutive markers.
   [[nodiscard]] std::vector<event_range> marked_iterations() const;
 

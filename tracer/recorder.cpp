@@ -116,6 +116,11 @@ recorder::recorder(recorder_options options)
   if (options_.start_recording) start();
 }
 
+void recorder::set_granularity(std::uint64_t granularity) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->current.granularity = granularity;
+}
+
 recorder::~recorder() {
   // Do not leave a dangling default behind.
   recorder* self = this;
@@ -296,12 +301,14 @@ void recorder::set_duration(std::uint64_t seq, std::uint64_t duration_ns) {
   }
 }
 
-void recorder::set_writes(std::uint64_t seq, std::span<const std::uint64_t> block_bases) {
+void recorder::set_writes(std::uint64_t seq, std::span<const std::uint64_t> block_bases,
+                          std::span<const std::uint64_t> fresh) {
   std::lock_guard lock(impl_->mutex);
   if (event* e = impl_->by_seq(seq)) {
     if ((e->flags & event_flags::writes_observed) != 0) return;  // reported once
     e->flags |= event_flags::writes_observed;
     for (std::uint64_t base : block_bases) impl_->current.writes.push_back({seq, base});
+    for (std::uint64_t base : fresh) impl_->current.fresh.push_back({seq, base});
   }
 }
 
@@ -355,9 +362,12 @@ trace recorder::take() {
   out.arena.assign(cur.arena.begin(), cur.arena.end());
   out.writes.assign(cur.writes.begin(), cur.writes.end());
   std::sort(out.writes.begin(), out.writes.end());
+  out.fresh.assign(cur.fresh.begin(), cur.fresh.end());
+  std::sort(out.fresh.begin(), out.fresh.end());
   cur.events.clear();
   cur.arena.clear();
   cur.writes.clear();
+  cur.fresh.clear();
   if (recording()) impl_->emit_preexisting();
   return out;
 }
@@ -366,6 +376,7 @@ trace recorder::snapshot() const {
   std::lock_guard lock(impl_->mutex);
   trace out = impl_->current;
   std::sort(out.writes.begin(), out.writes.end());
+  std::sort(out.fresh.begin(), out.fresh.end());
   return out;
 }
 

@@ -87,6 +87,9 @@ class recorder final : public allocator::allocation_observer {
   bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
   // Another observer to forward every callback to (the runtime's placement). Not owned.
   void set_next(allocation_observer* next) noexcept { next_.store(next, std::memory_order_release); }
+  // The allocator's page granularity, for traces recorded from now on (a recorder made
+  // before its allocator: the CUDA process runtime's tracing side).
+  void set_granularity(std::uint64_t granularity);
 
   // ---- reports from collectors; each returns the event's sequence number, or no_seq when
   // not recording ----
@@ -104,7 +107,9 @@ class recorder final : public allocator::allocation_observer {
   void set_duration(std::uint64_t seq, std::uint64_t duration_ns);
   // The observed write set of a launch: marks it observed and lists the blocks written
   // (possibly none).
-  void set_writes(std::uint64_t seq, std::span<const std::uint64_t> block_bases);
+  // `fresh`: blocks it found still filled as allocated (Note [Filled fresh blocks]).
+  void set_writes(std::uint64_t seq, std::span<const std::uint64_t> block_bases,
+                  std::span<const std::uint64_t> fresh = {});
 
   // ---- pointer scan against the live blocks, now ----
   void scan(std::span<const std::byte> params, std::vector<scan_hit>& out) const;

@@ -39,9 +39,11 @@ enum section_id : std::uint32_t {
   sec_events = 4,
   sec_arena = 5,
   sec_writes = 6,
+  sec_fresh = 7,  // since 1.1; optional
 };
 constexpr std::array<std::uint32_t, 6> required_sections = {sec_meta, sec_kernels, sec_streams,
                                                             sec_events, sec_arena, sec_writes};
+constexpr std::size_t written_sections = 7;
 
 const char* section_name(std::uint32_t id) {
   switch (id) {
@@ -51,6 +53,7 @@ const char* section_name(std::uint32_t id) {
     case sec_events: return "EVENTS";
     case sec_arena: return "ARENA";
     case sec_writes: return "WRITES";
+    case sec_fresh: return "FRESH";
     default: return "unknown";
   }
 }
@@ -178,19 +181,23 @@ void validate_impl(const trace& t) {
     }
   }
 
-  for (std::size_t w = 0; w < t.writes.size(); ++w) {
-    const write_record& r = t.writes[w];
-    if (w > 0 && !(t.writes[w - 1] < r)) {
-      throw invalid{sec_writes, w, "write " + std::to_string(w) + ": not in strictly increasing (seq, address) order"};
+  const auto check_records = [&](const std::vector<write_record>& records, std::uint32_t section, const char* what) {
+    for (std::size_t w = 0; w < records.size(); ++w) {
+      const write_record& r = records[w];
+      const std::string label = std::string(what) + " " + std::to_string(w);
+      if (w > 0 && !(records[w - 1] < r)) {
+        throw invalid{section, w, label + ": not in strictly increasing (seq, address) order"};
+      }
+      auto it = std::lower_bound(t.events.begin(), t.events.end(), r.seq,
+                                 [](const event& e, std::uint64_t s) { return e.seq < s; });
+      if (it == t.events.end() || it->seq != r.seq || it->kind != event_kind::launch ||
+          (it->flags & event_flags::writes_observed) == 0) {
+        throw invalid{section, w, label + ": seq " + std::to_string(r.seq) + " is not an observed launch"};
+      }
     }
-    auto it = std::lower_bound(t.events.begin(), t.events.end(), r.seq,
-                               [](const event& e, std::uint64_t s) { return e.seq < s; });
-    if (it == t.events.end() || it->seq != r.seq || it->kind != event_kind::launch ||
-        (it->flags & event_flags::writes_observed) == 0) {
-      throw invalid{sec_writes, w, "write " + std::to_string(w) + ": seq " + std::to_string(r.seq) +
-                                       " is not an observed launch"};
-    }
-  }
+  };
+  check_records(t.writes, sec_writes, "write");
+  check_records(t.fresh, sec_fresh, "fresh record");
 }
 
 // ---- decoding helpers ---------------------------------------------------------------------------
@@ -284,9 +291,9 @@ void validate(const trace& t) {
 std::vector<std::byte> encode_trace(const trace& t) {
   validate(t);
   byte_writer w;
-  w.out.reserve(header_size + required_sections.size() * dir_entry_size + t.events.size() * event_record_size +
-                t.arena.size() + t.writes.size() * write_record_size + 4096);
-  w.out.resize(header_size + required_sections.size() * dir_entry_size, std::byte{0});
+  w.out.reserve(header_size + written_sections * dir_entry_size + t.events.size() * event_record_size +
+                t.arena.size() + (t.writes.size() + t.fresh.size()) * write_record_size + 4096);
+  w.out.resize(header_size + written_sections * dir_entry_size, std::byte{0});
 
   std::vector<dir_entry> dir;
   auto section = [&](std::uint32_t id, std::uint64_t count, auto&& body) {
@@ -346,6 +353,12 @@ std::vector<std::byte> encode_trace(const trace& t) {
   section(sec_arena, t.arena.size(), [&] { w.put_bytes(t.arena.data(), t.arena.size()); });
   section(sec_writes, t.writes.size(), [&] {
     for (const write_record& r : t.writes) {
+      w.put<std::uint64_t>(r.seq);
+      w.put<std::uint64_t>(r.address);
+    }
+  });
+  section(sec_fresh, t.fresh.size(), [&] {
+    for (const write_record& r : t.fresh) {
       w.put<std::uint64_t>(r.seq);
       w.put<std::uint64_t>(r.address);
     }
@@ -434,8 +447,8 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
   }
 
   // Directory.
-  std::array<dir_entry, 7> found{};
-  std::array<bool, 7> have{};
+  std::array<dir_entry, 8> found{};
+  std::array<bool, 8> have{};
   for (std::uint32_t i = 0; i < section_count; ++i) {
     const std::size_t at = dir_offset + std::size_t{i} * dir_entry_size;
     dir_entry e;
@@ -455,7 +468,7 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
       d.fail_at(e.offset, label + ": checksum mismatch (stored " + std::to_string(crc) + ", computed " +
                               std::to_string(actual) + ")");
     }
-    if (e.id >= 1 && e.id <= 6) {
+    if (e.id >= 1 && e.id <= 7) {
       if (have[e.id]) d.fail_at(at, label + ": appears twice");
       have[e.id] = true;
       found[e.id] = e;
@@ -581,6 +594,20 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
       r.address = c.get<std::uint64_t>("write address");
     }
   }
+  // FRESH (1.1; a 1.0 file has none).
+  if (have[sec_fresh]) {
+    const dir_entry& e = found[sec_fresh];
+    section_cursor c(d, sec_fresh, e.offset, e.size);
+    if (e.count > e.size / write_record_size || e.size != e.count * write_record_size) {
+      c.fail(std::to_string(e.count) + " fresh records need " + std::to_string(e.count * write_record_size) +
+             " bytes, the section has " + std::to_string(e.size));
+    }
+    t.fresh.resize(static_cast<std::size_t>(e.count));
+    for (write_record& r : t.fresh) {
+      r.seq = c.get<std::uint64_t>("fresh seq");
+      r.address = c.get<std::uint64_t>("fresh address");
+    }
+  }
 
   try {
     validate_impl(t);
@@ -589,7 +616,8 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
     const dir_entry& e = found[bad.section];
     switch (bad.section) {
       case sec_events: offset = e.offset + bad.index * event_record_size; break;
-      case sec_writes: offset = e.offset + bad.index * write_record_size; break;
+      case sec_writes:
+      case sec_fresh: offset = e.offset + bad.index * write_record_size; break;
       default: offset = e.offset; break;
     }
     d.fail_at(offset, std::string(section_name(bad.section)) + " section: " + bad.what);

@@ -29,7 +29,7 @@
 namespace sublinear::tracer {
 
 inline constexpr std::uint16_t trace_version_major = 1;
-inline constexpr std::uint16_t trace_version_minor = 0;
+inline constexpr std::uint16_t trace_version_minor = 1;
 
 // A trace file or trace value that cannot be used. what() names the source, the section
 // and record where it applies, the byte offset, and what was expected.

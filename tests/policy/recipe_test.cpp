@@ -258,6 +258,42 @@ TEST(Recipe, AnEvictedBufferUpdatedInPlaceByTheProducerIsRefused) {
   EXPECT_THAT(r.launches, IsEmpty());
 }
 
+// x is persistent and updated in place by the producer L1 (as a workspace the trace
+// takes for written would be): L0 W -> a | L1 f(a, x) -> t, x | L2 g(x) -> x | L3 bwd(t).
+// Replayed before L3, L1 would start x's scratch from bytes L2 has changed since; the
+// runtime refuses that recipe (the GPT-2 blocks' "would read buffer 22 after it
+// changed"), so the builder must.
+TEST(Recipe, ASideOutputWrittenAgainOutsideTheRecipeIsRefused) {
+  for (bool written_again : {false, true}) {
+    SCOPED_TRACE(written_again ? "written again by L2" : "not written again");
+    test::hand_iteration h;
+    const buffer_id W = h.persistent(1024);
+    const buffer_id x = h.persistent(1024);
+    const buffer_id a = h.transient(4096, 0, 4);
+    const buffer_id t = h.transient(4096, 1, 4);
+    h.launch({W}, {a});
+    h.launch({a, x}, {t, x});
+    if (written_again) {
+      h.launch({x}, {x});
+    } else {
+      h.launch({x}, {});
+    }
+    h.launch({t}, {});
+    const iteration it = h.finish(2);
+    const buffer_id target[] = {t};
+    const recipe_result r = build_recipe(it, target, 3);
+    if (written_again) {
+      EXPECT_FALSE(r.ok);
+      EXPECT_THAT(r.error, HasSubstr("updates buffer " + std::to_string(x) + " in place"));
+      EXPECT_THAT(r.error, HasSubstr("outside the recipe writes it again"));
+    } else {
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_THAT(r.launches, ElementsAre(1u));
+      EXPECT_THAT(r.temporaries, ElementsAre(x));
+    }
+  }
+}
+
 TEST(Recipe, AnEvictedSideOutputThatIsTheLaunchsFreshOutputNeedsNoRebuilding) {
   const scenario s = make_scenario();
   // q is the conv's fresh side output: its old bytes are never read, evicted or not.

@@ -162,6 +162,10 @@ struct chain_model {
   // Every layer allocates a 1 KiB workspace right before its kernel, which is handed it
   // and leaves it untouched, and frees it right after.
   bool unused_workspaces = false;
+  // Every layer is handed one workspace, allocated at the first layer of the first
+  // iteration and kept (as cuBLAS's), which it leaves untouched.
+  bool persistent_workspace = false;
+  float* workspace = nullptr;
 
   chain_model() {
     counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
@@ -172,6 +176,7 @@ struct chain_model {
   }
   ~chain_model() {
     dev.synchronize();
+    if (workspace != nullptr) alloc.deallocate(workspace);
     alloc.deallocate(counter);
     alloc.deallocate(acc);
   }
@@ -190,14 +195,22 @@ struct chain_model {
     fill_params sidep{side, counter, 4 * n, 0.25f, unsafe_first ? 1 : 0};
     dev.launch(fill_kernel(), {}, nullptr, &sidep);
     auto* first = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
-    fill_params fp{first, counter, n, 0.5f, 0};
+    // Not handed the counter: were it, write generalization would count this launch as
+    // writing it too, and the recipe builder would refuse the counter kernel's recipe
+    // (its side output written again outside the recipe) before validation could catch
+    // the kernel, which is what the not-replay-safe test is about.
+    fill_params fp{first, nullptr, n, 0.5f, 0};
     dev.launch(fill_kernel(), {}, nullptr, &fp);
     acts.push_back(first);
     for (int l = 1; l < layers; ++l) {
       if (before_layer) before_layer(l);
       auto* next = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n) * sizeof(float), nullptr));
       const float factor = 0.5f + 0.01f * static_cast<float>(l);
-      if (unused_workspaces) {
+      if (persistent_workspace) {
+        if (workspace == nullptr) workspace = static_cast<float*>(alloc.allocate(1024, nullptr));
+        scale_ws_params wp{next, acts.back(), workspace, n, factor};
+        dev.launch(scale_ws_kernel(), {}, nullptr, &wp);
+      } else if (unused_workspaces) {
         auto* ws = static_cast<float*>(alloc.allocate(1024, nullptr));
         scale_ws_params wp{next, acts.back(), ws, n, factor};
         dev.launch(scale_ws_kernel(), {}, nullptr, &wp);
@@ -502,6 +515,47 @@ TEST(EngineFaults, KernelsHandedAWorkspaceTheyDoNotTouchCanStillBeReplayed) {
       EXPECT_EQ(evictions, 0u) << "without the fill no layer can be rebuilt";
       EXPECT_NE(plan_error.find("infeasible"), std::string::npos) << plan_error;
     }
+  }
+}
+
+// The GPT-2 blocks on an H200 (session 24): every GEMM is handed a workspace allocated in
+// the first traced iteration and kept, which it leaves untouched. Its first user finds it
+// filled; were that counted as a write, write generalization would make every layer
+// write it, and the runtime would refuse each recipe reading it "after it changed".
+TEST(EngineFaults, APersistentWorkspaceNoKernelWritesIsNotTakenForAnOutput) {
+  for (const char* policy : {"reforward", "chain"}) {
+    SCOPED_TRACE(policy);
+    std::vector<float> expected, got;
+    std::vector<iteration_report> reports;
+    std::string plan_error;
+    for (bool with_engine : {false, true}) {
+      chain_model m;
+      m.persistent_workspace = true;
+      std::unique_ptr<host_runtime> rt;
+      if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.6x", policy));
+      for (int it = 0; it < 6; ++it) {
+        m.iteration(12, kFloats, false);
+        if (rt) rt->mark_iteration();
+      }
+      (with_engine ? got : expected) = m.result();
+      if (rt) {
+        reports = rt->get().iterations();
+        plan_error = rt->get().plan_error();
+      }
+    }
+    EXPECT_EQ(got, expected);
+    EXPECT_EQ(plan_error, "");
+    std::size_t mismatches = 0, evictions = 0, planned = 0;
+    for (const auto& r : reports) {
+      mismatches += r.validation_mismatches;
+      evictions += r.evictions;
+      if (r.budget == 0) continue;
+      ++planned;
+      EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
+    }
+    EXPECT_EQ(mismatches, 0u);
+    EXPECT_GE(planned, 3u) << "the budget must be in force";
+    EXPECT_GT(evictions, 0u);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "benchmarks/workloads/training.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
+#include "tracer/block_hashes.hpp"
 #include "tracer/trace_file.hpp"
 #include "tracer_fixture.hpp"
 
@@ -207,6 +208,45 @@ TEST(Analysis, ABufferReadBeforeAnyObservedWriteHasAnUnknownProducerAndIsNeverEv
   // The hidden launch touches only its input; h's first user is the scale that reads it.
   EXPECT_EQ(it.graph.launches[1].touched, std::vector<buffer_id>{A});
   EXPECT_EQ(it.graph.buffers[H].users.front(), 2u);
+}
+
+// Note [Filled fresh blocks]: two blocks allocated in the iteration and first read by a
+// kernel that leaves them as they are. One still holds the fill the engine gives fresh
+// blocks: no one wrote it, and it needs no producer. The other was written by something
+// the tracer did not see (here a set no hook sees): its producer is unknown.
+TEST(Analysis, ABlockItsFirstUserFindsStillFilledNeedsNoProducer) {
+  traced_session s{observed_and_timed()};
+  auto ctx = s.ctx();
+  s.rec().mark_iteration();
+  auto scale = [&](const float* in, float* out) {
+    testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{in, out, 1024});
+  };
+  auto* filled = static_cast<float*>(ctx.bytes(4096));
+  s.dev().memset_async_unobserved(filled, fresh_fill_byte, 4096, nullptr);
+  auto* unseen = static_cast<float*>(ctx.bytes(4096));
+  s.dev().memset_async_unobserved(unseen, 0, 4096, nullptr);
+  auto* a = static_cast<float*>(ctx.bytes(4096));
+  scale(filled, a);
+  auto* b = static_cast<float*>(ctx.bytes(4096));
+  scale(unseen, b);
+  ctx.release_bytes(filled, 4096);
+  ctx.release_bytes(unseen, 4096);
+  scale(a, b);
+  ctx.release_bytes(a, 4096);
+  ctx.release_bytes(b, 4096);
+  s.rec().mark_iteration();
+  const trace t = s.take();
+  const analysed_iteration it = analyse(t, t.marked_iterations().at(0));
+  constexpr buffer_id Filled = 0, Unseen = 1;
+  ASSERT_EQ(it.graph.buffers.size(), 4u);
+  ASSERT_EQ(t.fresh.size(), 1u);
+  EXPECT_EQ(t.fresh[0].address, testing::addr(filled));
+  EXPECT_EQ(t.fresh[0].seq, t.events[it.launch_events[0]].seq);
+  EXPECT_TRUE(it.graph.launches[0].written == std::vector<buffer_id>{2}) << "a fresh record is not a write";
+  EXPECT_TRUE(it.graph.buffers[Filled].unwritten_at_first_use);
+  EXPECT_FALSE(it.graph.buffers[Filled].never_evict);
+  EXPECT_FALSE(it.graph.buffers[Unseen].unwritten_at_first_use);
+  EXPECT_EQ(it.unproduced, std::vector<buffer_id>{Unseen});
 }
 
 TEST(Analysis, CopiesAndSetsAreLaunchesAndHostCopiesAreNotReplayable) {

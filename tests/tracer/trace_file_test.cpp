@@ -81,6 +81,7 @@ trace sample_trace() {
   f.bytes = 1000;
   add(event_kind::marker).address = 1;
   t.writes.push_back({t.events[3].seq, 0x20000});
+  t.fresh.push_back({t.events[3].seq, 0x10000});
   return t;
 }
 
@@ -89,7 +90,7 @@ trace sample_trace() {
 constexpr std::size_t header_size = 64;
 constexpr std::size_t dir_entry_size = 32;
 constexpr std::size_t event_size = 104;
-enum : std::uint32_t { META = 1, KERNELS = 2, STREAMS = 3, EVENTS = 4, ARENA = 5, WRITES = 6 };
+enum : std::uint32_t { META = 1, KERNELS = 2, STREAMS = 3, EVENTS = 4, ARENA = 5, WRITES = 6, FRESH = 7 };
 
 template <class T>
 T get(const std::vector<std::byte>& b, std::size_t at) {
@@ -229,6 +230,7 @@ TEST(TraceFileRejects, ABadMagic) {
 TEST(TraceFileRejects, AnotherMajorVersion) {
   auto b = encode_trace(sample_trace());
   put<std::uint16_t>(b, 8, 2);
+  put<std::uint16_t>(b, 10, 0);
   fix_checksums(b);
   EXPECT_REJECTED(b, "unsupported format version 2.0");
 }
@@ -389,6 +391,25 @@ TEST(TraceFileRejects, AWriteForALaunchThatWasNotObserved) {
   put<std::uint64_t>(b, section_offset(b, WRITES), t.events[4].seq);
   fix_checksums(b);
   EXPECT_REJECTED(b, "WRITES section", "is not an observed launch");
+}
+
+TEST(TraceFileRejects, AFreshRecordForALaunchThatWasNotObserved) {
+  auto b = encode_trace(sample_trace());
+  const trace t = sample_trace();
+  put<std::uint64_t>(b, section_offset(b, FRESH), t.events[4].seq);
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "FRESH section", "is not an observed launch");
+}
+
+// A 1.0 file has no FRESH section (Note [Filled fresh blocks]): it reads with none.
+TEST(TraceFile, AFileWithoutFreshRecordsReadsAsHavingNone) {
+  auto b = encode_trace(sample_trace());
+  put<std::uint32_t>(b, dir_of(b, FRESH), 99);  // a section this reader does not know
+  put<std::uint16_t>(b, 10, 0);                 // minor version 0
+  fix_checksums(b);
+  trace expected = sample_trace();
+  expected.fresh.clear();
+  EXPECT_EQ(decode_trace(b), expected);
 }
 
 TEST(TraceFileRejects, RandomCorruptionWithoutCrashing) {

@@ -474,17 +474,21 @@ struct cupti_collector::impl {
     }
     o.open = false;
     if (seq == no_seq) return;
-    std::vector<std::uint64_t> written;
+    std::vector<std::uint64_t> written, untouched;
     if (!o.blocks.empty()) {
       synchronize_for_observation();
       const std::uint64_t e = epoch.load(std::memory_order_relaxed);
       for (std::size_t i = 0; i < o.blocks.size(); ++i) {
         const std::uint64_t after = device_hash(o.blocks[i]);
-        if (after != o.before[i] || o.fresh[i] != 0) written.push_back(o.blocks[i].base);
+        if (after != o.before[i]) {
+          written.push_back(o.blocks[i].base);
+        } else if (o.fresh[i] != 0) {
+          untouched.push_back(o.blocks[i].base);
+        }
         kept.keep(o.blocks[i], e, after);
       }
     }
-    rec.set_writes(seq, written);
+    rec.set_writes(seq, written, untouched);
     observed.fetch_add(1, std::memory_order_relaxed);
   }
 

@@ -70,13 +70,17 @@ struct probe {
     const std::uint64_t t1 = now_ns();
     if (time) rec->set_duration(seq, t1 - t0);
     if (observe) {
-      std::vector<std::uint64_t> written;
+      std::vector<std::uint64_t> written, untouched;
       for (std::size_t i = 0; i < blocks.size(); ++i) {
         const std::uint64_t after = hash_block(blocks[i]);
-        if (after != before[i] || fresh[i] != 0) written.push_back(blocks[i].base);
+        if (after != before[i]) {
+          written.push_back(blocks[i].base);
+        } else if (fresh[i] != 0) {
+          untouched.push_back(blocks[i].base);
+        }
         if (kept != nullptr) kept->keep(blocks[i], epoch, after);
       }
-      rec->set_writes(seq, written);
+      rec->set_writes(seq, written, untouched);
     }
   }
 };

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allocator/cuda/driver_table.hpp"
@@ -25,6 +26,7 @@ cuda_replay_device::cuda_replay_device(const allocator::driver_api& api, CUctx_s
   if (void* h = ::dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
     func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");
     kernel_param_info_ = ::dlsym(h, "cuKernelGetParamInfo");
+    func_get_attribute_ = ::dlsym(h, "cuFuncGetAttribute");
   }
 }
 
@@ -43,6 +45,34 @@ std::vector<std::size_t> cuda_replay_device::parameter_offsets(std::uint64_t han
     offsets.push_back(offset);
   }
   return offsets;
+}
+
+std::string cuda_replay_device::result_name(int result) const {
+  const char* name = nullptr;
+  if (api_.get_error_name != nullptr) (void)api_.get_error_name(static_cast<CUresult>(result), &name);
+  return name != nullptr ? std::string(name) : "CUresult " + std::to_string(result);
+}
+
+std::string cuda_replay_device::function_attributes(std::uint64_t handle) const {
+  auto* get = reinterpret_cast<decltype(&::cuFuncGetAttribute)>(func_get_attribute_);
+  if (get == nullptr) return "the function's attributes are unknown (no cuFuncGetAttribute)";
+  const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(handle));
+  const std::pair<CUfunction_attribute, const char*> wanted[] = {
+      {CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads per block"},
+      {CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "static shared"},
+      {CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "max dynamic shared"},
+      {CU_FUNC_ATTRIBUTE_NUM_REGS, "registers"},
+      {CU_FUNC_ATTRIBUTE_PTX_VERSION, "PTX version"},
+      {CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, "required cluster width"},
+      {CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, "non-portable cluster size allowed"}};
+  std::string out = "the function (as a CUfunction):";
+  for (const auto& [attribute, label] : wanted) {
+    int value = 0;
+    const CUresult r = get(&value, attribute, f);
+    out += std::string(" ") + label + " " + (r == CUDA_SUCCESS ? std::to_string(value) : result_name(r)) + ";";
+  }
+  out += " parameter offsets from the driver: " + std::to_string(parameter_offsets(handle).size());
+  return out;
 }
 
 void cuda_replay_device::enter() {
@@ -65,21 +95,34 @@ void cuda_replay_device::replay(const launch_view& op, allocator::stream_handle 
       void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(op.params.data()),
                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
       const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(op.kernel_handle));
-      CUresult r = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z,
-                                      op.shared_mem, cu_stream(stream), nullptr, size != 0 ? extra : nullptr);
-      if (r == CUDA_ERROR_INVALID_VALUE && size != 0) {
+      const CUresult packed = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
+                                                 op.block.z, op.shared_mem, cu_stream(stream), nullptr,
+                                                 size != 0 ? extra : nullptr);
+      if (packed == CUDA_SUCCESS) break;
+      std::string retry = "not tried";
+      if (packed == CUDA_ERROR_INVALID_VALUE && size != 0) {
         // The kernelParams form, one pointer per parameter into the same packed block.
         const std::vector<std::size_t> offsets = parameter_offsets(op.kernel_handle);
         std::vector<void*> args;
         for (std::size_t o : offsets)
           if (o < size) args.push_back(const_cast<std::byte*>(op.params.data()) + o);
         if (!args.empty() && args.size() == offsets.size()) {
-          r = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z,
-                                 op.shared_mem, cu_stream(stream), args.data(), nullptr);
+          const CUresult r = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
+                                                op.block.z, op.shared_mem, cu_stream(stream), args.data(), nullptr);
+          if (r == CUDA_SUCCESS) break;
+          retry = "refused too (" + result_name(r) + ", " + std::to_string(args.size()) + " parameter(s))";
+        } else {
+          retry = "not possible (the driver gave " + std::to_string(offsets.size()) + " parameter offsets)";
         }
       }
-      SUBLINEAR_CU_CHECK(api_, r);
-      break;
+      // Everything that decides whether a plain launch is accepted, for the report: a
+      // cuDNN BatchNorm kernel refused this way on an H200 (docs/gpu-suite.md).
+      throw device_error("sublinear: cuLaunchKernel refused the replay: " + result_name(packed) + " with the " +
+                         std::to_string(size) + "-byte packed parameter block; the kernelParams form " + retry +
+                         "; launch grid " + std::to_string(op.grid.x) + "x" + std::to_string(op.grid.y) + "x" +
+                         std::to_string(op.grid.z) + ", block " + std::to_string(op.block.x) + "x" +
+                         std::to_string(op.block.y) + "x" + std::to_string(op.block.z) + ", dynamic shared " +
+                         std::to_string(op.shared_mem) + " B; " + function_attributes(op.kernel_handle));
     }
     case launch_view::kind::memcpy:
       SUBLINEAR_CU_CHECK(api_, api_.memcpy_async(device_ptr(op.dst), device_ptr(op.src), op.bytes, cu_stream(stream)));

@@ -31,6 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "allocator/runtime/engine.hpp"
@@ -65,6 +66,9 @@ class cuda_replay_device final : public replay_device {
   CUctx_st* context_;
   void* func_param_info_ = nullptr;    // cuFuncGetParamInfo, when the driver has it
   void* kernel_param_info_ = nullptr;  // cuKernelGetParamInfo
+  void* func_get_attribute_ = nullptr;  // cuFuncGetAttribute (for refusals' messages)
+  [[nodiscard]] std::string result_name(int result) const;
+  [[nodiscard]] std::string function_attributes(std::uint64_t handle) const;
 };
 
 }  // namespace sublinear::runtime

@@ -293,6 +293,9 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
     } else {
       m->recorder = t.recorder;
       m->collector = t.collector;
+      // Made before the allocator: without it, traces written for `sublinear plan` said
+      // pages of 1 byte, and its previews of GPU traces ignored page rounding.
+      m->recorder->set_granularity(m->alloc->granularity());
     }
   }
   if (m->recorder == nullptr) {
