@@ -39,6 +39,7 @@ struct plan_preview_row {
   std::string planner;
   bool feasible = false;
   std::string error;                   // infeasible: the planner's message
+  bool internal_error = false;         // the planner failed (a bug); `error` says how
   std::size_t smallest_feasible = 0;   // infeasible: the smallest budget it meets (planner bytes)
   std::size_t predicted_peak = 0;      // the plan's peak (live buffers at page granularity)
   std::size_t predicted_mapped = 0;    // predicted_peak + the allocator's overhead

@@ -17,8 +17,12 @@
 //   When the driver refuses the packed block with CUDA_ERROR_INVALID_VALUE, the launch is
 //   tried once more in the kernelParams form (one pointer per parameter, at the offsets
 //   cuFuncGetParamInfo gives): on an H200 (session 22) cuDNN's
-//   bn_fw_tr_1C11_singleread kernel, whose one argument is a large struct, was refused
-//   through `extra`; whether the second form takes it has not been run yet.
+//   bn_fw_tr_1C11_singleread kernel, whose one argument is a 376-byte struct, was refused
+//   through `extra`; in session 24 it was refused after the retry too (grid 64, block 512,
+//   32 KiB of dynamic shared memory). Why is not known: a refusal now throws with the
+//   driver's result for both forms, the launch's dimensions and the function's
+//   attributes (maximum threads per block, static and maximum dynamic shared memory,
+//   registers, PTX version, cluster requirements), for the next run that meets one.
 // Limitations: launch attributes of cuLaunchKernelEx (clusters, cooperative, programmatic
 //   dependent launch) are not recorded, so a replay is a plain launch; the tracer records
 //   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the
