@@ -251,6 +251,14 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
         budget = (smallest * 11 // 10 + (2 << 20) - 1) // (2 << 20) * (2 << 20)
         out["budget_bytes"] = budget
         runs["enable_at_checkpoint_memory"] = runs["enable"]
+        # Keep the first run's log and report: the retry writes the same files, and in
+        # session 24 the cause of its validation mismatches was lost that way.
+        for suffix in ("stderr", "report.json"):
+            first = work / f"{model}-enable{'.' if suffix == 'stderr' else '-'}{suffix}"
+            try:
+                first.rename(work / f"{model}-enable-at-checkpoint-memory{'.' if suffix == 'stderr' else '-'}{suffix}")
+            except OSError:
+                pass
         runs["enable"] = enable_at(budget, "enable")
     preload_report = work / f"{model}-preload-report.json"
     env = traced_env("preload")
