@@ -119,14 +119,19 @@ def report_figures(path: Path) -> Dict[str, Any]:
     }
 
 
-def trace_diagnosis(cli: List[str], trace: Path, budget: int, timeout: float) -> Dict[str, Any]:
+def trace_diagnosis(cli: List[str], trace: Path, budget: int, timeout: float, mapped_peak: int = 0
+                    ) -> Dict[str, Any]:
     """What `sublinear plan` says of a kept trace: for how many launches writes were observed,
     and the blocks read before any observed write (Note [Unknown producers]) with the kernel
-    that reads each first: where to look when the tracer missed a kernel's writes."""
+    that reads each first: where to look when the tracer missed a kernel's writes. With the
+    traced iteration's mapped peak (the run's report), the planners' figures count the
+    allocator's cache as the runtime does; without it, live buffers only."""
     if not trace.exists():
         return {"error": f"no trace at {trace}"}
     out_json = trace.with_suffix(".plan.json")
     cmd = cli + ["plan", "--trace", str(trace), "--budget", str(budget), "--json", str(out_json)]
+    if mapped_peak > 0:
+        cmd += ["--mapped-peak", str(mapped_peak)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -144,7 +149,9 @@ def trace_diagnosis(cli: List[str], trace: Path, budget: int, timeout: float) ->
         "unproduced_count": p.get("unproduced_count"),
         "unproduced_bytes": p.get("unproduced_bytes"),
         "unproduced": (p.get("unproduced") or [])[:8],
+        "mapped_peak_bytes": mapped_peak or None,
         "planners": {r.get("planner"): (r.get("predicted_mapped_bytes") if r.get("feasible")
+                                        else {"internal_error": r.get("error")} if r.get("internal_error")
                                         else {"smallest_feasible_bytes": r.get("smallest_feasible_bytes")})
                      for r in p.get("planners", [])},
     }
@@ -274,7 +281,12 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
                                        clean_env(), a.timeout)
 
     # The traces the budgeted runs kept, read back by `sublinear plan` on this machine.
-    out["traces"] = {route: trace_diagnosis(cli, work / f"{model}-{route}.sltrace", budget, a.timeout)
+    def traced_mapped_peak(route: str) -> int:
+        summary = ((runs.get(route) or {}).get("report") or {}).get("summary") or {}
+        return int(summary.get("traced_peak_bytes") or 0)
+
+    out["traces"] = {route: trace_diagnosis(cli, work / f"{model}-{route}.sltrace", budget, a.timeout,
+                                            traced_mapped_peak(route))
                      for route in ("enable", "preload")}
 
     checks = out["checks"]
