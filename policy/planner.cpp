@@ -40,6 +40,17 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
   return e;
 }
 
+planner::context::evaluation planner::context::evaluate_keeping_refused(std::span<const std::uint8_t> dropped) {
+  evaluation e = evaluate(dropped);
+  if (e.ok || e.refused.empty()) return e;
+  std::vector<std::uint8_t> kept = e.dropped;
+  for (std::size_t round = 0; !e.ok && !e.refused.empty() && round < kept.size(); ++round) {
+    for (std::uint32_t c : e.refused) kept[c] = 0;
+    e = evaluate(kept);
+  }
+  return e;
+}
+
 std::size_t planner::context::unplanned_peak() {
   if (!unplanned_peak_) unplanned_peak_ = sim_.run(plan{}).peak;
   return *unplanned_peak_;
@@ -169,14 +180,8 @@ class sqrtn_planner final : public planner {
       if ((i + 1) % seg != 0) continue;
       for (std::uint32_t c : segments[i].outputs) dropped[c] = 0;
     }
-    // A drop set of candidates need not build: a recipe may have to rebuild a block no
-    // launch is seen producing, or update an evicted block in place (docs/policy.md,
-    // "Recipes"). Chen's rule fixes the set; the targets of a refused recipe stay.
-    context::evaluation e = ctx.evaluate(dropped);
-    for (std::size_t round = 0; !e.ok && !e.refused.empty() && round < k; ++round) {
-      for (std::uint32_t c : e.refused) dropped[c] = 0;
-      e = ctx.evaluate(dropped);
-    }
+    // Chen's rule fixes the set; the targets of a refused recipe stay.
+    context::evaluation e = ctx.evaluate_keeping_refused(dropped);
     if (!e.ok) throw std::logic_error("sublinear: internal error: sqrtn: " + e.error);
     // The plan does not depend on the budget: it fits or it does not.
     if (e.sim.peak > budget) throw infeasible_budget(name(), budget, e.sim.peak, ctx.lower_bound());
@@ -243,7 +248,7 @@ std::optional<planner::context::evaluation> solve_chen(planner::context& ctx, st
   const auto consider = [&] {
     if (std::find(tried.begin(), tried.end(), dropped) != tried.end()) return;  // grid points often agree
     tried.push_back(dropped);
-    evaluation e = ctx.evaluate(dropped);
+    evaluation e = ctx.evaluate_keeping_refused(dropped);
     if (!e.fits(budget)) return;
     if (!best || e.sim.added_compute_s < best->sim.added_compute_s ||
         (e.sim.added_compute_s == best->sim.added_compute_s && e.sim.peak < best->sim.peak)) {

@@ -377,7 +377,7 @@ std::optional<planner::context::evaluation> solve_chain_model(planner::context& 
   for (int round = 0; round < 6; ++round) {
     std::optional<std::vector<std::uint8_t>> dropped = chain_drop_set(ctx, internal, run_pages);
     if (!dropped) return std::nullopt;
-    planner::context::evaluation e = ctx.evaluate(*dropped);
+    planner::context::evaluation e = ctx.evaluate_keeping_refused(*dropped);
     if (e.fits(budget)) return e;
     if (!e.ok) return std::nullopt;
     // The chain model underestimated this graph: ask for the overshoot back.

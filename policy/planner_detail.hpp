@@ -34,6 +34,12 @@ class planner::context {
   // Builds and simulates the plan of a drop set (one entry per candidate index), with
   // horizons when given (drop_plan_builder::build).
   [[nodiscard]] evaluation evaluate(std::span<const std::uint8_t> dropped, std::span<const launch_id> horizons = {});
+  // evaluate(), and while a recipe is refused, again with that recipe's targets kept: for
+  // the planners whose drop sets come from a rule, not a search (sqrtn, chen, tiered, the
+  // chain solver's). A recipe may be refused that rebuilds a block no launch is seen
+  // producing, or that updates an evicted or rewritten block in place (docs/policy.md,
+  // "Recipes"); keeping its targets is the smallest change to the rule's set that builds.
+  [[nodiscard]] evaluation evaluate_keeping_refused(std::span<const std::uint8_t> dropped);
 
   [[nodiscard]] const iteration& graph() const noexcept { return *it_; }
   [[nodiscard]] const dataflow& flow() const noexcept { return flow_; }

@@ -108,7 +108,7 @@ class tier_grid {
         for (std::uint32_t c : segs_[j].outputs) dropped_[c] = 1;
       }
     }
-    return ctx_.evaluate(dropped_);
+    return ctx_.evaluate_keeping_refused(dropped_);
   }
 
  private:

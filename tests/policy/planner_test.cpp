@@ -183,12 +183,12 @@ TEST(Planner, SqrtnCutsTheChainIntoSqrtNSegments) {
   EXPECT_EQ(targets, cs.size() - cs.size() / seg);
 }
 
-// Chen's rule fixes the drop set, and a drop set need not build: here it drops a and c,
+// sqrtn's rule fixes the drop set, and a drop set need not build: here it drops a and c,
 // and c's producer L2 updates a in place while a is evicted at c's restore point (a
 // recipe the builder refuses; docs/policy.md, "Recipes"). sqrtn keeps what the refused
 // recipe was to rebuild and drops the rest. (On an H200's PyTorch traces sqrtn threw an
 // internal error instead, and took `sublinear plan`'s other planners down with it.)
-TEST(Planner, SqrtnKeepsTheTargetsOfARecipeTheBuilderRefuses) {
+TEST(Planner, RuleBasedPlannersKeepTheTargetsOfARecipeTheBuilderRefuses) {
   test::hand_iteration h;
   const buffer_id W = h.persistent(1024);
   const buffer_id a = h.transient(1 << 20, 0, 9);
@@ -216,6 +216,11 @@ TEST(Planner, SqrtnKeepsTheTargetsOfARecipeTheBuilderRefuses) {
   ASSERT_FALSE(refused.ok) << "the scenario must hold a refused recipe";
   EXPECT_THAT(refused.error, HasSubstr("in place"));
   EXPECT_THAT(refused.refused, ::testing::ElementsAre(cs.index_of(c)));
+  // What sqrtn, chen, tiered and the chain solver do with such a set: keep c, drop a.
+  const planner::context::evaluation kept = ctx.evaluate_keeping_refused(both);
+  ASSERT_TRUE(kept.ok) << kept.error;
+  EXPECT_EQ(kept.dropped[cs.index_of(a)], 1);
+  EXPECT_EQ(kept.dropped[cs.index_of(c)], 0);
 
   const plan p = make_planner("sqrtn")->make_plan(it, simulate(it, plan{}).peak);
   std::vector<buffer_id> evicted;
