@@ -30,21 +30,20 @@ const char* to_string(copy_kind kind) noexcept {
   return "unknown";
 }
 
-std::span<const write_record> trace::writes_of(std::uint64_t seq) const {
-  auto lo = std::lower_bound(writes.begin(), writes.end(), seq,
+namespace {
+// The records of `seq` in a list ordered by (seq, address).
+std::span<const write_record> records_of(const std::vector<write_record>& records, std::uint64_t seq) {
+  auto lo = std::lower_bound(records.begin(), records.end(), seq,
                              [](const write_record& w, std::uint64_t s) { return w.seq < s; });
-  auto hi = std::upper_bound(lo, writes.end(), seq,
+  auto hi = std::upper_bound(lo, records.end(), seq,
                              [](std::uint64_t s, const write_record& w) { return s < w.seq; });
-  return {writes.data() + (lo - writes.begin()), static_cast<std::size_t>(hi - lo)};
+  return {records.data() + (lo - records.begin()), static_cast<std::size_t>(hi - lo)};
 }
+}  // namespace
 
-std::span<const write_record> trace::fresh_of(std::uint64_t seq) const {
-  auto lo = std::lower_bound(fresh.begin(), fresh.end(), seq,
-                             [](const write_record& w, std::uint64_t s) { return w.seq < s; });
-  auto hi = std::upper_bound(lo, fresh.end(), seq,
-                             [](std::uint64_t s, const write_record& w) { return s < w.seq; });
-  return {fresh.data() + (lo - fresh.begin()), static_cast<std::size_t>(hi - lo)};
-}
+std::span<const write_record> trace::writes_of(std::uint64_t seq) const { return records_of(writes, seq); }
+
+std::span<const write_record> trace::fresh_of(std::uint64_t seq) const { return records_of(fresh, seq); }
 
 std::vector<event_range> trace::marked_iterations() const {
   std::vector<event_range> out;

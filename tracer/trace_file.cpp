@@ -580,34 +580,22 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
     auto body = c.take(static_cast<std::size_t>(e.size), "arena");
     t.arena.assign(body.begin(), body.end());
   }
-  // WRITES.
-  {
-    const dir_entry& e = found[sec_writes];
-    section_cursor c(d, sec_writes, e.offset, e.size);
+  // WRITES, and FRESH (1.1; a 1.0 file has none): (seq, address) records.
+  const auto read_records = [&](std::uint32_t id, const char* what, std::vector<write_record>& out) {
+    const dir_entry& e = found[id];
+    section_cursor c(d, id, e.offset, e.size);
     if (e.count > e.size / write_record_size || e.size != e.count * write_record_size) {
-      c.fail(std::to_string(e.count) + " writes need " + std::to_string(e.count * write_record_size) +
+      c.fail(std::to_string(e.count) + " " + what + " need " + std::to_string(e.count * write_record_size) +
              " bytes, the section has " + std::to_string(e.size));
     }
-    t.writes.resize(static_cast<std::size_t>(e.count));
-    for (write_record& r : t.writes) {
-      r.seq = c.get<std::uint64_t>("write seq");
-      r.address = c.get<std::uint64_t>("write address");
+    out.resize(static_cast<std::size_t>(e.count));
+    for (write_record& r : out) {
+      r.seq = c.get<std::uint64_t>("record seq");
+      r.address = c.get<std::uint64_t>("record address");
     }
-  }
-  // FRESH (1.1; a 1.0 file has none).
-  if (have[sec_fresh]) {
-    const dir_entry& e = found[sec_fresh];
-    section_cursor c(d, sec_fresh, e.offset, e.size);
-    if (e.count > e.size / write_record_size || e.size != e.count * write_record_size) {
-      c.fail(std::to_string(e.count) + " fresh records need " + std::to_string(e.count * write_record_size) +
-             " bytes, the section has " + std::to_string(e.size));
-    }
-    t.fresh.resize(static_cast<std::size_t>(e.count));
-    for (write_record& r : t.fresh) {
-      r.seq = c.get<std::uint64_t>("fresh seq");
-      r.address = c.get<std::uint64_t>("fresh address");
-    }
-  }
+  };
+  read_records(sec_writes, "writes", t.writes);
+  if (have[sec_fresh]) read_records(sec_fresh, "fresh records", t.fresh);
 
   try {
     validate_impl(t);

@@ -430,6 +430,42 @@ TEST(EngineFaults, AKernelThatIsNotReplaySafeIsCaughtByValidationAndNeverEvicted
   EXPECT_EQ(got.last_mismatches, 0u) << "and it is not evicted again";
 }
 
+// Six iterations of a chain model shaped by `shape`, without and then with the engine
+// (`options`): the results to compare, the engine's reports and its plan error, and the
+// totals the tests below check.
+struct chain_comparison {
+  std::vector<float> expected, got;
+  std::vector<iteration_report> reports;
+  std::string plan_error;
+  std::size_t mismatches = 0, evictions = 0, planned = 0;
+};
+chain_comparison compare_chain_training(const std::function<void(chain_model&)>& shape, const engine_options& options) {
+  chain_comparison c;
+  for (bool with_engine : {false, true}) {
+    chain_model m;
+    shape(m);
+    std::unique_ptr<host_runtime> rt;
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options);
+    for (int it = 0; it < 6; ++it) {
+      m.iteration(12, kFloats, false);
+      if (rt) rt->mark_iteration();
+    }
+    (with_engine ? c.got : c.expected) = m.result();
+    if (rt) {
+      c.reports = rt->get().iterations();
+      c.plan_error = rt->get().plan_error();
+    }
+  }
+  for (const auto& r : c.reports) {
+    c.mismatches += r.validation_mismatches;
+    c.evictions += r.evictions;
+    if (r.budget == 0) continue;
+    ++c.planned;
+    EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
+  }
+  return c;
+}
+
 // On a GPU, PyTorch's GPT-2 blocks had recipes that read an evicted block through scratch
 // (session 22): a block whose writer the tracer did not see has no recipe. Here every third
 // activation is written through an encoded pointer. Such activations must stay resident
@@ -438,32 +474,12 @@ TEST(EngineFaults, AKernelThatIsNotReplaySafeIsCaughtByValidationAndNeverEvicted
 TEST(EngineFaults, ActivationsWrittenThroughAPointerTheTracerCannotSeeStayResidentAndTrainingStaysExact) {
   for (const char* policy : {"reforward", "greedy", "chain"}) {
     SCOPED_TRACE(policy);
-    std::vector<float> expected, got;
-    std::vector<iteration_report> reports;
-    for (bool with_engine : {false, true}) {
-      chain_model m;
-      m.hide_some_outputs = true;
-      std::unique_ptr<host_runtime> rt;
-      if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.6x", policy));
-      for (int it = 0; it < 6; ++it) {
-        m.iteration(12, kFloats, false);
-        if (rt) rt->mark_iteration();
-      }
-      (with_engine ? got : expected) = m.result();
-      if (rt) reports = rt->get().iterations();
-    }
-    EXPECT_EQ(got, expected);
-    std::size_t mismatches = 0, evictions = 0, planned = 0;
-    for (const auto& r : reports) {
-      mismatches += r.validation_mismatches;
-      evictions += r.evictions;
-      if (r.budget == 0) continue;
-      ++planned;
-      EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
-    }
-    EXPECT_GE(planned, 3u) << "the budget must be in force";
-    EXPECT_GT(evictions, 0u) << "the visible activations are still evicted";
-    EXPECT_EQ(mismatches, 0u) << "no recipe may rebuild a block whose writer was not seen";
+    const chain_comparison c =
+        compare_chain_training([](chain_model& m) { m.hide_some_outputs = true; }, options_for("0.6x", policy));
+    EXPECT_EQ(c.got, c.expected);
+    EXPECT_GE(c.planned, 3u) << "the budget must be in force";
+    EXPECT_GT(c.evictions, 0u) << "the visible activations are still evicted";
+    EXPECT_EQ(c.mismatches, 0u) << "no recipe may rebuild a block whose writer was not seen";
   }
 }
 
@@ -475,45 +491,18 @@ TEST(EngineFaults, ActivationsWrittenThroughAPointerTheTracerCannotSeeStayReside
 TEST(EngineFaults, KernelsHandedAWorkspaceTheyDoNotTouchCanStillBeReplayed) {
   for (bool fill : {true, false}) {
     SCOPED_TRACE(fill ? "fresh blocks filled" : "not filled");
-    std::vector<float> expected, got;
-    std::vector<iteration_report> reports;
-    std::string plan_error;
-    for (bool with_engine : {false, true}) {
-      chain_model m;
-      m.unused_workspaces = true;
-      std::unique_ptr<host_runtime> rt;
-      if (with_engine) {
-        engine_options o = options_for("0.6x", "reforward");
-        o.fill_fresh_blocks = fill;
-        rt = std::make_unique<host_runtime>(m.dev, m.alloc, o);
-      }
-      for (int it = 0; it < 6; ++it) {
-        m.iteration(12, kFloats, false);
-        if (rt) rt->mark_iteration();
-      }
-      (with_engine ? got : expected) = m.result();
-      if (rt) {
-        reports = rt->get().iterations();
-        plan_error = rt->get().plan_error();
-      }
-    }
-    EXPECT_EQ(got, expected);
-    std::size_t mismatches = 0, evictions = 0, planned = 0;
-    for (const auto& r : reports) {
-      mismatches += r.validation_mismatches;
-      evictions += r.evictions;
-      if (r.budget == 0) continue;
-      ++planned;
-      EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
-    }
-    EXPECT_EQ(mismatches, 0u);
+    engine_options o = options_for("0.6x", "reforward");
+    o.fill_fresh_blocks = fill;
+    const chain_comparison c = compare_chain_training([](chain_model& m) { m.unused_workspaces = true; }, o);
+    EXPECT_EQ(c.got, c.expected);
+    EXPECT_EQ(c.mismatches, 0u);
     if (fill) {
-      EXPECT_EQ(plan_error, "");
-      EXPECT_GE(planned, 3u) << "the budget must be in force";
-      EXPECT_GT(evictions, 0u) << "the layers are evicted and rebuilt";
+      EXPECT_EQ(c.plan_error, "");
+      EXPECT_GE(c.planned, 3u) << "the budget must be in force";
+      EXPECT_GT(c.evictions, 0u) << "the layers are evicted and rebuilt";
     } else {
-      EXPECT_EQ(evictions, 0u) << "without the fill no layer can be rebuilt";
-      EXPECT_NE(plan_error.find("infeasible"), std::string::npos) << plan_error;
+      EXPECT_EQ(c.evictions, 0u) << "without the fill no layer can be rebuilt";
+      EXPECT_NE(c.plan_error.find("infeasible"), std::string::npos) << c.plan_error;
     }
   }
 }
@@ -525,37 +514,13 @@ TEST(EngineFaults, KernelsHandedAWorkspaceTheyDoNotTouchCanStillBeReplayed) {
 TEST(EngineFaults, APersistentWorkspaceNoKernelWritesIsNotTakenForAnOutput) {
   for (const char* policy : {"reforward", "chain"}) {
     SCOPED_TRACE(policy);
-    std::vector<float> expected, got;
-    std::vector<iteration_report> reports;
-    std::string plan_error;
-    for (bool with_engine : {false, true}) {
-      chain_model m;
-      m.persistent_workspace = true;
-      std::unique_ptr<host_runtime> rt;
-      if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for("0.6x", policy));
-      for (int it = 0; it < 6; ++it) {
-        m.iteration(12, kFloats, false);
-        if (rt) rt->mark_iteration();
-      }
-      (with_engine ? got : expected) = m.result();
-      if (rt) {
-        reports = rt->get().iterations();
-        plan_error = rt->get().plan_error();
-      }
-    }
-    EXPECT_EQ(got, expected);
-    EXPECT_EQ(plan_error, "");
-    std::size_t mismatches = 0, evictions = 0, planned = 0;
-    for (const auto& r : reports) {
-      mismatches += r.validation_mismatches;
-      evictions += r.evictions;
-      if (r.budget == 0) continue;
-      ++planned;
-      EXPECT_LE(r.peak_mapped, r.budget) << "iteration " << r.index;
-    }
-    EXPECT_EQ(mismatches, 0u);
-    EXPECT_GE(planned, 3u) << "the budget must be in force";
-    EXPECT_GT(evictions, 0u);
+    const chain_comparison c =
+        compare_chain_training([](chain_model& m) { m.persistent_workspace = true; }, options_for("0.6x", policy));
+    EXPECT_EQ(c.got, c.expected);
+    EXPECT_EQ(c.plan_error, "");
+    EXPECT_EQ(c.mismatches, 0u);
+    EXPECT_GE(c.planned, 3u) << "the budget must be in force";
+    EXPECT_GT(c.evictions, 0u);
   }
 }
 
