@@ -158,24 +158,30 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
     pulled.clear();
     out.launches.clear();
     bool conflict = false;
-    // A resident side output the launch reads (it updates it in place) starts its scratch
-    // from the bytes it has at the restore point, which are the bytes the launch read only
-    // if every later write to it before r is the recipe's own (the runtime checks this by
-    // version: Note [Replay recipes] in engine.cpp). Launches are taken latest first, so
-    // the recipe's launches after l are all known when l is.
-    const auto stale_side_output = [&](buffer_id x, launch_id l) {
+    // A side output that launch l writes and also reads (it updates it in place) starts
+    // its scratch from the bytes it has at the restore point (Note [Replay recipes] in
+    // engine.cpp). Those are the bytes l read only if the buffer is resident at r and
+    // every later write to it before r is the recipe's own; the runtime checks this by
+    // version. Otherwise the recipe is refused, and why is returned. (Rebuilding such a
+    // buffer from its writers was tried: on traces without observed writes, where every
+    // touched block counts as written, recipes grew to whole chains and planning took five
+    // times longer.) Launches are taken latest first, so the recipe's launches after l
+    // are all known when l is.
+    const auto side_output_lacks_its_bytes = [&](buffer_id x, launch_id l) -> const char* {
       const buffer& bx = it.buffers[x];
-      if (bx.alloc_index != none && bx.users.front() == l) return false;  // l's fresh output
-      if (!df_->allocated_at(x, r) || is_evicted(x)) return false;
+      if (bx.alloc_index != none && bx.users.front() == l) return nullptr;  // l's fresh output
+      if (!df_->allocated_at(x, r)) return nullptr;
+      if (is_evicted(x)) return "that buffer is evicted at the restore point";
       for (launch_id w : df_->writers_in(x, l + 1, r))
-        if (queued_epoch_[w] != epoch_) return true;
-      return false;
+        if (queued_epoch_[w] != epoch_) return "a launch outside the recipe writes it again before the restore point";
+      return nullptr;
     };
-    const auto refuse_stale = [&](buffer_id x, launch_id l) {
-      if (failure_.empty()) {
-        failure_ = launch_label(it, l) + " updates buffer " + std::to_string(x) +
-                   " in place, and a launch outside the recipe writes it again before the restore point";
+    const auto refuse_side_output = [&](buffer_id x, launch_id l) {
+      const char* why = side_output_lacks_its_bytes(x, l);
+      if (why != nullptr && failure_.empty()) {
+        failure_ = launch_label(it, l) + " updates buffer " + std::to_string(x) + " in place, and " + why;
       }
+      return why != nullptr;
     };
     for (buffer_id t : targets) {
       if (role_of(t) == role::unset) seen.push_back(t);
@@ -207,8 +213,8 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
             if (!writes) {
               set_role(x, role::scratch);
               require(x, l);
-            } else if (stale_side_output(x, l)) {
-              refuse_stale(x, l);
+            } else {
+              refuse_side_output(x, l);
             }
             break;
           case role::in_place:
@@ -220,21 +226,7 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
           case role::unset: {
             seen.push_back(x);
             const bool resident = df_->allocated_at(x, r) && !is_evicted(x);
-            if (writes && is_evicted(x) && df_->allocated_at(x, r) && it.buffers[x].users.front() != l) {
-              // Updated in place while evicted: the runtime has no resident bytes to start
-              // its scratch from. (Rebuilding it from its writers instead was tried: on
-              // traces without observed writes, where every touched block counts as
-              // written, recipes grew to whole chains and planning took five times longer.)
-              if (failure_.empty()) {
-                failure_ = launch_label(it, l) + " updates buffer " + std::to_string(x) +
-                           " in place, and that buffer is evicted at the restore point";
-              }
-              break;
-            }
-            if (writes && stale_side_output(x, l)) {
-              refuse_stale(x, l);
-              break;
-            }
+            if (writes && refuse_side_output(x, l)) break;
             if (writes) {
               set_role(x, role::side);
             } else if (resident && !forced_scratch(x) && !df_->written_in(x, l, r)) {

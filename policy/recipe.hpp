@@ -25,9 +25,10 @@
 //   same "first write is an output" rule the tracer uses. A buffer read in place by one
 //   recipe launch but written by another cannot live at one address for both; it is then
 //   forced to scratch and the sweep repeats (rare; at most once per such buffer).
-//   A recipe launch that writes a buffer evicted at r, and is not that buffer's first
-//   user (it updates it in place), refuses the recipe: the runtime starts a side output's
-//   scratch from its resident bytes, and there are none.
+//   A recipe launch that updates a buffer in place (writes it, and is not its first
+//   user) refuses the recipe when that buffer is evicted at r or written again before r
+//   by a launch outside the recipe: the runtime starts a side output's scratch from its
+//   bytes at r, and those are not the bytes the launch read.
 //   A buffer that would have to be rebuilt but whose first user does not write it has
 //   no known producer (Note [Unknown producers] in tracer/analysis.cpp): the recipe is
 //   refused.

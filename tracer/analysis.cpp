@@ -239,7 +239,8 @@ class builder {
     return static_cast<double>(bytes) * o_.unmeasured_cost_per_byte;
   }
 
-  void add_launch(std::size_t event_index, const event& e, policy::launch&& L, std::vector<touch>&& touches) {
+  void add_launch(std::size_t event_index, const event& e, policy::launch&& L, std::vector<touch>&& touches,
+                  std::vector<buffer_id>&& fresh = {}) {
     std::sort(L.touched.begin(), L.touched.end());
     L.touched.erase(std::unique(L.touched.begin(), L.touched.end()), L.touched.end());
     std::sort(L.written.begin(), L.written.end());
@@ -257,7 +258,7 @@ class builder {
     out_.graph.launches.push_back(std::move(L));
     out_.touches.push_back(std::move(touches));
     out_.launch_events.push_back(event_index);
-    fresh_.resize(out_.graph.launches.size());
+    fresh_.push_back(std::move(fresh));
   }
 
   void kernel_launch(std::size_t i, const event& e) {
@@ -273,6 +274,7 @@ class builder {
       L.touched.push_back(h.block);
       touches.push_back({h.block, h.param_offset, h.offset});
     }
+    std::vector<buffer_id> fresh;
     if ((e.flags & event_flags::writes_observed) != 0) {
       ++out_.observed_launches;
       for (const write_record& w : t_.writes_of(e.seq)) {
@@ -282,18 +284,14 @@ class builder {
       std::vector<buffer_id> touched = L.touched;
       std::sort(touched.begin(), touched.end());
       std::erase_if(L.written, [&](buffer_id b) { return !std::binary_search(touched.begin(), touched.end(), b); });
-      std::vector<buffer_id> fresh;
       for (const write_record& w : t_.fresh_of(e.seq)) {
         if (const block_map::entry* b = live_.at(w.address)) fresh.push_back(b->id);
       }
       std::sort(fresh.begin(), fresh.end());
-      add_launch(i, e, std::move(L), std::move(touches));
-      fresh_.back() = std::move(fresh);
-      return;
     } else {
       L.written = L.touched;
     }
-    add_launch(i, e, std::move(L), std::move(touches));
+    add_launch(i, e, std::move(L), std::move(touches), std::move(fresh));
   }
 
   void copy_or_set(std::size_t i, const event& e) {

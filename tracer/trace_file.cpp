@@ -351,18 +351,16 @@ std::vector<std::byte> encode_trace(const trace& t) {
     }
   });
   section(sec_arena, t.arena.size(), [&] { w.put_bytes(t.arena.data(), t.arena.size()); });
-  section(sec_writes, t.writes.size(), [&] {
-    for (const write_record& r : t.writes) {
-      w.put<std::uint64_t>(r.seq);
-      w.put<std::uint64_t>(r.address);
-    }
-  });
-  section(sec_fresh, t.fresh.size(), [&] {
-    for (const write_record& r : t.fresh) {
-      w.put<std::uint64_t>(r.seq);
-      w.put<std::uint64_t>(r.address);
-    }
-  });
+  const auto records = [&](std::uint32_t id, const std::vector<write_record>& rs) {
+    section(id, rs.size(), [&] {
+      for (const write_record& r : rs) {
+        w.put<std::uint64_t>(r.seq);
+        w.put<std::uint64_t>(r.address);
+      }
+    });
+  };
+  records(sec_writes, t.writes);
+  records(sec_fresh, t.fresh);
 
   // Directory.
   std::size_t at = header_size;
