@@ -15,18 +15,76 @@
 //   because a recipe rebuilt them ahead of their own use, the one needed soonest is kept
 //   for good, and so is every sqrt(m)-th of the m such buffers after it, which splits the
 //   recomputed run into Chen-sized pieces in one step.
-// Limitations: greedy; a drop that helps one peak may move the peak to a recipe moment.
+// Limitations: greedy; a drop that helps one peak may move the peak to a recipe moment,
+//   and the rounds that follow may climb from there (on a traced cuDNN ResNet at 0.5x
+//   every ranking passed 88 MiB and climbed to 134 MiB; a plan of 64.68 MiB was one flip
+//   away from its best state, History).
 //   The undo pass is bounded (about 5e5 launch-visits of simulation) on large graphs.
+//   When the greedy gets nowhere (a recipe it cannot build, or nothing left to drop at
+//   the peak), steepest descent on the peak takes over (descend_peak below): one
+//   candidate dropped or kept back at a time, each trial simulated exactly, the best
+//   taken while it lowers the peak; first from the lowest peak the greedy passed
+//   through, then, if that ends above the budget, from no eviction.
 // History: ranked by pages until 2026-11-21. `sublinear plan` on traced host iterations,
 //   at 0.75x of the live peak: ResNet-434 118.2 -> 19.4 ms of recomputation, 1,639 -> 307
 //   evictions; ResNet-152 19.0 -> 5.2 ms. At 0.5x Transformer-8 went 9.4 -> 9.9 ms, so
 //   reforward starts from both rankings (greedy_rank in planner_detail.hpp).
+//   Steepest descent from the lowest peak added on 2026-11-27: on the H200's trace of the
+//   GPU suite's cuDNN ResNet (part 3, 36 candidates, 0.5x = 71.82 MiB for live buffers)
+//   greedy and reforward needed 81.09 MiB mapped; with it, reforward meets 0.5x.
 #include <algorithm>
 #include <numeric>
 
 #include "policy/planner_detail.hpp"
 
 namespace sublinear::policy {
+
+namespace {
+
+// Note [Cost-aware greedy], last paragraph. The moves are the ones that can change the
+// peak where it occurs: drop a candidate idle there (its gap contains the peak's launch),
+// or keep back a dropped one whose recipe runs there (it restores at that launch, or a
+// recipe restoring there regenerates it on the way). Bounded by `trials` simulations.
+std::optional<planner::context::evaluation> descend_peak(planner::context& ctx, std::size_t budget,
+                                                         planner::context::evaluation current, std::size_t& trials) {
+  const candidate_set& cs = ctx.candidates();
+  std::vector<std::uint8_t> dropped = current.dropped;
+  std::vector<std::uint32_t> moves;
+  while (current.ok && !current.fits(budget) && trials > 0) {
+    const launch_id t = current.sim.peak_at;
+    moves.clear();
+    for (std::uint32_t c = 0; c < cs.size(); ++c) {
+      if (dropped[c] == 0 && cs[c].evict_after < t && t < cs[c].restore_before) moves.push_back(c);
+    }
+    for (const eviction& ev : current.result.evictions) {
+      if (ev.restore_before != t) continue;
+      moves.push_back(cs.index_of(ev.target));
+      for (buffer_id x : ev.also_regenerates) moves.push_back(cs.index_of(x));
+    }
+    std::sort(moves.begin(), moves.end());
+    moves.erase(std::unique(moves.begin(), moves.end()), moves.end());
+    std::optional<planner::context::evaluation> best;
+    for (std::uint32_t c : moves) {
+      if (c == none || trials == 0) continue;
+      --trials;
+      dropped[c] ^= 1;
+      planner::context::evaluation e = ctx.evaluate(dropped);
+      dropped[c] ^= 1;
+      if (!e.ok || e.sim.peak >= current.sim.peak) continue;
+      if (!best || e.sim.peak < best->sim.peak ||
+          (e.sim.peak == best->sim.peak && e.sim.added_compute_s < best->sim.added_compute_s)) {
+        best = std::move(e);
+      }
+    }
+    if (!best) break;  // a local minimum of the peak
+    current = std::move(*best);
+    dropped = current.dropped;
+  }
+  if (!current.fits(budget)) return std::nullopt;
+  return current;
+}
+
+}  // namespace
 
 std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget, greedy_rank rank) {
   const candidate_set& cs = ctx.candidates();
@@ -37,9 +95,28 @@ std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, 
   std::vector<std::uint8_t> dropped(k, 0);
   std::vector<std::uint8_t> pinned(k, 0);  // kept for good: they split a recomputation run
   planner::context::evaluation current = ctx.evaluate(dropped);
+  const std::size_t work = ctx.graph().launches.size() + cs.size() + 1;
+  const std::size_t trials = std::max<std::size_t>(16, 500'000 / work);
+  const planner::context::evaluation start = current;
+  std::optional<planner::context::evaluation> lowest;  // the lowest peak passed through
+  // The greedy got nowhere: descend from the lowest peak it saw, then from no eviction.
+  const auto stuck = [&]() -> bool {
+    std::size_t left = trials;
+    std::optional<planner::context::evaluation> e;
+    if (lowest) e = descend_peak(ctx, budget, std::move(*lowest), left);
+    if (!e && start.ok) e = descend_peak(ctx, budget, start, left);
+    if (!e) return false;
+    current = std::move(*e);
+    dropped = current.dropped;
+    return true;
+  };
   std::vector<std::uint32_t> eligible;
   while (!current.fits(budget)) {
-    if (!current.ok) return std::nullopt;
+    if (!current.ok) {
+      if (stuck()) break;
+      return std::nullopt;
+    }
+    if (!lowest || current.sim.peak < lowest->sim.peak) lowest = current;
     const launch_id t = current.sim.peak_at;
     const std::size_t excess = current.sim.peak - budget;
     eligible.clear();
@@ -59,7 +136,10 @@ std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, 
           if (cs[c].evict_after < t && t < cs[c].restore_before) early.push_back(c);
         }
       }
-      if (early.empty()) return std::nullopt;  // nothing evictable at the peak
+      if (early.empty()) {  // nothing evictable at the peak
+        if (stuck()) break;
+        return std::nullopt;
+      }
       // Keep the one needed soonest, and every sqrt(m)-th after it, so one round splits a
       // long run into sqrt-sized pieces instead of peeling one buffer per simulation.
       std::sort(early.begin(), early.end(), [&](std::uint32_t a, std::uint32_t b) {
@@ -97,8 +177,6 @@ std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, 
   std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
     return cs[a].cost_s != cs[b].cost_s ? cs[a].cost_s > cs[b].cost_s : a < b;
   });
-  const std::size_t work = ctx.graph().launches.size() + cs.size() + 1;
-  const std::size_t trials = std::max<std::size_t>(16, 500'000 / work);
   for (std::size_t i = 0; i < order.size() && i < trials; ++i) {
     dropped[order[i]] = 0;
     planner::context::evaluation e = ctx.evaluate(dropped);
