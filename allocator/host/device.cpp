@@ -374,6 +374,27 @@ struct device::impl {
 
   std::atomic<std::uint64_t> correlation{0};
 
+  // Note [Dynamic shared memory limit]: kernels whose limit was set, by id.
+  mutable std::mutex shared_limits_mutex;
+  std::unordered_map<std::uint32_t, std::uint32_t> shared_limits;
+  std::atomic<bool> have_shared_limits{false};
+
+  std::uint32_t shared_limit(const kernel& k) const {
+    if (!have_shared_limits.load(std::memory_order_acquire)) return device::default_dynamic_shared;
+    std::lock_guard lock(shared_limits_mutex);
+    const auto it = shared_limits.find(k.id);
+    return it == shared_limits.end() ? device::default_dynamic_shared : it->second;
+  }
+  void check_shared(const kernel& k, const launch_config& cfg, const char* what) const {
+    if (cfg.shared_mem == 0) return;
+    const std::uint32_t limit = shared_limit(k);
+    if (cfg.shared_mem <= limit) return;
+    throw device_error("host device: " + std::string(what) + ": kernel '" + k.name + "' launched with " +
+                       std::to_string(cfg.shared_mem) + " bytes of dynamic shared memory, above its limit of " +
+                       std::to_string(limit) +
+                       " (invalid value; set_max_dynamic_shared raises it, as cuFuncSetAttribute does)");
+  }
+
   std::shared_ptr<stream> make_stream() {
     std::lock_guard lock(streams_mutex);
     auto s = std::make_shared<stream>(next_stream_id++);
@@ -625,10 +646,23 @@ void device::impl::launch_packed(const kernel& k, const launch_config& cfg, stre
   }
 }
 
+void device::set_max_dynamic_shared(const kernel& k, std::uint32_t bytes) {
+  if (bytes > max_dynamic_shared_optin) {
+    throw config_error("host device: set_max_dynamic_shared: " + std::to_string(bytes) + " bytes for kernel '" +
+                       k.name + "' is above the device's " + std::to_string(max_dynamic_shared_optin));
+  }
+  std::lock_guard lock(impl_->shared_limits_mutex);
+  impl_->shared_limits[k.id] = bytes;
+  impl_->have_shared_limits.store(true, std::memory_order_release);
+}
+
+std::uint32_t device::max_dynamic_shared(const kernel& k) const { return impl_->shared_limit(k); }
+
 void device::launch(const kernel& k, const launch_config& cfg, stream* s, const void* params) {
   if (k.body == nullptr) {
     throw config_error("host device: launch: kernel '" + k.name + "' has no body");
   }
+  impl_->check_shared(k, cfg, "launch");
   if (params == nullptr && k.param_bytes != 0) {
     throw config_error("host device: launch: kernel '" + k.name + "' takes " +
                        std::to_string(k.param_bytes) + " parameter bytes but params is null");
@@ -645,6 +679,7 @@ void device::launch_unpacked(const kernel& k, const launch_config& cfg, stream* 
   if (k.body == nullptr) {
     throw config_error("host device: launch_unpacked: kernel '" + k.name + "' has no body");
   }
+  impl_->check_shared(k, cfg, "launch_unpacked");
   if (kernel_params == nullptr && !k.params.empty()) {
     throw config_error("host device: launch_unpacked: kernel '" + k.name + "' takes " +
                        std::to_string(k.params.size()) + " parameters but kernelParams is null");

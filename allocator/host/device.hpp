@@ -181,6 +181,22 @@ class device final : public allocator::stream_events {
   void synchronize_event(event* e);
   void stream_wait_event(stream* s, event* e);  // later work on s waits for e's completion
 
+  // Note [Dynamic shared memory limit]
+  // Rationale: on a GPU a launch's dynamic shared memory may not exceed its function's
+  //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, which the program sets
+  //   (cuFuncSetAttribute) and which stays as last set; the driver refuses a launch above
+  //   it with CUDA_ERROR_INVALID_VALUE. cuDNN sets it on its BatchNorm kernels to exactly
+  //   what each launch needs (an H200, session 25: 2 KiB left set when the replay of a
+  //   launch that used 8 KiB came), so a recorded launch may be refused later.
+  // Approach: the same rule, per device and kernel: default_dynamic_shared until set, at
+  //   most max_dynamic_shared_optin; launch() and launch_unpacked() throw device_error for
+  //   a launch above the kernel's limit, before any hook sees it.
+  static constexpr std::uint32_t default_dynamic_shared = 48 * 1024;
+  static constexpr std::uint32_t max_dynamic_shared_optin = 227 * 1024;
+  // Throws config_error above max_dynamic_shared_optin.
+  void set_max_dynamic_shared(const kernel& k, std::uint32_t bytes);
+  [[nodiscard]] std::uint32_t max_dynamic_shared(const kernel& k) const;
+
   // Packed form: `params` points at kernel::param_bytes bytes.
   void launch(const kernel& k, const launch_config& cfg, stream* s, const void* params);
   // cuLaunchKernel's kernelParams form: one pointer per parameter, normalized to packed.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <latch>
 #include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -642,6 +643,53 @@ TEST(HostDeviceErrors, PooledEventCannotBeDestroyedDirectly) {
   allocator::event_handle h = dev.record(nullptr);
   EXPECT_THROW(dev.destroy_event(static_cast<event*>(h)), config_error);
   dev.release(h);
+}
+
+}  // namespace
+}  // namespace sublinear::host
+
+namespace sublinear::host {
+namespace {
+
+// Note [Dynamic shared memory limit]: a launch above its kernel's dynamic shared memory
+// limit is refused before it runs or any hook sees it, in both launch forms; the limit
+// is per device and kernel, stays as last set, may be lowered below the default, and
+// cannot be set above what the device offers.
+TEST(HostSharedMemory, ALaunchAboveItsKernelsLimitIsRefusedUntilTheLimitIsRaised) {
+  device dev;
+  device other;
+  std::vector<int> log;
+  testing::append_params p{&log, 7};
+  const kernel& k = testing::append_kernel();
+  EXPECT_EQ(dev.max_dynamic_shared(k), device::default_dynamic_shared);
+  launch_config big;
+  big.shared_mem = device::default_dynamic_shared + 1;
+  EXPECT_THROW(dev.launch(k, big, nullptr, &p), device_error);
+  dev.set_max_dynamic_shared(k, big.shared_mem);
+  dev.launch(k, big, nullptr, &p);
+  EXPECT_THROW(other.launch(k, big, nullptr, &p), device_error) << "the limit is the device's own";
+
+  launch_config small;
+  small.shared_mem = 8 * 1024;
+  dev.set_max_dynamic_shared(k, 2 * 1024);  // lowered below the default, as cuDNN leaves it
+  try {
+    dev.launch(k, small, nullptr, &p);
+    ADD_FAILURE() << "8 KiB above a 2 KiB limit was launched";
+  } catch (const device_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("test.append"), std::string::npos) << what;
+    EXPECT_NE(what.find("8192"), std::string::npos) << what;
+    EXPECT_NE(what.find("2048"), std::string::npos) << what;
+  }
+  void* args[] = {&p.log, &p.value};
+  EXPECT_THROW(dev.launch_unpacked(k, small, nullptr, args), device_error);
+  dev.launch(k, {}, nullptr, &p);  // no dynamic shared memory: always within the limit
+  dev.set_max_dynamic_shared(k, small.shared_mem);
+  dev.launch_unpacked(k, small, nullptr, args);
+  dev.synchronize();
+  EXPECT_EQ(log, (std::vector<int>{7, 7, 7}));
+  EXPECT_THROW(dev.set_max_dynamic_shared(k, device::max_dynamic_shared_optin + 1), config_error);
+  EXPECT_EQ(dev.max_dynamic_shared(k), small.shared_mem) << "a refused setting changes nothing";
 }
 
 }  // namespace

@@ -166,6 +166,10 @@ struct chain_model {
   // iteration and kept (as cuBLAS's), which it leaves untouched.
   bool persistent_workspace = false;
   float* workspace = nullptr;
+  // Layer l's kernel is launched with (layers - l) KiB of dynamic shared memory, and its
+  // limit is set to exactly that before each launch (as cuDNN does for its BatchNorm
+  // kernels): after the forward it is 1 KiB, below what every earlier layer used.
+  bool sized_shared = false;
 
   chain_model() {
     counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
@@ -218,6 +222,12 @@ struct chain_model {
       } else if (hide_some_outputs && l % 3 == 1) {
         hidden_scale_params hp{acts.back(), reinterpret_cast<std::uintptr_t>(next) ^ kHiddenKey, n, factor};
         dev.launch(hidden_scale_kernel(), {}, nullptr, &hp);
+      } else if (sized_shared) {
+        host::launch_config cfg;
+        cfg.shared_mem = static_cast<std::uint32_t>(layers - l) * 1024;
+        dev.set_max_dynamic_shared(scale_kernel(), cfg.shared_mem);
+        scale_params sp{next, acts.back(), n, factor};
+        dev.launch(scale_kernel(), cfg, nullptr, &sp);
       } else {
         scale_params sp{next, acts.back(), n, factor};
         dev.launch(scale_kernel(), {}, nullptr, &sp);
@@ -438,6 +448,7 @@ struct chain_comparison {
   std::vector<iteration_report> reports;
   std::string plan_error;
   std::size_t mismatches = 0, evictions = 0, planned = 0;
+  std::size_t raised_shared_limits = 0;  // host_replay_device::raised_shared_limits()
 };
 chain_comparison compare_chain_training(const std::function<void(chain_model&)>& shape, const engine_options& options) {
   chain_comparison c;
@@ -454,6 +465,7 @@ chain_comparison compare_chain_training(const std::function<void(chain_model&)>&
     if (rt) {
       c.reports = rt->get().iterations();
       c.plan_error = rt->get().plan_error();
+      c.raised_shared_limits = rt->replay_device().raised_shared_limits();
     }
   }
   for (const auto& r : c.reports) {
@@ -521,6 +533,24 @@ TEST(EngineFaults, APersistentWorkspaceNoKernelWritesIsNotTakenForAnOutput) {
     EXPECT_EQ(c.mismatches, 0u);
     EXPECT_GE(c.planned, 3u) << "the budget must be in force";
     EXPECT_GT(c.evictions, 0u);
+  }
+}
+
+// The PyTorch ResNet-50 on an H200 (session 25): cuDNN's BatchNorm kernel had its dynamic
+// shared memory limit set to 2 KiB by its last launch when a recipe replayed one that had
+// used 8 KiB, and the driver refused every such replay (Note [Dynamic shared memory
+// limit]). Replays raise the limit for themselves and put it back.
+TEST(EngineFaults, AKernelWhoseSharedMemoryLimitTheProgramLowersIsStillReplayed) {
+  for (const char* policy : {"reforward", "chain"}) {
+    SCOPED_TRACE(policy);
+    const chain_comparison c =
+        compare_chain_training([](chain_model& m) { m.sized_shared = true; }, options_for("0.6x", policy));
+    EXPECT_EQ(c.got, c.expected);
+    EXPECT_EQ(c.plan_error, "");
+    EXPECT_EQ(c.mismatches, 0u) << "no replay may be refused";
+    EXPECT_GE(c.planned, 3u) << "the budget must be in force";
+    EXPECT_GT(c.evictions, 0u);
+    EXPECT_GT(c.raised_shared_limits, 0u) << "the layers replayed need more than the limit left by the forward";
   }
 }
 

@@ -3,8 +3,10 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,23 +29,63 @@ cuda_replay_device::cuda_replay_device(const allocator::driver_api& api, CUctx_s
     func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");
     kernel_param_info_ = ::dlsym(h, "cuKernelGetParamInfo");
     func_get_attribute_ = ::dlsym(h, "cuFuncGetAttribute");
+    kernel_get_function_ = ::dlsym(h, "cuKernelGetFunction");
+    kernel_get_attribute_ = ::dlsym(h, "cuKernelGetAttribute");
+    func_set_attribute_ = ::dlsym(h, "cuFuncSetAttribute");
+    kernel_set_attribute_ = ::dlsym(h, "cuKernelSetAttribute");
   }
 }
 
-std::vector<std::size_t> cuda_replay_device::parameter_offsets(std::uint64_t handle) const {
-  std::vector<std::size_t> offsets;
+std::optional<int> cuda_replay_device::shared_limit(std::uint64_t handle) const {
+  auto* get = reinterpret_cast<decltype(&::cuFuncGetAttribute)>(func_get_attribute_);
+  auto* get_kernel = reinterpret_cast<decltype(&::cuKernelGetAttribute)>(kernel_get_attribute_);
+  int value = 0;
+  const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(handle));
+  if (get != nullptr && get(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f) == CUDA_SUCCESS) return value;
+  CUdevice device = 0;
+  const auto k = reinterpret_cast<CUkernel>(static_cast<std::uintptr_t>(handle));
+  if (get_kernel != nullptr && api_.ctx_get_device != nullptr && api_.ctx_get_device(&device) == CUDA_SUCCESS &&
+      get_kernel(&value, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k, device) == CUDA_SUCCESS) {
+    return value;
+  }
+  return std::nullopt;
+}
+
+int cuda_replay_device::set_shared_limit(std::uint64_t handle, int bytes) const {
+  auto* set = reinterpret_cast<decltype(&::cuFuncSetAttribute)>(func_set_attribute_);
+  auto* set_kernel = reinterpret_cast<decltype(&::cuKernelSetAttribute)>(kernel_set_attribute_);
+  const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(handle));
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (set != nullptr) r = set(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes);
+  if (r == CUDA_SUCCESS) return r;
+  CUdevice device = 0;
+  const auto k = reinterpret_cast<CUkernel>(static_cast<std::uintptr_t>(handle));
+  if (set_kernel != nullptr && api_.ctx_get_device != nullptr && api_.ctx_get_device(&device) == CUDA_SUCCESS) {
+    r = set_kernel(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes, k, device);
+  }
+  return r;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> cuda_replay_device::parameter_layout(std::uint64_t handle) const {
+  std::vector<std::pair<std::size_t, std::size_t>> layout;
   auto* func_info = reinterpret_cast<decltype(&::cuFuncGetParamInfo)>(func_param_info_);
   auto* kernel_info = reinterpret_cast<decltype(&::cuKernelGetParamInfo)>(kernel_param_info_);
   std::size_t offset = 0, size = 0;
   const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(handle));
   const bool as_function = func_info != nullptr && func_info(f, 0, &offset, &size) == CUDA_SUCCESS;
   const auto k = reinterpret_cast<CUkernel>(static_cast<std::uintptr_t>(handle));
-  if (!as_function && (kernel_info == nullptr || kernel_info(k, 0, &offset, &size) != CUDA_SUCCESS)) return offsets;
+  if (!as_function && (kernel_info == nullptr || kernel_info(k, 0, &offset, &size) != CUDA_SUCCESS)) return layout;
   for (std::size_t i = 0;; ++i) {
     const CUresult r = as_function ? func_info(f, i, &offset, &size) : kernel_info(k, i, &offset, &size);
     if (r != CUDA_SUCCESS) break;  // past the last parameter
-    offsets.push_back(offset);
+    layout.emplace_back(offset, size);
   }
+  return layout;
+}
+
+std::vector<std::size_t> cuda_replay_device::parameter_offsets(std::uint64_t handle) const {
+  std::vector<std::size_t> offsets;
+  for (const auto& [offset, size] : parameter_layout(handle)) offsets.push_back(offset);
   return offsets;
 }
 
@@ -53,25 +95,45 @@ std::string cuda_replay_device::result_name(int result) const {
   return name != nullptr ? std::string(name) : "CUresult " + std::to_string(result);
 }
 
+namespace {
+constexpr std::pair<CUfunction_attribute, const char*> reported_attributes[] = {
+    {CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads per block"},
+    {CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "static shared"},
+    {CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "max dynamic shared"},
+    {CU_FUNC_ATTRIBUTE_NUM_REGS, "registers"},
+    {CU_FUNC_ATTRIBUTE_PTX_VERSION, "PTX version"},
+    {CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET, "cluster size must be set"},
+    {CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, "required cluster width"},
+    {CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, "non-portable cluster size allowed"}};
+}  // namespace
+
 std::string cuda_replay_device::function_attributes(std::uint64_t handle) const {
   auto* get = reinterpret_cast<decltype(&::cuFuncGetAttribute)>(func_get_attribute_);
-  if (get == nullptr) return "the function's attributes are unknown (no cuFuncGetAttribute)";
+  auto* get_kernel = reinterpret_cast<decltype(&::cuKernelGetAttribute)>(kernel_get_attribute_);
   const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(handle));
-  const std::pair<CUfunction_attribute, const char*> wanted[] = {
-      {CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, "max threads per block"},
-      {CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, "static shared"},
-      {CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, "max dynamic shared"},
-      {CU_FUNC_ATTRIBUTE_NUM_REGS, "registers"},
-      {CU_FUNC_ATTRIBUTE_PTX_VERSION, "PTX version"},
-      {CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, "required cluster width"},
-      {CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, "non-portable cluster size allowed"}};
-  std::string out = "the function (as a CUfunction):";
-  for (const auto& [attribute, label] : wanted) {
-    int value = 0;
-    const CUresult r = get(&value, attribute, f);
-    out += std::string(" ") + label + " " + (r == CUDA_SUCCESS ? std::to_string(value) : result_name(r)) + ";";
+  const auto k = reinterpret_cast<CUkernel>(static_cast<std::uintptr_t>(handle));
+  // A CUfunction answers cuFuncGetAttribute; a CUkernel cast to one answers
+  // cuKernelGetAttribute for a device instead.
+  int value = 0;
+  const bool as_function = get != nullptr && get(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f) == CUDA_SUCCESS;
+  CUdevice device = 0;
+  const bool as_kernel = !as_function && get_kernel != nullptr && api_.ctx_get_device != nullptr &&
+                         api_.ctx_get_device(&device) == CUDA_SUCCESS &&
+                         get_kernel(&value, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, k, device) == CUDA_SUCCESS;
+  std::string out;
+  if (as_function || as_kernel) {
+    out = as_function ? "the handle is a CUfunction:" : "the handle is a CUkernel:";
+    for (const auto& [attribute, label] : reported_attributes) {
+      const CUresult r = as_function ? get(&value, attribute, f) : get_kernel(&value, attribute, k, device);
+      out += std::string(" ") + label + " " + (r == CUDA_SUCCESS ? std::to_string(value) : result_name(r)) + ";";
+    }
+  } else {
+    out = "the driver answers no attribute query for the handle, as a CUfunction or a CUkernel;";
   }
-  out += " parameter offsets from the driver: " + std::to_string(parameter_offsets(handle).size());
+  const auto layout = parameter_layout(handle);
+  std::size_t end = 0;
+  for (const auto& [offset, size] : layout) end = std::max(end, offset + size);
+  out += " the driver gives " + std::to_string(layout.size()) + " parameter(s) ending at byte " + std::to_string(end);
   return out;
 }
 
@@ -95,31 +157,75 @@ void cuda_replay_device::replay(const launch_view& op, allocator::stream_handle 
       void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<std::byte*>(op.params.data()),
                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
       const auto f = reinterpret_cast<CUfunction>(static_cast<std::uintptr_t>(op.kernel_handle));
-      const CUresult packed = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
-                                                 op.block.z, op.shared_mem, cu_stream(stream), nullptr,
-                                                 size != 0 ? extra : nullptr);
-      if (packed == CUDA_SUCCESS) break;
-      std::string retry = "not tried";
-      if (packed == CUDA_ERROR_INVALID_VALUE && size != 0) {
-        // The kernelParams form, one pointer per parameter into the same packed block.
-        const std::vector<std::size_t> offsets = parameter_offsets(op.kernel_handle);
-        std::vector<void*> args;
-        for (std::size_t o : offsets)
-          if (o < size) args.push_back(const_cast<std::byte*>(op.params.data()) + o);
-        if (!args.empty() && args.size() == offsets.size()) {
-          const CUresult r = api_.launch_kernel(f, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
-                                                op.block.z, op.shared_mem, cu_stream(stream), args.data(), nullptr);
-          if (r == CUDA_SUCCESS) break;
-          retry = "refused too (" + result_name(r) + ", " + std::to_string(args.size()) + " parameter(s))";
-        } else {
-          retry = "not possible (the driver gave " + std::to_string(offsets.size()) + " parameter offsets)";
+      // Both launch forms with one function value; empty when launched, else what the
+      // driver said.
+      const auto launch = [&](CUfunction fn) -> std::string {
+        const CUresult packed = api_.launch_kernel(fn, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
+                                                   op.block.z, op.shared_mem, cu_stream(stream), nullptr,
+                                                   size != 0 ? extra : nullptr);
+        if (packed == CUDA_SUCCESS) return {};
+        std::string retry = "not tried";
+        if (packed == CUDA_ERROR_INVALID_VALUE && size != 0) {
+          // The kernelParams form, one pointer per parameter into the same packed block.
+          const std::vector<std::size_t> offsets = parameter_offsets(op.kernel_handle);
+          std::vector<void*> args;
+          for (std::size_t o : offsets)
+            if (o < size) args.push_back(const_cast<std::byte*>(op.params.data()) + o);
+          if (!args.empty() && args.size() == offsets.size()) {
+            const CUresult r = api_.launch_kernel(fn, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
+                                                  op.block.z, op.shared_mem, cu_stream(stream), args.data(), nullptr);
+            if (r == CUDA_SUCCESS) return {};
+            retry = "refused too (" + result_name(r) + ", " + std::to_string(args.size()) + " parameter(s))";
+          } else {
+            retry = "not possible (the driver gave " + std::to_string(offsets.size()) + " parameter offsets)";
+          }
         }
+        return result_name(packed) + " with the " + std::to_string(size) + "-byte packed parameter block; the " +
+               "kernelParams form " + retry;
+      };
+      std::string refused = launch(f);
+      if (refused.empty()) break;
+      // Note [Dynamic shared memory limit] (allocator/host/device.hpp): the program may
+      // have lowered the function's limit since the recorded launch (cuDNN sets it to
+      // what each launch needs); raise it for this launch and put it back.
+      if (const std::optional<int> limit = shared_limit(op.kernel_handle);
+          limit && op.shared_mem > 0 && *limit < static_cast<int>(op.shared_mem)) {
+        const int r = set_shared_limit(op.kernel_handle, static_cast<int>(op.shared_mem));
+        if (r != CUDA_SUCCESS) {
+          refused += "; raising its dynamic shared memory limit from " + std::to_string(*limit) + " to " +
+                     std::to_string(op.shared_mem) + " B failed (" + result_name(r) + ")";
+        } else {
+          const std::string again = launch(f);
+          const int back = set_shared_limit(op.kernel_handle, *limit);
+          if (again.empty() && back == CUDA_SUCCESS) break;
+          if (again.empty()) {
+            throw device_error("sublinear: the replay of a launch that needed its kernel's dynamic shared memory "
+                               "limit raised ran, but putting the limit back to " + std::to_string(*limit) +
+                               " B failed (" + result_name(back) + ")");
+          }
+          refused += "; with its dynamic shared memory limit raised from " + std::to_string(*limit) + " to " +
+                     std::to_string(op.shared_mem) + " B: " + again;
+        }
+      }
+      // A CUkernel handle: launch the CUfunction it stands for in the current context.
+      auto* resolve = reinterpret_cast<decltype(&::cuKernelGetFunction)>(kernel_get_function_);
+      CUfunction resolved = nullptr;
+      std::string second = "; no CUfunction to try instead (cuKernelGetFunction ";
+      if (resolve == nullptr) {
+        second += "is missing)";
+      } else if (const CUresult r = resolve(&resolved, reinterpret_cast<CUkernel>(f)); r != CUDA_SUCCESS) {
+        second += "said " + result_name(r) + ")";
+      } else if (resolved == f) {
+        second += "gave the same handle)";
+      } else {
+        const std::string again = launch(resolved);
+        if (again.empty()) break;
+        second = "; the CUfunction cuKernelGetFunction gives for it: " + again;
       }
       // Everything that decides whether a plain launch is accepted, for the report: a
       // cuDNN BatchNorm kernel refused this way on an H200 (docs/gpu-suite.md).
-      throw device_error("sublinear: cuLaunchKernel refused the replay: " + result_name(packed) + " with the " +
-                         std::to_string(size) + "-byte packed parameter block; the kernelParams form " + retry +
-                         "; launch grid " + std::to_string(op.grid.x) + "x" + std::to_string(op.grid.y) + "x" +
+      throw device_error("sublinear: cuLaunchKernel refused the replay: " + refused + second + "; launch grid " +
+                         std::to_string(op.grid.x) + "x" + std::to_string(op.grid.y) + "x" +
                          std::to_string(op.grid.z) + ", block " + std::to_string(op.block.x) + "x" +
                          std::to_string(op.block.y) + "x" + std::to_string(op.block.z) + ", dynamic shared " +
                          std::to_string(op.shared_mem) + " B; " + function_attributes(op.kernel_handle));

@@ -22,7 +22,18 @@
 //   32 KiB of dynamic shared memory). Why is not known: a refusal now throws with the
 //   driver's result for both forms, the launch's dimensions and the function's
 //   attributes (maximum threads per block, static and maximum dynamic shared memory,
-//   registers, PTX version, cluster requirements), for the next run that meets one.
+//   registers, PTX version, cluster requirements). Session 25's run showed the handle
+//   answers no cuFuncGetAttribute (CUDA_ERROR_INVALID_HANDLE) while cuKernelGetParamInfo
+//   knows it: a CUkernel. A refused CUkernel is now launched once more as the CUfunction
+//   cuKernelGetFunction gives for it in the current context, and the message says whether
+//   the handle is a CUfunction or a CUkernel and the attributes the driver gives for it.
+//   That message gave the cause: the kernel's maximum dynamic shared memory was 2 KiB
+//   while the launch replayed had used 8 KiB (32 KiB for another): cuDNN sets the limit
+//   to what each launch needs, and the last one set it lower. So a launch refused with
+//   CUDA_ERROR_INVALID_VALUE whose dynamic shared memory is above the function's limit
+//   is launched again with the limit raised to what it recorded, and the limit is put
+//   back at once (Note [Dynamic shared memory limit] in allocator/host/device.hpp: the
+//   host device has the same rule, and the engine's tests meet it there).
 // Limitations: launch attributes of cuLaunchKernelEx (clusters, cooperative, programmatic
 //   dependent launch) are not recorded, so a replay is a plain launch; the tracer records
 //   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the
@@ -35,7 +46,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "allocator/runtime/engine.hpp"
@@ -66,11 +79,22 @@ class cuda_replay_device final : public replay_device {
   // The parameter offsets of a kernel handle (a CUfunction, else a CUkernel); empty when
   // the driver cannot say.
   [[nodiscard]] std::vector<std::size_t> parameter_offsets(std::uint64_t handle) const;
+  // Offset and size of each parameter, as the driver gives them.
+  [[nodiscard]] std::vector<std::pair<std::size_t, std::size_t>> parameter_layout(std::uint64_t handle) const;
   const allocator::driver_api& api_;
   CUctx_st* context_;
   void* func_param_info_ = nullptr;    // cuFuncGetParamInfo, when the driver has it
   void* kernel_param_info_ = nullptr;  // cuKernelGetParamInfo
   void* func_get_attribute_ = nullptr;  // cuFuncGetAttribute (for refusals' messages)
+  void* kernel_get_attribute_ = nullptr;  // cuKernelGetAttribute (idem, for CUkernel handles)
+  void* kernel_get_function_ = nullptr;  // cuKernelGetFunction: a CUkernel's CUfunction here
+  void* func_set_attribute_ = nullptr;   // cuFuncSetAttribute
+  void* kernel_set_attribute_ = nullptr;  // cuKernelSetAttribute
+  // The handle's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (as a CUfunction, else as
+  // a CUkernel on the current device); nothing when the driver answers neither.
+  [[nodiscard]] std::optional<int> shared_limit(std::uint64_t handle) const;
+  // Sets it; the driver's result (a CUresult).
+  [[nodiscard]] int set_shared_limit(std::uint64_t handle, int bytes) const;
   [[nodiscard]] std::string result_name(int result) const;
   [[nodiscard]] std::string function_attributes(std::uint64_t handle) const;
 };

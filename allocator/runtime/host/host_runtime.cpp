@@ -22,7 +22,22 @@ void host_replay_device::replay(const launch_view& op, allocator::stream_handle 
         throw device_error("host device: launch of " + k->name + " refused (invalid value)");
       }
       host::launch_config cfg{{op.grid.x, op.grid.y, op.grid.z}, {op.block.x, op.block.y, op.block.z}, op.shared_mem};
-      dev_.launch(*k, cfg, on(stream), op.params.data());
+      // Note [Dynamic shared memory limit] (allocator/host/device.hpp): the program may have
+      // lowered the kernel's limit since the recorded launch; raise it for this launch.
+      const std::uint32_t limit = dev_.max_dynamic_shared(*k);
+      if (op.shared_mem <= limit) {
+        dev_.launch(*k, cfg, on(stream), op.params.data());
+        break;
+      }
+      dev_.set_max_dynamic_shared(*k, op.shared_mem);
+      try {
+        dev_.launch(*k, cfg, on(stream), op.params.data());
+      } catch (...) {
+        dev_.set_max_dynamic_shared(*k, limit);
+        throw;
+      }
+      dev_.set_max_dynamic_shared(*k, limit);
+      ++raised_shared_limits_;
       break;
     }
     case launch_view::kind::memcpy: dev_.memcpy_async(op.dst, op.src, op.bytes, on(stream)); break;

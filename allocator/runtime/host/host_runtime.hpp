@@ -30,11 +30,15 @@ class host_replay_device final : public replay_device {
   void refuse_replay_of(std::string kernel_name) { refused_.insert(std::move(kernel_name)); }
   // Replays refused so far.
   [[nodiscard]] std::size_t refusals() const noexcept { return refusals_; }
+  // Replays that raised their kernel's dynamic shared memory limit for themselves (Note
+  // [Dynamic shared memory limit] in allocator/host/device.hpp).
+  [[nodiscard]] std::size_t raised_shared_limits() const noexcept { return raised_shared_limits_; }
 
  private:
   host::device& dev_;
   std::unordered_set<std::string> refused_;
   std::size_t refusals_ = 0;
+  std::size_t raised_shared_limits_ = 0;
 };
 
 struct host_runtime_options {
