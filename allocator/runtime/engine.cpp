@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,7 @@
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
@@ -41,7 +43,23 @@ traced_memory traced_memory_of(const policy::iteration& g, std::size_t traced_ma
   // Live bytes as every plan's peak counts them (each buffer rounded to 512 bytes), so
   // that rounding is kept back once, in the plan, and not again in the cache (Note
   // [Planning overhead]).
-  return {traced_mapped_peak, policy::simulate(g, policy::plan{}).peak, g.granularity};
+  traced_memory t{traced_mapped_peak, policy::simulate(g, policy::plan{}).peak, g.granularity};
+  // Bytes in sub-page buffers, swept over the launches: +size at alloc_at, -size at free_at.
+  const std::size_t n = g.launches.size();
+  std::vector<std::int64_t> delta(n + 1, 0);
+  for (const policy::buffer& b : g.buffers) {
+    if (b.size >= g.granularity) continue;
+    const auto bytes = static_cast<std::int64_t>(policy::round_up(b.size, policy::unplanned_rounding));
+    delta[std::min<std::size_t>(b.alloc_at, n)] += bytes;
+    delta[b.free_at == policy::none ? n : std::min<std::size_t>(b.free_at, n)] -= bytes;
+  }
+  std::int64_t level = 0, most = 0;
+  for (std::size_t l = 0; l < n; ++l) {
+    level += delta[l];
+    most = std::max(most, level);
+  }
+  t.sub_page_peak = static_cast<std::size_t>(most);
+  return t;
 }
 
 std::size_t cache_allowance(const traced_memory& t) {
@@ -51,7 +69,7 @@ std::size_t cache_allowance(const traced_memory& t) {
 std::size_t planning_overhead(std::size_t budget, const traced_memory& t) {
   // The page: under pressure a sub-page allocation that finds no free block maps a fresh
   // page-sized segment, whatever the budget (Note [Planning overhead]).
-  return cache_allowance(t) + t.granularity + budget / margin_divisor;
+  return cache_allowance(t) + t.granularity + std::min(budget / margin_divisor, t.sub_page_peak);
 }
 
 std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t) {

@@ -122,6 +122,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -270,7 +271,10 @@ struct engine_options {
 //   (mapped bytes minus live bytes as the plans count them, each buffer rounded to 512
 //   bytes), one page, and a sixteenth of the budget, for fragmentation the trace cannot
 //   show and for prefetches. The page is what a sub-page allocation costs under pressure
-//   when no free block fits: a fresh page-sized segment.
+//   when no free block fits: a fresh page-sized segment. The sixteenth is capped at the
+//   most bytes the traced iteration held in sub-page buffers at once: that fragmentation
+//   is of pages that sub-page buffers share (larger blocks get segments of their own size,
+//   evicted ones whole pages the plans count), and prefetches wait for room.
 // History: until 2026-11-21 the cache was taken against the raw live bytes, which kept
 //   each buffer's rounding back twice (2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for
 //   its 9,361 buffers). Counting it once made `sublinear demo` (ResNet-218) run out of
@@ -285,6 +289,11 @@ struct engine_options {
 //   the smallest budgets the benchmark sweeps choose an LSTM of 128 steps ran out of
 //   memory in a planned iteration (44 KiB short, nothing the valve could evict: the
 //   fragmentation of thousands of sub-page buffers does not shrink with the budget).
+//   The cap (2026-11-27): on PyTorch's GPT-2 blocks on an H200, with 2 MiB pages, the
+//   sub-page buffers held at most 4.46 MiB while the sixteenth of the 362 MiB budget that
+//   matched torch.utils.checkpoint's memory was 22.6 MiB, and reforward's smallest budget
+//   was 366.97 MiB. Every host workload of `sublinear demo` holds more in sub-page
+//   buffers than a sixteenth of its budget, so the cap leaves its arithmetic as measured.
 // The engine and `sublinear plan` both plan for `budget - planning_overhead(...)`.
 // What the traced iteration showed of memory: its peak of mapped bytes, its peak of live
 // bytes as the plans count them (the simulator's peak with nothing evicted) and the
@@ -293,6 +302,9 @@ struct traced_memory {
   std::size_t mapped_peak = 0;
   std::size_t live_peak = 0;
   std::size_t granularity = 0;
+  // The most bytes held at once in buffers smaller than a page (each rounded to 512
+  // bytes); the largest value when unknown, which leaves the sixteenth uncapped.
+  std::size_t sub_page_peak = std::numeric_limits<std::size_t>::max();
 };
 [[nodiscard]] traced_memory traced_memory_of(const policy::iteration& graph, std::size_t traced_mapped_peak);
 // The first part alone: the traced cache (what `sublinear plan` adds to a plan's live

@@ -55,6 +55,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   // As the engine does (planning_overhead in engine.hpp).
   const traced_memory tm = traced_memory_of(g, options.traced_mapped_peak);
   out.overhead = planning_overhead(out.budget, tm);
+  out.sub_page_peak = tm.sub_page_peak;
   out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
 
   for (const auto& name : options.policies) {
@@ -185,6 +186,7 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("unplanned_peak_bytes", p.unplanned_peak);
   w.member("traced_mapped_peak_bytes", p.traced_mapped_peak);
   w.member("overhead_bytes", p.overhead);
+  w.member("sub_page_peak_bytes", p.sub_page_peak);
   w.member("budget", p.budget_text);
   w.member("budget_bytes", p.budget);
   w.member("planner_budget_bytes", p.planner_budget);

@@ -73,6 +73,7 @@ struct plan_preview {
   std::size_t unplanned_peak = 0;      // simulator's peak with no eviction
   std::size_t traced_mapped_peak = 0;  // as given (0: unknown)
   std::size_t overhead = 0;            // planning_overhead at the budget (Note [Planning overhead])
+  std::size_t sub_page_peak = 0;       // most bytes in sub-page buffers at once (caps the sixteenth)
   std::string budget_text;
   std::size_t budget = 0;              // resolved
   std::size_t planner_budget = 0;      // budget - overhead
