@@ -170,7 +170,14 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
     const auto side_output_lacks_its_bytes = [&](buffer_id x, launch_id l) -> const char* {
       const buffer& bx = it.buffers[x];
       if (bx.alloc_index != none && bx.users.front() == l) return nullptr;  // l's fresh output
-      if (!df_->allocated_at(x, r)) return nullptr;
+      if (!df_->allocated_at(x, r)) {
+        // Its scratch starts with no bytes of its own; right only if none were written
+        // into it before l (a workspace l alone uses).
+        if (bx.alloc_index != none && df_->written_in(x, bx.alloc_at, l)) {
+          return "that buffer is freed before the restore point, with bytes an earlier launch wrote into it";
+        }
+        return nullptr;
+      }
       if (is_evicted(x)) return "that buffer is evicted at the restore point";
       for (launch_id w : df_->writers_in(x, l + 1, r))
         if (queued_epoch_[w] != epoch_) return "a launch outside the recipe writes it again before the restore point";

@@ -294,6 +294,42 @@ TEST(Recipe, ASideOutputWrittenAgainOutsideTheRecipeIsRefused) {
   }
 }
 
+// cuDNN's weight-gradient convolution on an H200 (session 25): two transposes write the
+// layer's input and output gradient into a workspace w, the wgrad kernel reads them there
+// and writes the gradient t and a counter inside w, and w is freed before the optimizer
+// reads t: L0 -> w | L1 f(w) -> t, w | free w | L2 | L3 opt(t). Replayed before L3, L1's
+// scratch for w would hold none of L0's bytes (validation found the gradients different);
+// the recipe is refused. A workspace L1 is the first to use needs no bytes (control).
+TEST(Recipe, ASideOutputFreedBeforeTheRestorePointWithAnEarlierWritersBytesIsRefused) {
+  for (bool written_before : {true, false}) {
+    SCOPED_TRACE(written_before ? "L0 writes the workspace" : "L1 is its first user");
+    test::hand_iteration h;
+    const buffer_id a = h.persistent(1024);
+    const buffer_id w = h.transient(4096, 0, 2);
+    const buffer_id t = h.transient(4096, 1, 4);
+    if (written_before) {
+      h.launch({a}, {w});
+    } else {
+      h.launch({a}, {});
+    }
+    h.launch({w}, {t, w});
+    h.launch({a}, {});
+    h.launch({t}, {});
+    const iteration it = h.finish(2);
+    const buffer_id target[] = {t};
+    const recipe_result r = build_recipe(it, target, 3);
+    if (written_before) {
+      EXPECT_FALSE(r.ok);
+      EXPECT_THAT(r.error, HasSubstr("updates buffer " + std::to_string(w) + " in place"));
+      EXPECT_THAT(r.error, HasSubstr("freed before the restore point"));
+    } else {
+      ASSERT_TRUE(r.ok) << r.error;
+      EXPECT_THAT(r.launches, ElementsAre(1u));
+      EXPECT_THAT(r.temporaries, ElementsAre(w));
+    }
+  }
+}
+
 TEST(Recipe, AnEvictedSideOutputThatIsTheLaunchsFreshOutputNeedsNoRebuilding) {
   const scenario s = make_scenario();
   // q is the conv's fresh side output: its old bytes are never read, evicted or not.

@@ -65,6 +65,19 @@ struct scale_ws_params {
 void scale_ws_body(const host::launch_config&, const scale_ws_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
 }
+// A layer that reads its input where another kernel staged it, in a workspace, and keeps
+// a count in the workspace's last float (as cuDNN's weight-gradient kernel reads tensors
+// transposed into its workspace and updates a counter there).
+struct staged_scale_params {
+  float* out;
+  float* staged;  // n floats of input, then the count
+  std::int64_t n;
+  float factor;
+};
+void staged_scale_body(const host::launch_config&, const staged_scale_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.staged[i] * p.factor + 1.0f;
+  p.staged[p.n] += 1.0f;
+}
 struct accumulate_params {
   float* acc;
   const float* in;
@@ -99,6 +112,13 @@ const host::kernel& scale_ws_kernel() {
       "test_fault_scale_ws", {SUBLINEAR_PARAM(scale_ws_params, out), SUBLINEAR_PARAM(scale_ws_params, in),
                               SUBLINEAR_PARAM(scale_ws_params, workspace), SUBLINEAR_PARAM(scale_ws_params, n),
                               SUBLINEAR_PARAM(scale_ws_params, factor)});
+  return k;
+}
+const host::kernel& staged_scale_kernel() {
+  static const host::kernel& k = host::register_kernel<staged_scale_params, staged_scale_body>(
+      "test_fault_staged_scale",
+      {SUBLINEAR_PARAM(staged_scale_params, out), SUBLINEAR_PARAM(staged_scale_params, staged),
+       SUBLINEAR_PARAM(staged_scale_params, n), SUBLINEAR_PARAM(staged_scale_params, factor)});
   return k;
 }
 const host::kernel& accumulate_kernel() {
@@ -170,6 +190,10 @@ struct chain_model {
   // limit is set to exactly that before each launch (as cuDNN does for its BatchNorm
   // kernels): after the forward it is 1 KiB, below what every earlier layer used.
   bool sized_shared = false;
+  // Every even layer stages its input in a fresh workspace (the scale kernel copies it
+  // there), reads it from there and counts in it (staged_scale_kernel); the workspace is
+  // freed right after.
+  bool staged_inputs = false;
 
   chain_model() {
     counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
@@ -222,6 +246,14 @@ struct chain_model {
       } else if (hide_some_outputs && l % 3 == 1) {
         hidden_scale_params hp{acts.back(), reinterpret_cast<std::uintptr_t>(next) ^ kHiddenKey, n, factor};
         dev.launch(hidden_scale_kernel(), {}, nullptr, &hp);
+      } else if (staged_inputs && l % 2 == 0) {
+        auto* ws = static_cast<float*>(alloc.allocate(static_cast<std::size_t>(n + 1) * sizeof(float), nullptr));
+        dev.memset_async(ws + n, 0, sizeof(float), nullptr);
+        scale_params stage{ws, acts.back(), n, 1.0f};
+        dev.launch(scale_kernel(), {}, nullptr, &stage);
+        staged_scale_params sp{next, ws, n, factor};
+        dev.launch(staged_scale_kernel(), {}, nullptr, &sp);
+        alloc.deallocate(ws);
       } else if (sized_shared) {
         host::launch_config cfg;
         cfg.shared_mem = static_cast<std::uint32_t>(layers - l) * 1024;
@@ -551,6 +583,25 @@ TEST(EngineFaults, AKernelWhoseSharedMemoryLimitTheProgramLowersIsStillReplayed)
     EXPECT_GE(c.planned, 3u) << "the budget must be in force";
     EXPECT_GT(c.evictions, 0u);
     EXPECT_GT(c.raised_shared_limits, 0u) << "the layers replayed need more than the limit left by the forward";
+  }
+}
+
+// cuDNN's weight-gradient convolutions in PyTorch's ResNet-50 on an H200 (session 25):
+// the kernel read tensors two transposes had written into its workspace, freed before the
+// optimizer read the gradient; a recipe replaying the kernel alone gave it a workspace
+// without those bytes, and validation found the gradients different. Such recipes are
+// refused (docs/policy.md, "Recipes"): the staged layers stay resident, the others are
+// evicted, and nothing is found different.
+TEST(EngineFaults, ALayerThatReadsItsInputFromAWorkspaceAnotherKernelFilledIsNotReplayedAlone) {
+  for (const char* policy : {"reforward", "chain"}) {
+    SCOPED_TRACE(policy);
+    const chain_comparison c =
+        compare_chain_training([](chain_model& m) { m.staged_inputs = true; }, options_for("0.75x", policy));
+    EXPECT_EQ(c.got, c.expected);
+    EXPECT_EQ(c.plan_error, "");
+    EXPECT_EQ(c.mismatches, 0u) << "no recipe may replay a staged layer without its workspace's bytes";
+    EXPECT_GE(c.planned, 3u) << "the budget must be in force";
+    EXPECT_GT(c.evictions, 0u) << "the other layers are still evicted";
   }
 }
 
