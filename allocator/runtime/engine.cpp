@@ -211,6 +211,7 @@ struct engine::impl {
   std::vector<const char*> entering;         // blocks the launch entering now touches
   std::size_t unoffloaded_peak = 0;          // this iteration's peak had nothing been offloaded
   std::size_t planning_peak = 0;             // the last traced iteration's, for the overhead
+  std::size_t plan_mapped_peak = 0;          // what the last make_plan took the overhead from
 
   std::vector<iteration_report> reports;
   std::vector<timeline_event> timeline;
@@ -324,6 +325,7 @@ struct engine::impl {
   }
 
   void make_plan(std::size_t traced_peak) {
+    plan_mapped_peak = traced_peak;
     have_plan = false;
     plan = {};
     plan_error.clear();
@@ -1679,6 +1681,11 @@ std::size_t engine::budget() const {
 std::size_t engine::predicted_peak() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->have_plan ? impl_->plan.predicted_peak : 0;
+}
+
+std::size_t engine::planning_mapped_peak() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->plan_mapped_peak;
 }
 
 }  // namespace sublinear::runtime

@@ -356,6 +356,11 @@ class engine final : public allocator::allocation_observer {
   [[nodiscard]] std::size_t budget() const;
   // Predicted peak of the current plan (0: none).
   [[nodiscard]] std::size_t predicted_peak() const;
+  // The traced iteration's peak of mapped bytes the last plan's overhead was taken from
+  // (Note [Planning overhead]; 0 before any). Under an absolute budget the traced
+  // iterations offload, and this is the peak they would have mapped without it, not the
+  // peak they mapped: `sublinear plan --mapped-peak` needs this one to make the same plan.
+  [[nodiscard]] std::size_t planning_mapped_peak() const;
 
  private:
   struct impl;

@@ -138,6 +138,7 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.planner = config.policy;
   plan.budget = e.budget();
   plan.predicted_peak = e.predicted_peak();
+  plan.traced_mapped_peak = e.planning_mapped_peak();
   plan.error = e.plan_error();
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
@@ -198,6 +199,7 @@ std::string to_json(const run_report& r) {
   w.member("planner", r.plan.planner);
   w.member("budget_bytes", r.plan.budget);
   w.member("predicted_peak_bytes", r.plan.predicted_peak);
+  w.member("traced_mapped_peak_bytes", r.plan.traced_mapped_peak);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -344,6 +346,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.planner = plan.at("planner").as_string();
   r.plan.budget = size_or(plan, "budget_bytes");
   r.plan.predicted_peak = size_or(plan, "predicted_peak_bytes");
+  r.plan.traced_mapped_peak = size_or(plan, "traced_mapped_peak_bytes");
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};

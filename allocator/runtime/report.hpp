@@ -41,6 +41,9 @@ struct plan_summary {
   std::string planner;              // SUBLINEAR_POLICY
   std::size_t budget = 0;           // bytes (0: no budget or no plan)
   std::size_t predicted_peak = 0;   // the plan's predicted peak (0: no plan)
+  // The traced mapped peak the planner's overhead came from (engine::planning_mapped_peak;
+  // 0: unknown, as in reports written before session 25).
+  std::size_t traced_mapped_peak = 0;
   std::string error;                // why there is no plan ("" when there is one)
 };
 

@@ -40,6 +40,7 @@ std::string_view report_schema() {
         "planner": {"type": "string"},
         "budget_bytes": {"$ref": "#/$defs/bytes", "description": "The budget the plan was made for; 0 without a plan."},
         "predicted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The simulator's peak for the plan; 0 without a plan."},
+        "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (reports before 2026-11-27)."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },

@@ -14,6 +14,9 @@
 #include "allocator/host/device.hpp"
 #include "allocator/host/host_vmm.hpp"
 #include "allocator/runtime/host/host_runtime.hpp"
+#include "allocator/runtime/report.hpp"
+#include "allocator/runtime/report_plan.hpp"
+#include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
 namespace {
@@ -857,6 +860,48 @@ TEST(TraceBudget, CopiesAndSetsOfAnOffloadedBlockRestoreItFirst) {
   EXPECT_GE(r.offloads, 3u) << "a, then b, then a again";
   EXPECT_GE(r.offload_restores, 2u);
   EXPECT_LE(r.peak_mapped, budget);
+}
+
+// The GPT-2 blocks on an H200 (session 25): traced under an absolute budget, the
+// iterations offloaded and mapped no more than the budget, while the engine took the
+// planner's share from the peak they would have mapped without offloading. The report
+// kept only the first, and `sublinear plan` given it previewed a cheaper plan than the
+// runtime made. The report's plan now carries the second, and with it the preview makes
+// the runtime's plan.
+TEST(TraceBudget, TheReportGivesTheMappedPeakThatMakesSublinearPlansPreviewTheRuntimesPlan) {
+  const std::size_t budget = unbudgeted_traced_peak() * 7 / 10;
+  const std::string trace_path = ::testing::TempDir() + "/trace_budget_plan.sltrace";
+  engine_options o = options_for(std::to_string(budget), "chain");
+  o.config.trace = trace_path;
+  chain_model m;
+  host_runtime rt(m.dev, m.alloc, o);
+  for (int it = 0; it < 4; ++it) {
+    m.iteration(12, kFloats, false);
+    rt.mark_iteration();
+  }
+  const engine& e = rt.get();
+  ASSERT_EQ(e.plan_error(), "");
+  const auto reports = e.iterations();
+  ASSERT_GT(reports.front().offloads, 0u) << "the traced iteration must have offloaded";
+  EXPECT_LE(reports.front().peak_mapped, budget);
+  EXPECT_GT(e.planning_mapped_peak(), budget) << "the overhead comes from the peak without offloading";
+
+  report_metadata meta;
+  meta.model = "chain";
+  const run_report r = parse_report(to_json(make_report(e, o.config, meta)), "report");
+  EXPECT_EQ(r.plan.traced_mapped_peak, e.planning_mapped_peak()) << "written and read back";
+
+  plan_preview_options po;
+  po.budget = std::to_string(budget);
+  po.policies = {"chain"};
+  po.traced_mapped_peak = r.plan.traced_mapped_peak;
+  const plan_preview p = preview_plans(tracer::read_trace_file(trace_path), po);
+  ASSERT_EQ(p.rows.size(), 1u);
+  ASSERT_TRUE(p.rows[0].feasible) << p.rows[0].error;
+  EXPECT_EQ(p.rows[0].predicted_peak, e.predicted_peak()) << "the preview makes the runtime's plan";
+  po.traced_mapped_peak = reports.front().peak_mapped;
+  EXPECT_LT(preview_plans(tracer::read_trace_file(trace_path), po).overhead, p.overhead)
+      << "the offloaded peak understates the allocator's share";
 }
 
 TEST(TraceBudget, AMultipleOfTheTracedPeakTracesUnbudgeted) {

@@ -95,7 +95,7 @@ run_report handmade_report() {
   report_metadata meta;
   meta.model = "toy";
   meta.granularity = 64 << 10;
-  plan_summary plan{"chen", 6u << 20, 5u << 20, ""};
+  plan_summary plan{"chen", 6u << 20, 5u << 20, 7u << 20, ""};
   std::vector<iteration_report> its(2);
   its[0].index = 0;
   its[0].state = engine_state::trace;
@@ -202,12 +202,23 @@ TEST(ReportJson, CarriesTheSettingsThePlanAndTheTotals) {
   EXPECT_EQ(doc.at("settings").at("SUBLINEAR_BUDGET").as_string(), "6MiB");
   EXPECT_EQ(doc.at("settings").as_object().size(), options_table().size());
   EXPECT_EQ(doc.at("plan").at("budget_bytes").as_size(), 6u << 20);
+  EXPECT_EQ(doc.at("plan").at("traced_mapped_peak_bytes").as_size(), 7u << 20);
   const auto& summary = doc.at("summary");
   EXPECT_EQ(summary.at("evictions").as_size(), 3u);
   EXPECT_EQ(summary.at("traced_peak_bytes").as_size(), 10u << 20);
   EXPECT_EQ(summary.at("budgeted_peak_bytes").as_size(), 5u << 20);
   EXPECT_TRUE(summary.at("within_budget").as_bool());
   EXPECT_EQ(doc.at("evictions").as_array().size(), 3u);
+}
+
+// Reports written before the plan carried traced_mapped_peak_bytes read as 0 (unknown).
+TEST(ReportJson, AReportWithoutThePlansTracedMappedPeakReadsAsUnknown) {
+  std::string text = to_json(handmade_report());
+  const std::string member = "\"traced_mapped_peak_bytes\": " + std::to_string(7u << 20) + ",";
+  const auto at = text.find(member);
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 600);
+  text.erase(at, member.size());
+  EXPECT_EQ(parse_report(text, "old.json").plan.traced_mapped_peak, 0u);
 }
 
 TEST(ReportJson, ParseRefusesAnotherSchemaVersionByName) {
@@ -570,7 +581,7 @@ TEST(TextReport, SummarisesTheRunAndFlagsABudgetOverrun) {
 
 TEST(TextReport, ARunWithoutAPlanSaysWhy) {
   run_report r = handmade_report();
-  r.plan = {"chen", 0, 0, "budget 1.00 KiB is infeasible; the smallest feasible is 3.00 MiB"};
+  r.plan = {"chen", 0, 0, 0, "budget 1.00 KiB is infeasible; the smallest feasible is 3.00 MiB"};
   EXPECT_NE(render_text(r).find("none in force: budget 1.00 KiB is infeasible"), std::string::npos);
 }
 
@@ -602,7 +613,7 @@ run_report offloading_report(std::size_t traced_peak) {
   settings config;
   report_metadata meta;
   meta.model = "offloading";
-  return make_report(config, meta, plan_summary{"reforward", 4u << 20, 3u << 20, ""}, its, {}, {});
+  return make_report(config, meta, plan_summary{"reforward", 4u << 20, 3u << 20, 5u << 20, ""}, its, {}, {});
 }
 
 TEST(ReportJson, OffloadPrefetchValveAndKeptResidentCountsRoundTrip) {

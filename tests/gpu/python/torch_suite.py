@@ -293,8 +293,12 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
 
     # The traces the budgeted runs kept, read back by `sublinear plan` on this machine.
     def traced_mapped_peak(route: str) -> int:
-        summary = ((runs.get(route) or {}).get("report") or {}).get("summary") or {}
-        return int(summary.get("traced_peak_bytes") or 0)
+        # The peak the runtime took the planner's share from (the report's plan, since
+        # session 25); the summary's traced peak is lower when the traced iterations
+        # offloaded under the budget, and previewed cheaper plans than the runtime made.
+        report = (runs.get(route) or {}).get("report") or {}
+        planned_from = int((report.get("plan") or {}).get("traced_mapped_peak_bytes") or 0)
+        return planned_from or int((report.get("summary") or {}).get("traced_peak_bytes") or 0)
 
     out["traces"] = {route: trace_diagnosis(cli, work / f"{model}-{route}.sltrace", budget, a.timeout,
                                             traced_mapped_peak(route))
