@@ -1543,9 +1543,30 @@ void use_engine_allocator_settings(allocator::caching_allocator& alloc, bool on)
   alloc.set_segment_trim(on);
 }
 
+namespace {
+
+// Adds the host time from its construction to its destruction to the iteration's
+// engine_s. Made after the engine's lock is taken, so it ends before the lock is released
+// and the iteration cannot end in between.
+class hook_clock {
+ public:
+  hook_clock(replay_device& dev, iteration_report& it) : dev_(dev), it_(it), t0_(dev.now_s()) {}
+  ~hook_clock() { it_.engine_s += dev_.now_s() - t0_; }
+  hook_clock(const hook_clock&) = delete;
+  hook_clock& operator=(const hook_clock&) = delete;
+
+ private:
+  replay_device& dev_;
+  iteration_report& it_;
+  double t0_;
+};
+
+}  // namespace
+
 void engine::before_launch(const launch_view& op) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
+  const hook_clock clock(impl_->dev, impl_->current);
   engine_scope scope;
   if (op.what != launch_view::kind::kernel) {
     impl_->before(op);
@@ -1560,6 +1581,7 @@ void engine::before_launch(const launch_view& op) {
 void engine::after_launch(const launch_view& op) {
   if (inside_engine || op.what != launch_view::kind::kernel) return;
   std::lock_guard lock(impl_->mutex);
+  const hook_clock clock(impl_->dev, impl_->current);
   engine_scope scope;
   impl_->after(op);
 }
@@ -1574,6 +1596,7 @@ void engine::mark_iteration() {
 bool engine::place_evictable(std::size_t size, allocator::stream_handle) {
   if (inside_engine) return false;
   std::lock_guard lock(impl_->mutex);
+  const hook_clock clock(impl_->dev, impl_->current);
   auto& m = *impl_;
   // Tracing under an absolute budget: whole pages, so that offloading gives them back.
   if (m.st == engine_state::trace && m.trace_budget_bytes > 0) return size >= m.alloc.granularity();
@@ -1594,6 +1617,7 @@ bool engine::place_evictable(std::size_t size, allocator::stream_handle) {
 void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
+  const hook_clock clock(impl_->dev, impl_->current);
   auto& m = *impl_;
   m.flush_memory_op();
   if (m.opts.fill_fresh_blocks && !m.announcing_live_blocks && ptr != nullptr && size > 0 &&
@@ -1629,6 +1653,7 @@ void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle s
 void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
+  const hook_clock clock(impl_->dev, impl_->current);
   auto& m = *impl_;
   m.flush_memory_op();
   if (m.opts.record_timeline) m.note_block(timeline_event::kind::release, m.dev.now_s(), ptr, size, {});
@@ -1642,6 +1667,7 @@ void engine::on_free(void* ptr, std::size_t size, allocator::stream_handle) {
 bool engine::defer_free(void* ptr, std::size_t, allocator::stream_handle) {
   if (inside_engine || !impl_->retaining.load(std::memory_order_relaxed)) return false;
   std::lock_guard lock(impl_->mutex);
+  const hook_clock clock(impl_->dev, impl_->current);
   impl_->flush_memory_op();
   return impl_->hold(ptr);
 }

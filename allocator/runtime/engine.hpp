@@ -192,6 +192,8 @@ struct iteration_report {
   std::size_t recomputed_launches = 0;
   double recompute_s = 0.0;         // host time spent queuing replays (device time on GPU)
   double stall_s = 0.0;             // time launches waited for regeneration at ENTER
+  double engine_s = 0.0;            // host time inside the engine's hooks (launch interception, allocation,
+                                    // free), recipes and stalls included: what the engine itself costs
   std::size_t prefetched = 0;       // regenerations done ahead of their restore point
   std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
   std::size_t kept_resident = 0;    // planned evictions not made: no room for the buffer's own pages, so

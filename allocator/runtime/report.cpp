@@ -252,6 +252,7 @@ std::string to_json(const run_report& r) {
     w.member("diverged", it.diverged);
     if (it.diverged) w.member("divergence", it.divergence);
     w.member("validation_mismatches", it.validation_mismatches);
+    w.member("engine_s", it.engine_s);
     w.member("wall_s", it.wall_s);
     w.end_object();
   }
@@ -375,6 +376,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.diverged = it.at("diverged").as_bool();
     if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
     ir.validation_mismatches = size_or(it, "validation_mismatches");
+    if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // since 2026-11-27
     ir.wall_s = it.at("wall_s").as_number();
     r.iterations.push_back(ir);
   }

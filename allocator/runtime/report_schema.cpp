@@ -101,6 +101,7 @@ std::string_view report_schema() {
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
+          "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in reports before 2026-11-27."},
           "wall_s": {"$ref": "#/$defs/seconds"}
         }
       }

@@ -608,6 +608,19 @@ TEST(EngineFaults, ALayerThatReadsItsInputFromAWorkspaceAnotherKernelFilledIsNot
   }
 }
 
+// What the engine costs an iteration by itself (engine_s: host time inside its hooks,
+// recipes included) is counted in every iteration, and is part of the iteration's wall
+// time. On a GPU it tells the engine's share of the time sublinear adds from the rest.
+TEST(EngineReport, TheEnginesOwnTimeIsCountedInEveryIterationWithinItsWallTime) {
+  const chain_comparison c = compare_chain_training([](chain_model&) {}, options_for("0.6x", "reforward"));
+  EXPECT_EQ(c.got, c.expected);
+  ASSERT_GE(c.planned, 3u);
+  for (const iteration_report& r : c.reports) {
+    EXPECT_GT(r.engine_s, 0.0) << "iteration " << r.index;
+    EXPECT_LE(r.engine_s, r.wall_s) << "iteration " << r.index;
+  }
+}
+
 TEST(EngineFaults, ABudgetBelowTheFeasibleMinimumGivesThePlannersErrorAndTrainsUnbudgeted) {
   chain_model m;
   host_runtime rt(m.dev, m.alloc, options_for("0.01x"));
