@@ -90,8 +90,17 @@ class cuda_replay_device final : public replay_device {
   void* kernel_get_function_ = nullptr;  // cuKernelGetFunction: a CUkernel's CUfunction here
   void* func_set_attribute_ = nullptr;   // cuFuncSetAttribute
   void* kernel_set_attribute_ = nullptr;  // cuKernelSetAttribute
-  // The handle's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (as a CUfunction, else as
-  // a CUkernel on the current device); nothing when the driver answers neither.
+  // One CUfunction_attribute of a kernel handle: asked as a CUfunction, else as a CUkernel
+  // on the current device. `kind` says which answered; `result` is the last CUresult.
+  enum class handle_kind : std::uint8_t { unknown, function, kernel };
+  struct attribute_answer {
+    int result = 0;
+    int value = 0;
+    handle_kind kind = handle_kind::unknown;
+  };
+  [[nodiscard]] attribute_answer attribute(std::uint64_t handle, int which) const;
+  // The handle's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; nothing when the driver
+  // answers neither query.
   [[nodiscard]] std::optional<int> shared_limit(std::uint64_t handle) const;
   // Sets it; the driver's result (a CUresult).
   [[nodiscard]] int set_shared_limit(std::uint64_t handle, int bytes) const;
