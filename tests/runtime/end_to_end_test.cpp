@@ -203,12 +203,13 @@ TEST(EndToEndFallback, AfterAnInfeasibleAbsoluteBudgetPlainCachingMapsNoMoreThan
 }
 
 TEST(EndToEndMultiPass, AResNetBelowEveryDropSetRecomputesTwiceAndTrainsBitIdentically) {
-  // Note [Multi-pass]: at 0.42x of the traced peak no drop set fits (each dropped run is
-  // resident at once when the backward reaches it; reforward's smallest is 0.46x, chain's
-  // 0.48x); a two-level schedule does (0.36x), and the runtime replays its scratch
-  // rebuilds of evicted activations exactly.
+  // Note [Multi-pass]: at 0.38x of the traced peak no drop set fits (each dropped run is
+  // resident at once when the backward reaches it; reforward's smallest is 0.42x-0.45x,
+  // depending on the traced durations, since greedy's steepest descent seeds it: at 0.42x
+  // it sometimes found one; chain's 0.48x); a two-level schedule does, and the runtime
+  // replays its scratch rebuilds of evicted activations exactly.
   const std::vector<std::vector<float>> baseline = train(model_kind::resnet, "none", "").params;
-  const std::string budget = "0.42x";
+  const std::string budget = "0.38x";
   for (const std::string policy : {"reforward", "chain"}) {
     SCOPED_TRACE(policy);
     const outcome without = train(model_kind::resnet, policy, budget, 1, validate_mode::first, true, false);
