@@ -138,6 +138,7 @@ struct caching_allocator::impl {
   };
   std::optional<handed_chunk> handoff;  // set aside by hand_off for the next map_segment
   caching_allocator::pressure_handler pressure;
+  caching_allocator::overrun_handler overrun;
   std::size_t last_shortfall = 0;                          // bytes missing at the last budget failure
   stats st;
 
@@ -1431,6 +1432,31 @@ void caching_allocator::with_pressure_valve(const std::function<void()>& attempt
   }
 }
 
+// Runs `attempt`; when it fails for want of room and the overrun handler lifts the budget,
+// runs it once more (set_overrun_handler). The handler is asked outside the lock.
+void caching_allocator::with_overrun(const std::function<void()>& attempt) {
+  try {
+    attempt();
+  } catch (const out_of_memory& e) {
+    overrun_handler handler;
+    {
+      std::lock_guard lock(impl_->mutex);
+      handler = impl_->overrun;
+    }
+    if (!handler || !handler(e)) throw;
+    {
+      std::lock_guard lock(impl_->mutex);
+      ++impl_->st.budget_overruns;
+    }
+    attempt();
+  }
+}
+
+void caching_allocator::set_overrun_handler(overrun_handler handler) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->overrun = std::move(handler);
+}
+
 void caching_allocator::set_pressure_handler(pressure_handler handler) {
   std::lock_guard lock(impl_->mutex);
   impl_->pressure = std::move(handler);
@@ -1441,27 +1467,29 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
   const bool asked_evictable = evictable;
   if (obs != nullptr && !evictable && size != 0) evictable = obs->place_evictable(size, stream);
   void* ptr = nullptr;
-  try {
-    with_pressure_valve([&] {
-      std::lock_guard lock(impl_->mutex);
-      ptr = impl_->allocate(size, stream, evictable);
-    });
-  } catch (const out_of_memory&) {
-    if (!evictable || asked_evictable) throw;
-    // The observer wanted pages of its own for a plain request and there is no room even
-    // after the valve: a free block of a shared segment will do, resident for good (Note
-    // [Strict budget]). Failing that, the first error (with what the valve could not do)
-    // is the one to report.
-    const std::exception_ptr first = std::current_exception();
-    std::lock_guard lock(impl_->mutex);
+  with_overrun([&] {
     try {
-      ptr = impl_->allocate(size, stream, false);
+      with_pressure_valve([&] {
+        std::lock_guard lock(impl_->mutex);
+        ptr = impl_->allocate(size, stream, evictable);
+      });
     } catch (const out_of_memory&) {
-      std::rethrow_exception(first);
+      if (!evictable || asked_evictable) throw;
+      // The observer wanted pages of its own for a plain request and there is no room even
+      // after the valve: a free block of a shared segment will do, resident for good (Note
+      // [Strict budget]). Failing that, the first error (with what the valve could not do)
+      // is the one to report.
+      const std::exception_ptr first = std::current_exception();
+      std::lock_guard lock(impl_->mutex);
+      try {
+        ptr = impl_->allocate(size, stream, false);
+      } catch (const out_of_memory&) {
+        std::rethrow_exception(first);
+      }
+      evictable = false;
+      ++impl_->st.shared_placements;
     }
-    evictable = false;
-    ++impl_->st.shared_placements;
-  }
+  });
   if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, evictable);
   return ptr;
 }
@@ -1528,16 +1556,20 @@ void caching_allocator::evict(void* ptr) {
 }
 
 void caching_allocator::restore(void* ptr) {
-  with_pressure_valve([&] {
-    std::lock_guard lock(impl_->mutex);
-    impl_->restore(ptr, std::nullopt);
+  with_overrun([&] {
+    with_pressure_valve([&] {
+      std::lock_guard lock(impl_->mutex);
+      impl_->restore(ptr, std::nullopt);
+    });
   });
 }
 
 void caching_allocator::restore(void* ptr, stream_handle stream) {
-  with_pressure_valve([&] {
-    std::lock_guard lock(impl_->mutex);
-    impl_->restore(ptr, stream);
+  with_overrun([&] {
+    with_pressure_valve([&] {
+      std::lock_guard lock(impl_->mutex);
+      impl_->restore(ptr, stream);
+    });
   });
 }
 

@@ -88,7 +88,8 @@
 // segment: not evictable (on_allocate says so, and evict() refuses it), but training goes
 // on. Otherwise throw out_of_memory naming
 // requested, mapped, reserved, budget and the largest free block, and what the handler
-// could not do.
+// could not do, unless an overrun handler lifts the budget and the request is tried once
+// more (set_overrun_handler).
 #pragma once
 
 #include <cstddef>
@@ -177,6 +178,7 @@ struct stats {
   std::size_t trimmed_bytes = 0;
   std::uint64_t idle_releases = 0;   // free exact large segments given back before a new one (Note [Exact large segments])
   std::uint64_t oom_errors = 0;
+  std::uint64_t budget_overruns = 0; // requests the overrun handler let past a lifted budget
   // mapped / allocated at their peaks: 1.0 means no page is wasted.
   [[nodiscard]] double fragmentation() const {
     return allocated_peak == 0 ? 1.0 : static_cast<double>(mapped_peak) / static_cast<double>(allocated_peak);
@@ -283,6 +285,15 @@ class caching_allocator {
   using pressure_handler = std::function<std::size_t(std::size_t shortfall)>;
   void set_pressure_handler(pressure_handler handler);
 
+  // Called, outside the lock, when an allocation or a restore still finds no room under
+  // the budget after the pressure handler and every fallback (Note [Strict budget]), with
+  // the error about to be thrown. A handler that lifts the budget (set_budget(0)) and
+  // returns true has the request tried once more; false lets the error propagate. The
+  // replay engine lifts it only for a plan made with the scaled cache allowance (Note
+  // [Scaled cache allowance] in runtime/engine.hpp). An empty function removes it.
+  using overrun_handler = std::function<bool(const out_of_memory& error)>;
+  void set_overrun_handler(overrun_handler handler);
+
   // Whole-structure validator (expensive): blocks tile their segments, free sets match
   // block states, statistics match a recount. Returns false and prints the first broken
   // invariant on stderr.
@@ -291,6 +302,7 @@ class caching_allocator {
  private:
   struct impl;
   void with_pressure_valve(const std::function<void()>& attempt);
+  void with_overrun(const std::function<void()>& attempt);
   std::unique_ptr<impl> impl_;
 };
 

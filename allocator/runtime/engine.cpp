@@ -62,22 +62,37 @@ traced_memory traced_memory_of(const policy::iteration& g, std::size_t traced_ma
   return t;
 }
 
+const char* to_string(cache_allowance_mode m) noexcept {
+  return m == cache_allowance_mode::scaled ? "scaled" : "traced";
+}
+
 std::size_t cache_allowance(const traced_memory& t) {
   return t.mapped_peak > t.live_peak ? t.mapped_peak - t.live_peak : 0;
 }
 
-std::size_t planning_overhead(std::size_t budget, const traced_memory& t) {
-  // The page: under pressure a sub-page allocation that finds no free block maps a fresh
-  // page-sized segment, whatever the budget (Note [Planning overhead]).
-  return cache_allowance(t) + t.granularity + std::min(budget / margin_divisor, t.sub_page_peak);
+std::size_t cache_allowance(const traced_memory& t, std::size_t budget, cache_allowance_mode mode) {
+  const std::size_t cache = cache_allowance(t);
+  if (mode == cache_allowance_mode::traced || budget >= t.mapped_peak) return cache;
+  // cache * budget / mapped_peak without overflow: cache < mapped_peak and budget < mapped_peak.
+  const long double share = static_cast<long double>(budget) / static_cast<long double>(t.mapped_peak);
+  return static_cast<std::size_t>(static_cast<long double>(cache) * share);
 }
 
-std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t) {
+std::size_t planning_overhead(std::size_t budget, const traced_memory& t, cache_allowance_mode mode) {
+  // The page: under pressure a sub-page allocation that finds no free block maps a fresh
+  // page-sized segment, whatever the budget (Note [Planning overhead]).
+  return cache_allowance(t, budget, mode) + t.granularity + std::min(budget / margin_divisor, t.sub_page_peak);
+}
+
+std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t, cache_allowance_mode mode) {
   // budget - planning_overhead(budget) grows with the budget (the overhead takes less than
-  // all of each added byte), so the smallest budget that leaves `planner_bytes` is found
-  // by bisection. (Stepping up from a closed-form start, as this did before, could start
-  // above the answer after rounding, and below the overhead, where the subtraction wraps.)
-  const auto leaves = [&](std::size_t b) { return b - std::min(b, planning_overhead(b, t)) >= planner_bytes; };
+  // all of each added byte; scaled, the cache takes cache / mapped peak < 1 of it), so the
+  // smallest budget that leaves `planner_bytes` is found by bisection. (Stepping up from a
+  // closed-form start, as this did before, could start above the answer after rounding,
+  // and below the overhead, where the subtraction wraps.)
+  const auto leaves = [&](std::size_t b) {
+    return b - std::min(b, planning_overhead(b, t, mode)) >= planner_bytes;
+  };
   std::size_t lo = planner_bytes;
   std::size_t hi = (planner_bytes + cache_allowance(t) + t.granularity) / (margin_divisor - 1) * margin_divisor + margin_divisor;
   while (!leaves(hi)) hi *= 2;
@@ -141,6 +156,11 @@ struct engine::impl {
   // ---- the plan -----------------------------------------------------------------------
   bool have_plan = false;
   std::string plan_error;
+  // The cache allowance the plan was made with, and whether the scaled one ran out of room
+  // in a planned iteration (then only the traced one is tried again; Note [Scaled cache
+  // allowance]).
+  cache_allowance_mode allowance = cache_allowance_mode::traced;
+  bool scaled_refused = false;
   tracer::analysed_iteration an;
   policy::plan plan;
   std::size_t budget_bytes = 0;
@@ -350,25 +370,62 @@ struct engine::impl {
     // The planner counts live bytes at page granularity; the allocator's mapped bytes also
     // hold what its caching costs.
     const traced_memory tm = traced_memory_of(g, traced_peak);
-    const std::size_t overhead = planning_overhead(budget_bytes, tm);
-    const std::size_t planner_budget = budget_bytes > overhead ? budget_bytes - overhead : 0;
-    try {
+    allowance = cache_allowance_mode::traced;
+    std::size_t overhead = planning_overhead(budget_bytes, tm);
+    const auto make = [&](std::size_t planner_overhead) {
       policy::planner::options po;
       po.retention = opts.config.retention;
       po.multi_pass = opts.config.multi_pass;
-      plan = policy::make_planner(opts.config.policy)->make_plan(g, planner_budget, po);
-    } catch (const policy::infeasible_budget& e) {
-      // The planner speaks of the bytes it was given; the user set the whole budget.
-      plan_error = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget +
-                   ") is infeasible for planner '" + opts.config.policy + "': the smallest feasible budget for it is " +
-                   format_bytes(budget_for_planner_bytes(e.smallest_feasible(), tm)) +
-                   "; no plan can go below " +
-                   format_bytes(budget_for_planner_bytes(e.lower_bound(), tm)) +
-                   " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here).";
+      return policy::make_planner(opts.config.policy)
+          ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, po);
+    };
+    const auto give_up = [&](const std::string& why) {
+      plan_error = why;
       log_warn(plan_error + " Continuing without eviction (plain caching).");
       budget_bytes = 0;
       alloc.set_budget(0);
-      return;
+    };
+    const std::string infeasible = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget +
+                                   ") is infeasible for planner '" + opts.config.policy + "'";
+    try {
+      plan = make(overhead);
+    } catch (const policy::infeasible_budget& traced_error) {
+      // The planner speaks of the bytes it was given; the user set the whole budget.
+      const std::string traced_smallest = format_bytes(budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
+      if (!opts.scaled_cache_allowance || scaled_refused) {
+        give_up(infeasible + ": the smallest feasible budget for it is " + traced_smallest + "; no plan can go below " +
+                format_bytes(budget_for_planner_bytes(traced_error.lower_bound(), tm)) +
+                " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here)" +
+                (scaled_refused ? std::string(", and a plan with the cache allowance scaled to the budget ran out of "
+                                              "room in a planned iteration (Note [Scaled cache allowance])")
+                                : std::string()) +
+                ".");
+        return;
+      }
+      // Again with the cache scaled to the budget (Note [Scaled cache allowance]).
+      const std::size_t scaled_cache = cache_allowance(tm, budget_bytes, cache_allowance_mode::scaled);
+      overhead = planning_overhead(budget_bytes, tm, cache_allowance_mode::scaled) - scaled_cache +
+                 static_cast<std::size_t>(opts.scaled_cache_factor * static_cast<double>(scaled_cache));
+      try {
+        plan = make(overhead);
+      } catch (const policy::infeasible_budget& e) {
+        const std::string scaled_smallest =
+            format_bytes(budget_for_planner_bytes(e.smallest_feasible(), tm, cache_allowance_mode::scaled));
+        give_up(infeasible + ": the smallest feasible budget for it is " + scaled_smallest +
+                (scaled_smallest == traced_smallest
+                     ? std::string()
+                     : " with the allocator's cache scaled to the budget (" + traced_smallest +
+                           " with the whole traced cache, which holds a budget strictly)") +
+                "; no plan can go below " +
+                format_bytes(budget_for_planner_bytes(e.lower_bound(), tm, cache_allowance_mode::scaled)) +
+                " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here).");
+        return;
+      }
+      allowance = cache_allowance_mode::scaled;
+      log_warn("budget " + format_bytes(budget_bytes) + " is below the smallest the traced cache allows for planner '" +
+               opts.config.policy + "' (" + traced_smallest + "): planning with the allocator's cache scaled to the "
+               "budget. If a planned iteration still runs out of room, the rest of it runs without the budget and "
+               "sublinear plans again with the whole cache (Note [Scaled cache allowance]).");
     }
     // From here on the engine's graph has the retained lifetimes: recipes, the valve's
     // checks and the simulator agree on them.
@@ -611,9 +668,16 @@ struct engine::impl {
           earlier_writing_slots.clear();
           rec.start();
           rec.mark_iteration();
-        } else if (current.validation_mismatches > 0) {
+        } else if (current.validation_mismatches > 0 || current.budget_lifted) {
+          // A lifted budget re-plans with the whole traced cache (scaled_refused); without a
+          // plan the engine runs plain caching from here on.
           make_plan(reports.empty() ? 0 : std::max(max_traced_peak(), planning_peak));
-          st = engine_state::validate;
+          if (!have_plan) {
+            st = engine_state::steady;
+            alloc.empty_cache();
+          } else {
+            st = engine_state::validate;
+          }
         } else if (st == engine_state::validate && opts.config.validate == validate_mode::first) {
           st = engine_state::steady;
         }
@@ -1293,6 +1357,22 @@ struct engine::impl {
     return asked;
   }
 
+  // Asked when a request finds no room even after the valve (Note [Scaled cache allowance]):
+  // a plan made with the scaled cache allowance gives the budget up for the rest of the
+  // iteration, and the next plan keeps the whole traced cache back. Prefetches are left to
+  // fail: they are retried at their restore point.
+  bool overrun(const out_of_memory& error) {
+    if (!active() || prefetching || allowance != cache_allowance_mode::scaled || current.budget_lifted) return false;
+    log_warn("iteration " + std::to_string(iteration_index) + ": the plan made with the allocator's cache scaled to "
+             "the budget ran out of room at launch " + std::to_string(pos) + " (" + error.what() +
+             "); the rest of this iteration runs without the budget, and the next plan keeps the whole traced "
+             "cache back (Note [Scaled cache allowance]).");
+    alloc.set_budget(0);
+    current.budget_lifted = true;
+    scaled_refused = true;
+    return true;
+  }
+
   // ---- offloading while tracing (Note [Offloading the traced iteration]) -----------------------
 
   // The peak this iteration would have had without offloading: mapped pages, less chunks
@@ -1505,6 +1585,10 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
     engine_scope scope;
     return m->relieve(shortfall);
   });
+  alloc.set_overrun_handler([m = impl_.get()](const out_of_memory& error) {
+    std::lock_guard lock(m->mutex);
+    return m->overrun(error);
+  });
   alloc.empty_cache();  // the traced peak counts what the iteration needs, not an old cache
   recorder.start();
   recorder.mark_iteration();  // each trace opens with a marker, so a trace file is self-contained
@@ -1514,6 +1598,7 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
 engine::~engine() {
   if (impl_->st == engine_state::disabled) return;
   impl_->alloc.set_pressure_handler({});
+  impl_->alloc.set_overrun_handler({});
   try {
     std::lock_guard lock(impl_->mutex);
     impl_->release_held(none);  // the program freed them: free them now
@@ -1712,6 +1797,11 @@ std::size_t engine::predicted_peak() const {
 std::size_t engine::planning_mapped_peak() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->plan_mapped_peak;
+}
+
+cache_allowance_mode engine::plan_allowance() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->allowance;
 }
 
 }  // namespace sublinear::runtime

@@ -139,6 +139,7 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.budget = e.budget();
   plan.predicted_peak = e.predicted_peak();
   plan.traced_mapped_peak = e.planning_mapped_peak();
+  plan.cache_allowance = to_string(e.plan_allowance());
   plan.error = e.plan_error();
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
@@ -161,6 +162,7 @@ report_totals totals(const run_report& r) {
     t.prefetched += it.prefetched;
     t.pressure_evictions += it.pressure_evictions;
     t.kept_resident += it.kept_resident;
+    t.budget_lifted += it.budget_lifted ? 1 : 0;
     t.retained += it.retained;
     t.allocator_waits += it.allocator_waits;
     t.handoffs += it.handoffs;
@@ -200,6 +202,7 @@ std::string to_json(const run_report& r) {
   w.member("budget_bytes", r.plan.budget);
   w.member("predicted_peak_bytes", r.plan.predicted_peak);
   w.member("traced_mapped_peak_bytes", r.plan.traced_mapped_peak);
+  w.member("cache_allowance", r.plan.cache_allowance);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -249,6 +252,7 @@ std::string to_json(const run_report& r) {
     w.member("offload_restores", it.offload_restores);
     w.member("allocator_waits", it.allocator_waits);
     w.member("handoffs", it.handoffs);
+    w.member("budget_lifted", it.budget_lifted);
     w.member("diverged", it.diverged);
     if (it.diverged) w.member("divergence", it.divergence);
     w.member("validation_mismatches", it.validation_mismatches);
@@ -348,6 +352,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.budget = size_or(plan, "budget_bytes");
   r.plan.predicted_peak = size_or(plan, "predicted_peak_bytes");
   r.plan.traced_mapped_peak = size_or(plan, "traced_mapped_peak_bytes");
+  if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();  // since session 26
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};
@@ -373,6 +378,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.offload_restores = size_or(it, "offload_restores");
     ir.allocator_waits = size_or(it, "allocator_waits");
     ir.handoffs = size_or(it, "handoffs");
+    if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // since session 26
     ir.diverged = it.at("diverged").as_bool();
     if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
     ir.validation_mismatches = size_or(it, "validation_mismatches");
@@ -455,6 +461,8 @@ std::string render_text(const run_report& r, std::size_t top) {
     out << "  budget             " << format_bytes(r.plan.budget);
     if (!budget_setting.empty()) out << " (SUBLINEAR_BUDGET=" << budget_setting << ")";
     out << "\n  predicted peak     " << format_bytes(r.plan.predicted_peak) << " (the plan's live buffers)\n";
+    if (r.plan.cache_allowance == "scaled")
+      out << "  cache allowance    scaled to the budget: below the smallest budget the traced cache allows\n";
   } else {
     out << "  budget             none in force"
         << (r.plan.error.empty() ? std::string() : ": " + r.plan.error) << "\n";
@@ -477,6 +485,9 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.kept_resident > 0)
     out << "  kept resident      " << t.kept_resident
         << " planned evictions not made: no room for the buffer's own pages\n";
+  if (t.budget_lifted > 0)
+    out << "  budget lifted      " << t.budget_lifted
+        << " iterations ran out of room with the cache scaled to the budget and finished without it\n";
   if (t.retained > 0)
     out << "  retained           " << t.retained << " frees deferred so that recipes read the block in place\n";
   if (t.allocator_waits > 0 || t.handoffs > 0)

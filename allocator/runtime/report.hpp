@@ -45,6 +45,9 @@ struct plan_summary {
   // 0: unknown, as in reports written before session 25).
   std::size_t traced_mapped_peak = 0;
   std::string error;                // why there is no plan ("" when there is one)
+  // "traced" or "scaled": how much of the traced cache the planner's share kept back (Note
+  // [Scaled cache allowance] in engine.hpp; "traced" in reports written before session 26).
+  std::string cache_allowance = "traced";
 };
 
 // A run of the same workload without sublinear's budget, when the caller knows one.
@@ -109,6 +112,7 @@ struct report_totals {
   std::size_t offloaded_bytes = 0;
   std::size_t prefetched = 0;
   std::size_t pressure_evictions = 0;
+  std::size_t budget_lifted = 0;   // iterations whose budget was lifted (Note [Scaled cache allowance])
   std::size_t kept_resident = 0;
   std::size_t retained = 0;             // frees deferred (Note [Retention])
   std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room

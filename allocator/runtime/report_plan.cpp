@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -63,21 +64,43 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
     row.planner = name;
     const auto started = std::chrono::steady_clock::now();
     try {
-      const policy::plan p = policy::make_planner(name)->make_plan(g, out.planner_budget);
-      const policy::simulation sim = policy::simulate(g, p);
-      row.feasible = true;
-      row.predicted_peak = p.predicted_peak;
-      // The prediction adds what the allocator was seen to cost, not the safety allowance
-      // (Note [Planning overhead]).
-      row.predicted_mapped = p.predicted_peak + cache_allowance(tm);
-      row.added_compute_s = p.added_compute_s;
-      row.recomputed_launches = p.recomputed_launches;
-      row.evicted_buffers = sim.evicted_buffers;
-      std::vector<policy::buffer_id> targets;
-      for (const auto& e : p.evictions) targets.push_back(e.target);
-      std::sort(targets.begin(), targets.end());
-      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      for (auto b : targets) row.evicted_bytes += g.buffers[b].size;
+      // As the engine's make_plan: the whole traced cache first, then, where that leaves
+      // the planner too little, the cache scaled to the budget.
+      std::optional<policy::plan> made;
+      row.planner_budget = out.planner_budget;
+      try {
+        made = policy::make_planner(name)->make_plan(g, out.planner_budget);
+      } catch (const policy::infeasible_budget&) {
+        const std::size_t scaled = planning_overhead(out.budget, tm, cache_allowance_mode::scaled);
+        if (scaled >= out.overhead) throw;  // no cache traced: the same share
+        row.cache_allowance = to_string(cache_allowance_mode::scaled);
+        row.planner_budget = out.budget > scaled ? out.budget - scaled : 0;
+        try {
+          made = policy::make_planner(name)->make_plan(g, row.planner_budget);
+        } catch (const policy::infeasible_budget& again) {
+          row.error = again.what();
+          row.smallest_feasible = budget_for_planner_bytes(again.smallest_feasible(), tm, cache_allowance_mode::scaled);
+        }
+      }
+      if (made) {
+        const policy::plan& p = *made;
+        const policy::simulation sim = policy::simulate(g, p);
+        row.feasible = true;
+        row.predicted_peak = p.predicted_peak;
+        // The prediction adds what the allocator was seen to cost, not the safety allowance
+        // (Note [Planning overhead]).
+        row.predicted_mapped = p.predicted_peak + cache_allowance(tm, out.budget, row.cache_allowance == "scaled"
+                                                                                     ? cache_allowance_mode::scaled
+                                                                                     : cache_allowance_mode::traced);
+        row.added_compute_s = p.added_compute_s;
+        row.recomputed_launches = p.recomputed_launches;
+        row.evicted_buffers = sim.evicted_buffers;
+        std::vector<policy::buffer_id> targets;
+        for (const auto& e : p.evictions) targets.push_back(e.target);
+        std::sort(targets.begin(), targets.end());
+        targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+        for (auto b : targets) row.evicted_bytes += g.buffers[b].size;
+      }
     } catch (const policy::infeasible_budget& e) {
       row.error = e.what();
       row.smallest_feasible = budget_for_planner_bytes(e.smallest_feasible(), tm);
@@ -144,7 +167,8 @@ std::string render_plan_preview(const plan_preview& p) {
       std::snprintf(pct, sizeof pct, " (+%.0f%%)", 100.0 * r.added_compute_s / p.iteration_compute_s);
       added += pct;
     }
-    rows.push_back({r.planner, format_bytes(p.traced_mapped_peak > 0 ? r.predicted_mapped : r.predicted_peak),
+    rows.push_back({r.planner + (r.cache_allowance == "scaled" ? " *" : ""),
+                    format_bytes(p.traced_mapped_peak > 0 ? r.predicted_mapped : r.predicted_peak),
                     std::to_string(r.evicted_buffers) + " / " + format_bytes(r.evicted_bytes), added,
                     std::to_string(r.recomputed_launches), text::seconds(r.planning_s)});
   }
@@ -153,6 +177,14 @@ std::string render_plan_preview(const plan_preview& p) {
   out << "\n  predicted peak: " << (p.traced_mapped_peak > 0 ? "mapped bytes (live buffers + the allocator's cache)"
                                                               : "live buffers at page granularity")
       << "; evicted: buffers / bytes; added compute: replayed launches' traced durations per iteration\n";
+  for (const auto& r : p.rows) {
+    if (r.cache_allowance == "scaled") {
+      out << "  *: the whole traced cache leaves this planner too little, so it plans with the cache scaled to the "
+             "budget,\n     as the runtime would (docs/runtime.md, \"Budget arithmetic\"): such a plan falls back "
+             "if it runs out of room\n";
+      break;
+    }
+  }
   for (const auto& r : p.rows) {
     if (r.internal_error) out << "\n  " << r.planner << " failed: " << r.error << "\n";
   }
@@ -199,6 +231,8 @@ std::string plan_preview_json(const plan_preview& p) {
     w.member("error", r.error);
     w.member("internal_error", r.internal_error);
     w.member("smallest_feasible_bytes", r.smallest_feasible);
+    w.member("cache_allowance", r.cache_allowance);
+    w.member("planner_budget_bytes", r.planner_budget);
     w.member("predicted_peak_bytes", r.predicted_peak);
     w.member("predicted_mapped_bytes", r.predicted_mapped);
     w.member("added_compute_s", r.added_compute_s);

@@ -14,7 +14,9 @@
 //   that overhead, which is what the runtime then measures.
 // Limitations: a trace file does not record the allocator's mapped peak; without it
 //   (traced_mapped_peak = 0) the overhead is taken as zero and "x" is resolved against the
-//   iteration's live-byte peak, so predictions count live buffers only. Planning cost and
+//   iteration's live-byte peak, so predictions count live buffers only. A planner that the
+//   traced cache leaves too little plans again with the cache scaled to the budget, as the
+//   engine does (Note [Scaled cache allowance]); its row says so. Planning cost and
 //   timing-based choices (costs are the traced durations) can differ from a later run
 //   whose durations differ.
 #pragma once
@@ -40,7 +42,12 @@ struct plan_preview_row {
   bool feasible = false;
   std::string error;                   // infeasible: the planner's message
   bool internal_error = false;         // the planner failed (a bug); `error` says how
-  std::size_t smallest_feasible = 0;   // infeasible: the smallest budget it meets (planner bytes)
+  std::size_t smallest_feasible = 0;   // infeasible: the smallest budget it meets, as the runtime plans
+                                       // (with the cache scaled to the budget where the traced cache is too much)
+  // "traced" or "scaled": the cache allowance the row's plan was made with, as the engine
+  // would choose it (Note [Scaled cache allowance] in engine.hpp).
+  std::string cache_allowance = "traced";
+  std::size_t planner_budget = 0;      // the budget less the overhead of that allowance
   std::size_t predicted_peak = 0;      // the plan's peak (live buffers at page granularity)
   std::size_t predicted_mapped = 0;    // predicted_peak + the allocator's overhead
   double added_compute_s = 0.0;

@@ -41,6 +41,7 @@ std::string_view report_schema() {
         "budget_bytes": {"$ref": "#/$defs/bytes", "description": "The budget the plan was made for; 0 without a plan."},
         "predicted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The simulator's peak for the plan; 0 without a plan."},
         "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (reports before 2026-11-27)."},
+        "cache_allowance": {"enum": ["traced", "scaled"], "description": "How much of the traced iteration's allocator cache the planner's share of the budget kept back: all of it (traced), or scaled to the budget, tried only where the traced cache left the planner too little (Note [Scaled cache allowance] in engine.hpp). Absent before session 26: traced."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },
@@ -98,6 +99,7 @@ std::string_view report_schema() {
           "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
           "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
           "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
+          "budget_lifted": {"type": "boolean", "description": "A plan made with the scaled cache allowance ran out of room in this iteration after the pressure valve: the rest of the iteration ran without the budget (its peak may exceed it) and the engine planned again with the whole traced cache. Absent before session 26."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
           "validation_mismatches": {"$ref": "#/$defs/count"},

@@ -245,14 +245,27 @@ struct probe_result {
   double forward_s = 0.0;       // traced durations of the forward launches
 
   // The budget a run must ask for so that the engine gives the planner `planner_bytes`
-  // (the engine's own arithmetic, Note [Planning overhead]).
+  // (the engine's own arithmetic, Note [Planning overhead]), for a planner whose smallest
+  // feasible share is `smallest`: with the cache scaled to the budget where the whole
+  // traced cache would leave it less than that (Note [Scaled cache allowance]).
   [[nodiscard]] runtime::traced_memory traced() const { return runtime::traced_memory_of(graph, mapped_peak); }
-  [[nodiscard]] std::size_t user_budget(std::size_t planner_bytes) const {
+  [[nodiscard]] std::size_t user_budget(std::size_t planner_bytes, std::size_t smallest) const {
+    const std::size_t scaled =
+        runtime::budget_for_planner_bytes(planner_bytes, traced(), runtime::cache_allowance_mode::scaled);
+    if (share(scaled, runtime::cache_allowance_mode::traced) < smallest) return scaled;
     return runtime::budget_for_planner_bytes(planner_bytes, traced());
   }
-  // What the engine gives the planner from a budget of `budget` bytes.
-  [[nodiscard]] std::size_t planner_share(std::size_t budget) const {
-    const std::size_t o = runtime::planning_overhead(budget, traced());
+  // What the engine gives that planner from a budget of `budget` bytes, and with which
+  // allowance.
+  [[nodiscard]] runtime::cache_allowance_mode allowance_at(std::size_t budget, std::size_t smallest) const {
+    return share(budget, runtime::cache_allowance_mode::traced) < smallest ? runtime::cache_allowance_mode::scaled
+                                                                           : runtime::cache_allowance_mode::traced;
+  }
+  [[nodiscard]] std::size_t planner_share(std::size_t budget, std::size_t smallest) const {
+    return share(budget, allowance_at(budget, smallest));
+  }
+  [[nodiscard]] std::size_t share(std::size_t budget, runtime::cache_allowance_mode mode) const {
+    const std::size_t o = runtime::planning_overhead(budget, traced(), mode);
     return budget > o ? budget - o : 0;
   }
 };
@@ -329,10 +342,11 @@ std::size_t smallest_planner_budget(const policy::planner& pl, const probe_resul
 }
 
 // A feasible choice: what a run asks for (`budget`) and what `plan` predicts there.
-void fill_choice(budget_choice& c, const probe_result& p, const policy::plan& plan, std::size_t budget) {
+void fill_choice(budget_choice& c, const probe_result& p, const policy::plan& plan, std::size_t budget,
+                 std::size_t smallest) {
   c.feasible = true;
   c.budget = budget;
-  c.predicted_peak = plan.predicted_peak + runtime::cache_allowance(p.traced());
+  c.predicted_peak = plan.predicted_peak + runtime::cache_allowance(p.traced(), budget, p.allowance_at(budget, smallest));
   c.extra_compute = p.forward_s > 0.0 ? plan.added_compute_s / p.forward_s : -1.0;
 }
 
@@ -345,7 +359,7 @@ budget_choice choose_budget(const probe_result& p, std::string_view planner, boo
   const auto pl = policy::make_planner(planner);
   const std::size_t smallest = smallest_planner_budget(*pl, p, c.error, o);
   if (smallest == 0) return c;
-  c.smallest = p.user_budget(smallest);
+  c.smallest = p.user_budget(smallest, smallest);
   // The reported smallest is what the planner's search found; step up a little if a plan
   // at exactly that budget is refused.
   std::size_t at = smallest;
@@ -379,7 +393,7 @@ budget_choice choose_budget(const probe_result& p, std::string_view planner, boo
       plan = std::move(best);
     }
   }
-  fill_choice(c, p, *plan, p.user_budget(at));
+  fill_choice(c, p, *plan, p.user_budget(at, smallest), smallest);
   return c;
 }
 
@@ -399,7 +413,7 @@ std::string choose_best_planner(const probe_result& p, const std::string& where,
     std::string error;
     const auto pl = policy::make_planner(name);
     const std::size_t s = smallest_planner_budget(*pl, p, error);
-    if (s > 0) cands.push_back({std::string(name), p.user_budget(s), {}});
+    if (s > 0) cands.push_back({std::string(name), p.user_budget(s, s), {}});
   }
   if (cands.empty()) throw error("no planner could plan " + where);
   std::size_t lowest = cands.front().smallest;
@@ -702,12 +716,15 @@ budget_choice choose_budget_at(const probe_result& p, std::string_view planner, 
     c.error = at.error;
     return c;
   }
-  const auto plan = try_plan(*policy::make_planner(planner), p.graph, p.planner_share(at.budget), {});
+  const auto pl = policy::make_planner(planner);
+  const std::size_t smallest = smallest_planner_budget(*pl, p, c.error);
+  if (smallest == 0) return c;
+  const auto plan = try_plan(*pl, p.graph, p.planner_share(at.budget, smallest), {});
   if (!plan) {
     c.error = "no plan at that budget";
     return c;
   }
-  fill_choice(c, p, *plan, at.budget);
+  fill_choice(c, p, *plan, at.budget, smallest);
   return c;
 }
 
@@ -718,7 +735,7 @@ smallest_fn probe_smallest(const probe_result& p) {
     if (auto it = cache->find(planner); it != cache->end()) return it->second;
     std::string error;
     const std::size_t s = smallest_planner_budget(*policy::make_planner(planner), p, error);
-    return (*cache)[planner] = s > 0 ? p.user_budget(s) : 0;
+    return (*cache)[planner] = s > 0 ? p.user_budget(s, s) : 0;
   };
 }
 

@@ -250,6 +250,8 @@ struct budgeted_run {
   std::size_t trimmed_bytes = 0;
   bool bit_identical = false;
   std::string plan_error;
+  std::string cache_allowance = "traced";  // Note [Scaled cache allowance] in engine.hpp
+  std::size_t budget_lifted = 0;           // iterations that ran out of room and finished without the budget
 };
 
 // 0 when empty.
@@ -316,6 +318,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.budget = rt.get().budget();
   out.predicted_peak = rt.get().predicted_peak();
   out.plan_error = rt.get().plan_error();
+  out.cache_allowance = runtime::to_string(rt.get().plan_allowance());
   const allocator::stats st = session.allocator().get_stats();
   out.segment_trims = st.segment_trims;
   out.trimmed_bytes = st.trimmed_bytes;
@@ -325,6 +328,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
     out.evictions += r.evictions;
     out.recomputed += r.recomputed_launches;
     out.retained += r.retained;
+    out.budget_lifted += r.budget_lifted ? 1 : 0;
     if (r.state == runtime::engine_state::trace) continue;
     out.allocator_waits += r.allocator_waits;
     out.handoffs += r.handoffs;
@@ -338,7 +342,14 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
 void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline, const demo_options& o) {
   std::printf("\nsublinear\n");
   if (!b.plan_error.empty()) {
-    std::printf("  no plan, so no eviction: %s\n", b.plan_error.c_str());
+    if (b.budget_lifted > 0) {
+      std::printf("  %zu planned iteration%s ran out of room with the allocator's cache scaled to the budget and\n"
+                  "  finished without it (Note [Scaled cache allowance]); then ",
+                  b.budget_lifted, b.budget_lifted == 1 ? "" : "s");
+    } else {
+      std::printf("  ");
+    }
+    std::printf("no plan, so no eviction: %s\n", b.plan_error.c_str());
     return;
   }
   const auto row = [](const char* label, const std::string& value) {
@@ -351,6 +362,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   };
   row("budget", bytes(b.budget));
   row("predicted peak (the plan)", bytes(b.predicted_peak));
+  if (b.cache_allowance == "scaled") row("allocator's cache allowance", "scaled");
   row("peak mapped (planned iterations)", bytes(b.peak));
   row("  against the baseline peak", ratio(static_cast<double>(b.peak), static_cast<double>(baseline.peak_mapped_bytes())));
   row("iteration time (planned, median)", seconds(b.iter_s));
@@ -402,6 +414,8 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"trimmed_bytes", std::to_string(b.trimmed_bytes)},
       {"params_bit_identical", b.bit_identical ? "true" : "false"},
       {"plan_error", wl::json_string(b.plan_error)},
+      {"cache_allowance", wl::json_string(b.cache_allowance)},
+      {"budget_lifted_iterations", std::to_string(b.budget_lifted)},
   };
 }
 

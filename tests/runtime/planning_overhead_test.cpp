@@ -59,19 +59,42 @@ TEST(PlanningOverhead, TheSubPagePeakIsTheMostSubPageBytesLiveAtOnce) {
 }
 
 TEST(PlanningOverhead, TheSmallestBudgetForAPlannerShareIsExact) {
-  for (const traced_memory t :
-       {traced_memory{20 * MiB, 18 * MiB, 64 * KiB}, traced_memory{3 * MiB, 3 * MiB, 64 * KiB},
-        traced_memory{0, 0, 2 * MiB}, traced_memory{109 * MiB, 89 * MiB, 2 * MiB},
-        traced_memory{430 * MiB, 386 * MiB, 2 * MiB, 4 * MiB + 470 * KiB}, traced_memory{20 * MiB, 18 * MiB, 64 * KiB, 1}}) {
-    for (std::size_t want : {std::size_t{0}, 1 * KiB, 777 * KiB, 5 * MiB + 3, 9 * MiB, 19 * MiB, 300 * MiB}) {
-      const std::size_t b = budget_for_planner_bytes(want, t);
-      EXPECT_GE(b - std::min(b, planning_overhead(b, t)), want) << "budget " << b << " for " << want;
-      if (b > 0) {
-        const std::size_t less = b - 1;
-        EXPECT_LT(less - std::min(less, planning_overhead(less, t)), want) << "budget " << less << " for " << want;
+  for (const cache_allowance_mode mode : {cache_allowance_mode::traced, cache_allowance_mode::scaled}) {
+    SCOPED_TRACE(to_string(mode));
+    for (const traced_memory t :
+         {traced_memory{20 * MiB, 18 * MiB, 64 * KiB}, traced_memory{3 * MiB, 3 * MiB, 64 * KiB},
+          traced_memory{0, 0, 2 * MiB}, traced_memory{109 * MiB, 89 * MiB, 2 * MiB},
+          traced_memory{430 * MiB, 386 * MiB, 2 * MiB, 4 * MiB + 470 * KiB},
+          traced_memory{20 * MiB, 18 * MiB, 64 * KiB, 1}, traced_memory{118 * MiB, 96 * MiB, 64 * KiB, MiB}}) {
+      for (std::size_t want : {std::size_t{0}, 1 * KiB, 777 * KiB, 5 * MiB + 3, 9 * MiB, 19 * MiB, 300 * MiB}) {
+        const std::size_t b = budget_for_planner_bytes(want, t, mode);
+        EXPECT_GE(b - std::min(b, planning_overhead(b, t, mode)), want) << "budget " << b << " for " << want;
+        if (b > 0) {
+          const std::size_t less = b - 1;
+          EXPECT_LT(less - std::min(less, planning_overhead(less, t, mode)), want)
+              << "budget " << less << " for " << want;
+        }
       }
     }
   }
+}
+
+// Note [Scaled cache allowance]: below the traced mapped peak the scaled allowance keeps
+// back the traced cache times budget / mapped peak; the page and the sixteenth stay.
+TEST(PlanningOverhead, TheScaledAllowanceKeepsTheTracedCacheInProportionToTheBudget) {
+  const traced_memory t{20 * MiB, 18 * MiB, 64 * KiB};  // a 2 MiB cache
+  EXPECT_EQ(cache_allowance(t, 10 * MiB, cache_allowance_mode::scaled), 1 * MiB) << "half the peak, half the cache";
+  EXPECT_EQ(cache_allowance(t, 5 * MiB, cache_allowance_mode::scaled), 512 * KiB);
+  EXPECT_EQ(cache_allowance(t, 20 * MiB, cache_allowance_mode::scaled), 2 * MiB);
+  EXPECT_EQ(cache_allowance(t, 64 * MiB, cache_allowance_mode::scaled), 2 * MiB) << "never more than all of it";
+  EXPECT_EQ(cache_allowance(t, 5 * MiB, cache_allowance_mode::traced), 2 * MiB) << "traced: all of it at any budget";
+  EXPECT_EQ(cache_allowance(traced_memory{0, 18 * MiB, 64 * KiB}, 5 * MiB, cache_allowance_mode::scaled), 0u)
+      << "mapped peak unknown";
+  EXPECT_EQ(planning_overhead(10 * MiB, t, cache_allowance_mode::scaled), 1 * MiB + 64 * KiB + 640 * KiB);
+  EXPECT_EQ(planning_overhead(10 * MiB, t), 2 * MiB + 64 * KiB + 640 * KiB) << "the default is the traced cache";
+  // So the scaled allowance gives the planner at least as much of any budget.
+  for (std::size_t b = 1 * MiB; b < 40 * MiB; b += 3 * MiB + 7)
+    EXPECT_LE(planning_overhead(b, t, cache_allowance_mode::scaled), planning_overhead(b, t)) << "budget " << b;
 }
 
 }  // namespace
