@@ -969,6 +969,60 @@ TEST_F(CachingAllocator, UnderPressureThePressureHandlerEvictsMoreAndTheRequestS
   EXPECT_TRUE(a.validate());
 }
 
+// set_overrun_handler: asked only once the valve and every fallback failed, with the error
+// about to be thrown; lifting the budget lets the request through, declining rethrows it.
+TEST_F(CachingAllocator, TheOverrunHandlerIsAskedLastAndALiftedBudgetLetsTheRequestThrough) {
+  auto a = make(4 * MiB);
+  void* held = a.allocate(3 * MiB, nullptr, true);
+  std::size_t pressure_calls = 0;
+  a.set_pressure_handler([&](std::size_t) -> std::size_t {
+    ++pressure_calls;
+    return 0;  // nothing it can regenerate
+  });
+  std::string seen;
+  bool lift = false;
+  a.set_overrun_handler([&](const out_of_memory& e) {
+    seen = e.what();
+    if (lift) a.set_budget(0);
+    return lift;
+  });
+  EXPECT_THROW((void)a.allocate(2 * MiB, nullptr), out_of_memory) << "a handler that declines lifts nothing";
+  EXPECT_NE(seen.find("exceed the budget"), std::string::npos) << seen;
+  EXPECT_EQ(pressure_calls, 1u) << "the pressure handler is asked first";
+  EXPECT_EQ(a.get_stats().budget_overruns, 0u);
+  lift = true;
+  void* x = a.allocate(2 * MiB, nullptr);
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(a.get_stats().budget_overruns, 1u);
+  EXPECT_GT(a.get_stats().mapped, 4 * MiB) << "the request went past the lifted budget";
+  a.set_overrun_handler({});
+  a.set_pressure_handler({});
+  for (void* p : {held, x}) a.deallocate(p);
+  EXPECT_TRUE(a.validate());
+
+  // A restore the budget has no room for goes the same way.
+  auto b = make(4 * MiB);
+  void* out = b.allocate(3 * MiB, nullptr, true);
+  b.evict(out);
+  events.complete_all();
+  b.reclaim();
+  void* in = b.allocate(3 * MiB, nullptr, true);  // takes the room the evicted block had
+  lift = false;
+  b.set_overrun_handler([&](const out_of_memory&) {
+    if (lift) b.set_budget(0);
+    return lift;
+  });
+  EXPECT_THROW(b.restore(out), out_of_memory);
+  EXPECT_EQ(b.find(out)->state, residency::evicted);
+  lift = true;
+  b.restore(out);
+  EXPECT_EQ(b.find(out)->state, residency::resident);
+  EXPECT_EQ(b.get_stats().budget_overruns, 1u);
+  b.set_overrun_handler({});
+  for (void* p : {out, in}) b.deallocate(p);
+  EXPECT_TRUE(b.validate());
+}
+
 TEST_F(CachingAllocator, AnEvictableRequestWithNoRoomForItsPagesIsPlacedInASharedSegment) {
   // Under the budget there is no room for a new page, but a shared small segment has free
   // bytes: the request is served there, not evictable, instead of failing training.
