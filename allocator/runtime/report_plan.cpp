@@ -158,7 +158,8 @@ std::string render_plan_preview(const plan_preview& p) {
       continue;
     }
     if (!r.feasible) {
-      rows.push_back({r.planner, "infeasible", "needs at least " + format_bytes(r.smallest_feasible), "", "", ""});
+      rows.push_back({r.planner + (r.cache_allowance == "scaled" ? " *" : ""), "infeasible",
+                      "needs at least " + format_bytes(r.smallest_feasible), "", "", ""});
       continue;
     }
     std::string added = text::seconds(r.added_compute_s);

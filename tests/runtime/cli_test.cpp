@@ -324,6 +324,43 @@ INSTANTIATE_TEST_SUITE_P(Workloads, PlanPreview,
                                            agreement_case{model_kind::transformer, "chen"}),
                          case_name);
 
+// Note [Scaled cache allowance]: where the whole traced cache leaves a planner too little,
+// the preview plans again with the cache scaled to the budget, as the engine does: the
+// smallest budget it names is in those terms, and at that budget the row plans, marked
+// scaled, with the planner's share and the predicted mapped peak of the scaled cache.
+TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheCacheScaled) {
+  const recorded_iteration rec = record_first_iteration(model_kind::densenet);
+  plan_preview_options po;
+  po.budget = "0.3x";
+  po.policies = {"reforward"};
+  po.traced_mapped_peak = rec.mapped_peak;
+  const plan_preview low = preview_plans(rec.trace, po);
+  ASSERT_EQ(low.rows.size(), 1u);
+  ASSERT_FALSE(low.rows[0].feasible) << "0.3x of this DenseNet's peak should be below every plan";
+  EXPECT_EQ(low.rows[0].cache_allowance, "scaled");
+  ASSERT_GT(low.rows[0].smallest_feasible, low.budget);
+  const traced_memory tm{rec.mapped_peak, low.unplanned_peak, low.granularity, low.sub_page_peak};
+  ASSERT_GT(cache_allowance(tm), 0u) << "no cache traced: both allowances are the same";
+  // At the smallest budget it named (a page or two more if the search's answer is refused).
+  std::size_t budget = low.rows[0].smallest_feasible;
+  plan_preview at;
+  for (int tries = 0; tries < 4; ++tries, budget += rec.granularity) {
+    po.budget = std::to_string(budget);
+    at = preview_plans(rec.trace, po);
+    if (at.rows[0].feasible) break;
+  }
+  const plan_preview_row& row = at.rows[0];
+  ASSERT_TRUE(row.feasible) << row.error;
+  ASSERT_EQ(row.cache_allowance, "scaled") << "the whole traced cache already allows " << budget << " bytes";
+  EXPECT_EQ(row.planner_budget, budget - planning_overhead(budget, tm, cache_allowance_mode::scaled));
+  EXPECT_GT(row.planner_budget, at.planner_budget) << "the scaled cache gives the planner more than the traced one";
+  EXPECT_EQ(row.predicted_mapped, row.predicted_peak + cache_allowance(tm, budget, cache_allowance_mode::scaled));
+  EXPECT_LE(row.predicted_mapped, budget);
+  const std::string text = render_plan_preview(at);
+  EXPECT_NE(text.find("reforward *"), std::string::npos) << text;
+  EXPECT_NE(plan_preview_json(at).find("\"scaled\""), std::string::npos);
+}
+
 TEST(PlanPreviewReport, AnInfeasibleBudgetNamesTheSmallestFeasibleOne) {
   const recorded_iteration rec = record_first_iteration(model_kind::mlp);
   plan_preview_options po;
