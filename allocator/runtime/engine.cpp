@@ -392,7 +392,7 @@ struct engine::impl {
     } catch (const policy::infeasible_budget& traced_error) {
       // The planner speaks of the bytes it was given; the user set the whole budget.
       const std::string traced_smallest = format_bytes(budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
-      if (!opts.scaled_cache_allowance || scaled_refused) {
+      if (!opts.config.scaled_cache || scaled_refused) {
         give_up(infeasible + ": the smallest feasible budget for it is " + traced_smallest + "; no plan can go below " +
                 format_bytes(budget_for_planner_bytes(traced_error.lower_bound(), tm)) +
                 " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here)" +

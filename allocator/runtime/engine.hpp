@@ -261,9 +261,6 @@ struct engine_options {
   // one wrote from one an unseen writer wrote (Note [Filled fresh blocks] in
   // tracer/block_hashes.hpp). Off only in tests that show what it is for.
   bool fill_fresh_blocks = true;
-  // Plan with the cache scaled to the budget where the traced cache leaves the planner too
-  // little (Note [Scaled cache allowance]). Off: such budgets are infeasible, as before.
-  bool scaled_cache_allowance = true;
   // Tests only: multiplies the scaled cache allowance (0 keeps no cache at all back, so a
   // planned iteration runs out of room and the fallback shows).
   double scaled_cache_factor = 1.0;

@@ -363,6 +363,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("budget", bytes(b.budget));
   row("predicted peak (the plan)", bytes(b.predicted_peak));
   if (b.cache_allowance == "scaled") row("allocator's cache allowance", "scaled");
+  if (b.budget_lifted > 0) row("iterations that ran over (lifted)", std::to_string(b.budget_lifted));
   row("peak mapped (planned iterations)", bytes(b.peak));
   row("  against the baseline peak", ratio(static_cast<double>(b.peak), static_cast<double>(baseline.peak_mapped_bytes())));
   row("iteration time (planned, median)", seconds(b.iter_s));

@@ -36,6 +36,7 @@ SETTINGS: Dict[str, str] = {
     "SUBLINEAR_VALIDATE": "off, first, always",
     "SUBLINEAR_RETENTION": "1/true/yes/on or 0/false/no/off",
     "SUBLINEAR_MULTIPASS": "1/true/yes/on or 0/false/no/off",
+    "SUBLINEAR_SCALED_CACHE": "1/true/yes/on or 0/false/no/off",
     "SUBLINEAR_TRACE": "a file path",
     "SUBLINEAR_TRACE_ITERATIONS": "1 or 2",
     "SUBLINEAR_ITERATION": "marker, auto",
@@ -121,7 +122,7 @@ def check(name: str, value: str) -> None:
     elif name == "SUBLINEAR_ITERATION":
         if lower not in ("marker", "auto"):
             raise _bad(name, value)
-    elif name in ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS"):
+    elif name in ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_SCALED_CACHE"):
         if lower not in BOOL_TRUE + BOOL_FALSE:
             raise _bad(name, value)
     # SUBLINEAR_REPORT, SUBLINEAR_TRACE: any non-empty path.
@@ -129,7 +130,7 @@ def check(name: str, value: str) -> None:
 
 def _as_text(name: str, value: Value) -> str:
     if isinstance(value, bool):
-        if name in ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS"):
+        if name in ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_SCALED_CACHE"):
             return "1" if value else "0"
         raise ValueError(f"sublinear: {name}={value!r} is not valid; accepted: {SETTINGS[name]}")
     if isinstance(value, int):

@@ -120,7 +120,7 @@ outcome train(const workloads::models::model_config& config, const std::string& 
     o.config.retention = retention;
     o.config.multi_pass = multi_pass;
     o.config.trace = trace_path;
-    o.scaled_cache_allowance = g_allowance.scaled;
+    o.config.scaled_cache = g_allowance.scaled;
     o.scaled_cache_factor = g_allowance.factor;
     if (const char* l = std::getenv("E2E_LOG")) o.config.log = parse_log_level("E2E_LOG", l);
     o.device_capacity = session.vmm().physical_capacity();

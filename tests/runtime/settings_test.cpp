@@ -231,11 +231,22 @@ TEST(DisableSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_DISABLE", v, "1, true, yes, on, 0, false, no, off");
 }
 
-TEST(DisableSetting, RetentionAndMultiPassAreTheOnlySwitches) {
+TEST(DisableSetting, RetentionMultiPassAndScaledCacheAreTheOnlySwitches) {
   for (const auto& o : options_table()) {
     const std::string n = o.name;
-    EXPECT_EQ(o.boolean, n == "SUBLINEAR_DISABLE" || n == "SUBLINEAR_RETENTION" || n == "SUBLINEAR_MULTIPASS") << n;
+    EXPECT_EQ(o.boolean, n == "SUBLINEAR_DISABLE" || n == "SUBLINEAR_RETENTION" || n == "SUBLINEAR_MULTIPASS" ||
+                             n == "SUBLINEAR_SCALED_CACHE")
+        << n;
   }
+}
+
+TEST(ScaledCacheSetting, IsOnByDefaultAndTakesTheBooleanForms) {
+  EXPECT_TRUE(read({}).scaled_cache);
+  for (const char* v : {"0", "false", "no", "off"})
+    EXPECT_FALSE(read({{"SUBLINEAR_SCALED_CACHE", v}}).scaled_cache) << v;
+  for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_SCALED_CACHE", v}}).scaled_cache) << v;
+  expect_refused("SUBLINEAR_SCALED_CACHE", "half", "1, true, yes, on, 0, false, no, off");
+  EXPECT_NE(describe(read({{"SUBLINEAR_SCALED_CACHE", "0"}})).find("SUBLINEAR_SCALED_CACHE=0"), std::string::npos);
 }
 
 TEST(MultiPassSetting, IsOnByDefaultAndTakesTheBooleanForms) {
