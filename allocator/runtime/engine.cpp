@@ -398,7 +398,8 @@ struct engine::impl {
                 " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here)" +
                 (scaled_refused ? std::string(", and a plan with the cache allowance scaled to the budget ran out of "
                                               "room in a planned iteration (Note [Scaled cache allowance])")
-                                : std::string()) +
+                                : std::string(" (SUBLINEAR_SCALED_CACHE=0: the allocator's whole traced cache is kept "
+                                              "out of the budget)")) +
                 ".");
         return;
       }
