@@ -392,21 +392,26 @@ struct engine::impl {
     } catch (const policy::infeasible_budget& traced_error) {
       // The planner speaks of the bytes it was given; the user set the whole budget.
       const std::string traced_smallest = format_bytes(budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
-      if (!opts.config.scaled_cache || scaled_refused) {
+      // Again with the cache scaled to the budget (Note [Scaled cache allowance]), unless that
+      // gives the planner no more (no cache traced, or a budget at the traced peak).
+      const std::size_t scaled_cache = cache_allowance(tm, budget_bytes, cache_allowance_mode::scaled);
+      const std::size_t scaled_overhead = planning_overhead(budget_bytes, tm, cache_allowance_mode::scaled) -
+                                          scaled_cache +
+                                          static_cast<std::size_t>(opts.scaled_cache_factor * static_cast<double>(scaled_cache));
+      if (!opts.config.scaled_cache || scaled_refused || scaled_overhead >= overhead) {
         give_up(infeasible + ": the smallest feasible budget for it is " + traced_smallest + "; no plan can go below " +
                 format_bytes(budget_for_planner_bytes(traced_error.lower_bound(), tm)) +
                 " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here)" +
                 (scaled_refused ? std::string(", and a plan with the cache allowance scaled to the budget ran out of "
                                               "room in a planned iteration (Note [Scaled cache allowance])")
-                                : std::string(" (SUBLINEAR_SCALED_CACHE=0: the allocator's whole traced cache is kept "
-                                              "out of the budget)")) +
+                 : !opts.config.scaled_cache
+                     ? std::string(" (SUBLINEAR_SCALED_CACHE=0: the allocator's whole traced cache is kept out of "
+                                   "the budget)")
+                     : std::string()) +
                 ".");
         return;
       }
-      // Again with the cache scaled to the budget (Note [Scaled cache allowance]).
-      const std::size_t scaled_cache = cache_allowance(tm, budget_bytes, cache_allowance_mode::scaled);
-      overhead = planning_overhead(budget_bytes, tm, cache_allowance_mode::scaled) - scaled_cache +
-                 static_cast<std::size_t>(opts.scaled_cache_factor * static_cast<double>(scaled_cache));
+      overhead = scaled_overhead;
       try {
         plan = make(overhead);
       } catch (const policy::infeasible_budget& e) {
