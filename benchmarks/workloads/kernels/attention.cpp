@@ -4,17 +4,18 @@
 //   which makes them the largest activation of a Transformer layer and the natural
 //   candidate for eviction and replay.
 // Approach: one kernel per direction, grid (B, heads), each (b, h) independent.
-//   `attention_fwd_f32` writes scores into the probability row, turns the row into a
-//   softmax in place (max-subtracted, float exp, float sum in index order) and forms
-//   out_i = sum_j P_ij v_j with j ascending. `attention_bwd_f32` zeroes its slices of dq,
+//   `attention_fwd_f32` writes scores into the probability row (each q_i . k_j summed
+//   over the head dimension in index order), turns the row into a softmax in place
+//   (max-subtracted, the float exp of Note [Vector transcendentals], the sum in the fixed
+//   lanes of detail::sum) and forms out_i = sum_j P_ij v_j with j ascending. `attention_bwd_f32` zeroes its slices of dq,
 //   dk, dv, then for each query row i computes dP_ij = dout_i . v_j into scratch,
 //   delta_i = sum_j P_ij dP_ij, dS_ij = P_ij (dP_ij - delta_i) / sqrt(d), and adds
 //   dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dout_i, i and j ascending. Every
 //   output element is thus summed in one fixed order (no atomics), and row strides let
 //   the same kernels read separate Q, K, V tensors or one packed QKV tensor.
 // Limitations: O(S^2) memory per head for the probabilities (that is the point here);
-//   the backward scratch (4 x S floats) is host memory owned by the launch, the host
-//   device's stand-in for shared memory.
+//   the scratch (forward: K transposed, head_dim x S floats; backward: 4 x S floats) is
+//   host memory owned by the launch, the host device's stand-in for shared memory.
 #include "benchmarks/workloads/kernels/attention.hpp"
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "benchmarks/workloads/kernels/sequence_detail.hpp"
+#include "benchmarks/workloads/kernels/vector_math.hpp"
 
 namespace sublinear::workloads::ops {
 namespace {
@@ -43,8 +45,12 @@ struct attention_fwd_params {
   std::int32_t causal;
 };
 
+// Scores are formed a row at a time from K transposed into scratch (head_dim x S), so
+// that the inner loop runs along the row, four scores per vector, each summed over the
+// head dimension in index order (the order the scalar tail uses too).
 void attention_fwd(const host::launch_config& /*cfg*/, const attention_fwd_params& p) {
   const std::int64_t s_len = p.seq, d = p.head_dim;
+  std::vector<float> kt(static_cast<std::size_t>(d * s_len));
   for (std::int64_t b = 0; b < p.batch; ++b) {
     for (std::int64_t h = 0; h < p.heads; ++h) {
       const std::int64_t col = h * d;
@@ -53,29 +59,22 @@ void attention_fwd(const host::launch_config& /*cfg*/, const attention_fwd_param
       const float* v = p.v + b * s_len * p.ld_in + col;
       float* out = p.out + b * s_len * p.ld_out + col;
       float* probs = p.probs + (b * p.heads + h) * s_len * s_len;
+      for (std::int64_t j = 0; j < s_len; ++j) {
+        for (std::int64_t c = 0; c < d; ++c) kt[static_cast<std::size_t>(c * s_len + j)] = k[j * p.ld_in + c];
+      }
       for (std::int64_t i = 0; i < s_len; ++i) {
         float* row = probs + i * s_len;
         const float* qi = q + i * p.ld_in;
         const std::int64_t visible = p.causal != 0 ? i + 1 : s_len;
-        float max_score = -INFINITY;
-        std::int64_t j = 0;
-        for (; j + 4 <= visible; j += 4) {
-          const float* kj = k + j * p.ld_in;
-          detail::dot4(qi, kj, kj + p.ld_in, kj + 2 * p.ld_in, kj + 3 * p.ld_in, d, row + j);
-        }
-        for (; j < visible; ++j) row[j] = detail::dot(qi, k + j * p.ld_in, d);
-        for (j = 0; j < visible; ++j) {
-          row[j] *= p.scale;
-          if (row[j] > max_score) max_score = row[j];
-        }
-        float sum = 0.0f;
-        for (j = 0; j < visible; ++j) {
-          row[j] = std::exp(row[j] - max_score);
-          sum += row[j];
-        }
-        const float inv = 1.0f / sum;
-        for (j = 0; j < visible; ++j) row[j] *= inv;
-        for (j = visible; j < s_len; ++j) row[j] = 0.0f;
+        detail::row_times_matrix(qi, kt.data(), s_len, d, visible, row);
+        for (std::int64_t j = 0; j < visible; ++j) row[j] *= p.scale;
+        const float max_score = detail::max(row, visible);
+        // The exponentials vectorize (Note [Vector transcendentals]); the sum runs in the
+        // fixed lanes of detail::sum.
+        for (std::int64_t j = 0; j < visible; ++j) row[j] = detail::vexp(row[j] - max_score);
+        const float inv = 1.0f / detail::sum(row, visible);
+        for (std::int64_t j = 0; j < visible; ++j) row[j] *= inv;
+        for (std::int64_t j = visible; j < s_len; ++j) row[j] = 0.0f;
 
         float* oi = out + i * p.ld_out;
         for (std::int64_t c = 0; c < d; ++c) oi[c] = 0.0f;

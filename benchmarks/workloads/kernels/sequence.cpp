@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "benchmarks/workloads/kernels/sequence_detail.hpp"
+#include "benchmarks/workloads/kernels/vector_math.hpp"
 
 namespace sublinear::workloads::ops {
 namespace {
@@ -32,7 +33,7 @@ struct gelu_fwd_params {
 void gelu_fwd(const host::launch_config& /*cfg*/, const gelu_fwd_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) {
     const float x = p.x[i];
-    p.y[i] = 0.5f * x * (1.0f + std::erf(x * inv_sqrt2));
+    p.y[i] = 0.5f * x * (1.0f + detail::verf(x * inv_sqrt2));
   }
 }
 
@@ -46,8 +47,8 @@ struct gelu_bwd_params {
 void gelu_bwd(const host::launch_config& /*cfg*/, const gelu_bwd_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) {
     const float x = p.x[i];
-    const float cdf = 0.5f * (1.0f + std::erf(x * inv_sqrt2));
-    const float pdf = inv_sqrt_2pi * std::exp(-0.5f * x * x);
+    const float cdf = 0.5f * (1.0f + detail::verf(x * inv_sqrt2));
+    const float pdf = inv_sqrt_2pi * detail::vexp(-0.5f * x * x);
     p.dx[i] = p.dy[i] * (cdf + x * pdf);
   }
 }

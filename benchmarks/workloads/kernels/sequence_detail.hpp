@@ -11,7 +11,8 @@
 //   because no lane's order depends on it (loads are unaligned-safe memcpys).
 //   `dot4` is four `dot`s sharing the loads of one operand, lane for lane the same sums.
 //   `axpy` updates each element once, four at a time; `axpy_rows` is a run of axpys
-//   fused four rows at a time with the additions kept in row order.
+//   fused four rows at a time with the additions kept in row order. `sum` keeps four
+//   lanes; `row_times_matrix` sums each output over the shared index in index order.
 // Limitations: float32 accumulation (as on a GPU); no -ffast-math anywhere near this code,
 //   which would let the compiler reassociate. Built with FMA enabled (-march with FMA),
 //   GCC may contract a * b + c, which changes low bits but not determinism.
@@ -96,6 +97,58 @@ inline void dot4(const float* a, const float* b0, const float* b1, const float* 
   out[1] = c1.sum();
   out[2] = c2.sum();
   out[3] = c3.sum();
+}
+
+// The sum of x[0..n) in four lanes (lane l takes the elements with index = l mod 4),
+// combined in a fixed tree: the order depends only on n.
+inline float sum(const float* x, std::int64_t n) {
+  f32x4 acc = {0, 0, 0, 0};
+  std::int64_t k = 0;
+  for (; k + 4 <= n; k += 4) acc += load4(x + k);
+  for (std::int64_t l = 0; k < n; ++k, ++l) acc[l] += x[k];
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+// The largest of x[0..n) (-inf when n is 0), four lanes at a time. Which of two equal
+// values wins cannot be seen in the result except for +0 and -0, which every caller
+// here subtracts from something (x - (+0) == x - (-0) for every x but -0, where the two
+// differ only in sign). NaNs are not ordered: a row holding one gives some value.
+inline float max(const float* x, std::int64_t n) {
+  f32x4 acc = splat4(-__builtin_inff());
+  std::int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const f32x4 v = load4(x + k);
+    acc = v > acc ? v : acc;
+  }
+  float m = acc[0] > acc[1] ? acc[0] : acc[1];
+  const float m2 = acc[2] > acc[3] ? acc[2] : acc[3];
+  m = m2 > m ? m2 : m;
+  for (; k < n; ++k) m = x[k] > m ? x[k] : m;
+  return m;
+}
+
+// y[j] = sum over c of x[c] * m[c * ld + j] for j < n, c ascending from 0 (m is a
+// row-major matrix with `depth` rows): a row vector times a matrix, vectorized along j;
+// every y[j] is summed in the same order whether its lane is a vector's or the tail's.
+// y must not overlap x or m.
+inline void row_times_matrix(const float* x, const float* m, std::int64_t ld, std::int64_t depth,
+                             std::int64_t n, float* y) {
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {  // eight outputs in two registers across the whole sum
+    f32x4 lo = {0, 0, 0, 0}, hi = {0, 0, 0, 0};
+    for (std::int64_t c = 0; c < depth; ++c) {
+      const f32x4 xc = splat4(x[c]);
+      lo += xc * load4(m + c * ld + j);
+      hi += xc * load4(m + c * ld + j + 4);
+    }
+    store4(y + j, lo);
+    store4(y + j + 4, hi);
+  }
+  for (; j < n; ++j) {
+    float acc = 0.0f;
+    for (std::int64_t c = 0; c < depth; ++c) acc += x[c] * m[c * ld + j];
+    y[j] = acc;
+  }
 }
 
 // y[0..n) += alpha * x[0..n). y must not overlap x.
