@@ -162,7 +162,7 @@ struct caching_allocator::impl {
       throw out_of_memory("sublinear: cannot reserve " + format_bytes(reservation_size) +
                               " of address space on the " + device.name() + " device (" + to_string(s) +
                               ": " + device.last_error() + "); set a smaller options.reserve",
-                          {reservation_size, 0, 0, st.budget, 0});
+                          {reservation_size, 0, 0, st.budget, 0, out_of_memory::cause::address_space});
     }
     reservation = static_cast<char*>(base);
     address_space.emplace(reservation, reservation_size);
@@ -1044,9 +1044,9 @@ struct caching_allocator::impl {
     seg->mapped = true;
   }
 
-  [[noreturn]] void throw_oom(std::size_t requested, const std::string& why) {
+  [[noreturn]] void throw_oom(std::size_t requested, out_of_memory::cause ran_out, const std::string& why) {
     ++st.oom_errors;
-    out_of_memory::figures f{requested, st.mapped, st.reserved, st.budget, largest_free_block()};
+    out_of_memory::figures f{requested, st.mapped, st.reserved, st.budget, largest_free_block(), ran_out};
     throw out_of_memory("sublinear: out of memory: " + why + ". Requested " + format_bytes(requested) +
                             "; mapped " + format_bytes(f.mapped) + ", reserved " + format_bytes(f.reserved) +
                             ", budget " + format_bytes(f.budget) + ", largest free block " +
@@ -1059,7 +1059,7 @@ struct caching_allocator::impl {
   // of physical memory. Throws out_of_memory.
   void map_under_budget(segment& seg, std::size_t requested, std::optional<stream_handle> stream = std::nullopt) {
     if (!make_room(seg.size, stream))
-      throw_oom(requested, "mapping " + format_bytes(seg.size) + " would exceed the budget");
+      throw_oom(requested, out_of_memory::cause::budget, "mapping " + format_bytes(seg.size) + " would exceed the budget");
     vmm_status s = map_segment(seg);
     if (s == vmm_status::out_of_memory) {
       release_cached(0, true);
@@ -1068,7 +1068,7 @@ struct caching_allocator::impl {
       s = map_segment(seg);
     }
     if (s == vmm_status::out_of_memory)
-      throw_oom(requested, "the " + device.name() + " device has no physical memory left");
+      throw_oom(requested, out_of_memory::cause::device_memory, "the " + device.name() + " device has no physical memory left");
     if (s != vmm_status::ok) {
       throw device_error("sublinear: mapping " + format_bytes(seg.size) + " on the " + device.name() +
                          " device failed (" + to_string(s) + ": " + device.last_error() + ")");
@@ -1079,7 +1079,7 @@ struct caching_allocator::impl {
     char* base = take_address_range(size);
     if (base == nullptr) {
       orphan_handoff();  // make_room may have set one aside for this segment
-      throw_oom(requested, "the reserved address space (" + format_bytes(reservation_size) +
+      throw_oom(requested, out_of_memory::cause::address_space, "the reserved address space (" + format_bytes(reservation_size) +
                                ") has no free range of " + format_bytes(size) + "; set a larger options.reserve");
     }
     auto seg = std::make_unique<segment>();
@@ -1316,7 +1316,8 @@ struct caching_allocator::impl {
     trim_pool(0, 0, true);  // a new plan, new sizes: the pool starts empty (Note [Chunk pool])
     if (!make_room(0)) {
       st.budget = old;
-      throw_oom(0, "the new budget of " + format_bytes(budget) + " is below what is mapped and cannot be freed");
+      throw_oom(0, out_of_memory::cause::budget,
+                "the new budget of " + format_bytes(budget) + " is below what is mapped and cannot be freed");
     }
   }
 

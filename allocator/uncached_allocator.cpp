@@ -23,18 +23,20 @@ void* uncached_allocator::allocate(std::size_t size) {
   const std::size_t g = device_.granularity();
   const std::size_t bytes = (size + g - 1) / g * g;
   std::lock_guard lock(mutex_);
-  auto oom = [&](const std::string& why) {
+  auto oom = [&](out_of_memory::cause ran_out, const std::string& why) {
     throw out_of_memory("sublinear (uncached): out of memory: " + why + "; requested " + format_bytes(size) +
                             ", mapped " + format_bytes(mapped_) + ", budget " + format_bytes(budget_),
-                        {size, mapped_, mapped_, budget_, 0});
+                        {size, mapped_, mapped_, budget_, 0, ran_out});
   };
-  if (mapped_ + bytes > budget_) oom("the budget would be exceeded");
+  if (mapped_ + bytes > budget_) oom(out_of_memory::cause::budget, "the budget would be exceeded");
   void* va = nullptr;
-  if (device_.reserve(bytes, &va) != vmm_status::ok) oom("no address space: " + device_.last_error());
+  if (device_.reserve(bytes, &va) != vmm_status::ok)
+    oom(out_of_memory::cause::address_space, "no address space: " + device_.last_error());
   chunk_handle h = 0;
   if (vmm_status s = device_.create_chunk(bytes, &h); s != vmm_status::ok) {
     device_.release(va, bytes);
-    oom(std::string(to_string(s)) + ": " + device_.last_error());
+    oom(s == vmm_status::out_of_memory ? out_of_memory::cause::device_memory : out_of_memory::cause::unknown,
+        std::string(to_string(s)) + ": " + device_.last_error());
   }
   if (device_.map(va, bytes, h) != vmm_status::ok || device_.set_access(va, bytes) != vmm_status::ok) {
     std::string why = device_.last_error();

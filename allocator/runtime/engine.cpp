@@ -1366,9 +1366,12 @@ struct engine::impl {
   // Asked when a request finds no room even after the valve (Note [Scaled cache allowance]):
   // a plan made with the scaled cache allowance gives the budget up for the rest of the
   // iteration, and the next plan keeps the whole traced cache back. Prefetches are left to
-  // fail: they are retried at their restore point.
+  // fail: they are retried at their restore point. Only a budget shortfall is lifted: when
+  // the device's memory or the address space ran out, no budget would help, and the error
+  // goes to the caller as it would without a plan.
   bool overrun(const out_of_memory& error) {
     if (!active() || prefetching || allowance != cache_allowance_mode::scaled || current.budget_lifted) return false;
+    if (error.details().ran_out != out_of_memory::cause::budget) return false;
     log_warn("iteration " + std::to_string(iteration_index) + ": the plan made with the allocator's cache scaled to "
              "the budget ran out of room at launch " + std::to_string(pos) + " (" + error.what() +
              "); the rest of this iteration runs without the budget, and the next plan keeps the whole traced "

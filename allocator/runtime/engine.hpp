@@ -334,7 +334,9 @@ struct traced_memory {
 //   iteration (a warning names the shortfall; the iteration's report says
 //   `budget_lifted`), plans again with the traced cache, and without a plan runs plain
 //   caching, as it would have without the attempt. A plan made with the traced cache
-//   never lifts the budget: it fails with out_of_memory as before. SUBLINEAR_SCALED_CACHE=0
+//   never lifts the budget: it fails with out_of_memory as before; nor does a request the
+//   device's memory or the address space refused (out_of_memory::cause), which no budget
+//   would let through. SUBLINEAR_SCALED_CACHE=0
 //   (settings::scaled_cache) refuses such budgets instead.
 // Limitations: a budget below the traced cache's smallest is held only as long as its
 //   plan does not run out; the time a plan costs is not monotone across that smallest

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -31,12 +32,17 @@ class SUBLINEAR_API device_error : public error {
 // A request that would exceed the budget or the device's physical memory.
 class SUBLINEAR_API out_of_memory : public error {
  public:
+  // What ran out. Only a budget shortfall can be met by giving the budget up; the device's
+  // memory or the reserved address space cannot (the replay engine's overrun handler
+  // tells them apart by this).
+  enum class cause : std::uint8_t { budget, device_memory, address_space, unknown };
   struct figures {
     std::size_t requested = 0;
     std::size_t mapped = 0;
     std::size_t reserved = 0;
     std::size_t budget = 0;
     std::size_t largest_free_block = 0;
+    cause ran_out = cause::unknown;
   };
   out_of_memory(const std::string& what, const figures& f) : error(what), figures_(f) {}
   [[nodiscard]] const figures& details() const noexcept { return figures_; }

@@ -156,6 +156,7 @@ TYPED_TEST_P(AllocatorConformance, FailsPastTheBudgetWithOutOfMemory) {
     } catch (const out_of_memory& e) {
       failed = true;
       EXPECT_EQ(e.details().requested, 3 * MiB);
+      EXPECT_EQ(e.details().ran_out, out_of_memory::cause::budget) << e.what();
     }
     EXPECT_LE(this->subject_->mapped(), kBudget);
   }

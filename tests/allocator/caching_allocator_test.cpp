@@ -393,6 +393,7 @@ TEST_F(CachingAllocator, NeverMapsPastTheBudgetAndSaysWhyItCannot) {
       EXPECT_NE(what.find(word), std::string::npos) << word << " missing from: " << what;
     EXPECT_EQ(e.details().requested, 2 * MiB);
     EXPECT_EQ(e.details().budget, 4 * MiB);
+    EXPECT_EQ(e.details().ran_out, out_of_memory::cause::budget);
   }
   EXPECT_LE(a.get_stats().mapped_peak, 4 * MiB);
   EXPECT_EQ(a.get_stats().oom_errors, 1u);
@@ -784,6 +785,38 @@ TEST_F(CachingAllocator, HandoffCanBeSwitchedOff) {
   EXPECT_EQ(a.get_stats().budget_waits, 1u);
   for (void* p : {kept, gone, next}) a.deallocate(p);
   EXPECT_TRUE(a.validate());
+}
+
+// The replay engine lifts a budget only for a budget shortfall (Note [Scaled cache
+// allowance]), so the error must say what ran out: the device's memory and the reserved
+// address space are told apart from the budget.
+TEST_F(CachingAllocator, AnOutOfMemoryErrorSaysWhetherTheBudgetTheDeviceOrTheAddressSpaceRanOut) {
+  {
+    host_vmm small{host_vmm_options{kGranularity, 4 * MiB}};  // 4 MiB of physical memory
+    options o;
+    o.budget = 64 * MiB;  // above it: the device runs out first
+    o.reserve = 1 * GiB;
+    caching_allocator a(small, events, o);
+    try {
+      a.allocate(8 * MiB, nullptr);
+      FAIL() << "expected out_of_memory";
+    } catch (const out_of_memory& e) {
+      EXPECT_EQ(e.details().ran_out, out_of_memory::cause::device_memory) << e.what();
+      EXPECT_NE(std::string(e.what()).find("no physical memory"), std::string::npos) << e.what();
+    }
+  }
+  {
+    options o;
+    o.reserve = 4 * MiB;  // less address space than a 20 MiB segment needs
+    caching_allocator a(device, events, o);
+    try {
+      a.allocate(3 * MiB, nullptr);
+      FAIL() << "expected out_of_memory";
+    } catch (const out_of_memory& e) {
+      EXPECT_EQ(e.details().ran_out, out_of_memory::cause::address_space) << e.what();
+      EXPECT_NE(std::string(e.what()).find("address space"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST_F(CachingAllocator, UnderPressureASmallRequestIsCutFromAFreeLargeBlock) {

@@ -661,6 +661,43 @@ TEST(EngineFaults, RunningOutOfDeviceMemoryDuringRegenerationFailsClearly) {
   m.vmm.exhausted = false;
 }
 
+// Note [Scaled cache allowance]: a plan made with the cache scaled to the budget gives the
+// budget up when a request finds no room under it, but not when the device itself has no
+// memory left: no budget would let that request through, so the error reaches the caller
+// as it would without a plan, and the budget stays where it was.
+TEST(EngineFaults, ThePlanWithTheScaledCacheDoesNotLiftItsBudgetWhenTheDeviceRunsOut) {
+  for (const char* budget : {"0.3x", "0.33x", "0.36x", "0.4x", "0.45x", "0.5x"}) {
+    SCOPED_TRACE(budget);
+    chain_model m;
+    host_runtime rt(m.dev, m.alloc, options_for(budget, "chain"));
+    for (int it = 0; it < 2; ++it) {  // the traced iterations; then it is planned
+      m.iteration(12, kFloats, false);
+      rt.mark_iteration();
+    }
+    if (rt.get().budget() == 0 || rt.get().plan_allowance() != cache_allowance_mode::scaled) continue;
+    const std::size_t planned_budget = m.alloc.get_stats().budget;
+    auto hog = [&] {
+      m.dev.synchronize();
+      m.alloc.reclaim();
+      m.alloc.empty_cache();
+      m.vmm.exhausted = true;
+    };
+    try {
+      m.iteration(12, kFloats, false, hog);
+      FAIL() << "regeneration had no memory and said nothing";
+    } catch (const out_of_memory& e) {
+      EXPECT_EQ(e.details().ran_out, out_of_memory::cause::device_memory) << e.what();
+      EXPECT_NE(std::string(e.what()).find("no physical memory"), std::string::npos) << e.what();
+    }
+    m.dev.synchronize();
+    m.vmm.exhausted = false;
+    EXPECT_EQ(m.alloc.get_stats().budget_overruns, 0u) << "the budget was lifted for the device's exhaustion";
+    EXPECT_EQ(m.alloc.get_stats().budget, planned_budget) << "the budget moved";
+    return;
+  }
+  FAIL() << "no budget planned with the scaled cache: the test no longer reaches that plan";
+}
+
 // An allocation the plan did not foresee: during the backward pass a block the engine does
 // not track (allocated as evictable, so it is not matched against the trace) takes more
 // than the room the plan left. The engine evicts buffers it can regenerate later instead
