@@ -198,6 +198,15 @@ struct chain_model {
   // freed right after.
   bool staged_inputs = false;
 
+  // Another process takes the device's memory, the allocator's pooled and cached chunks
+  // with it (empty_cache): no new chunk can be created until `vmm.exhausted` is cleared.
+  void exhaust_device() {
+    dev.synchronize();
+    alloc.reclaim();
+    alloc.empty_cache();
+    vmm.exhausted = true;
+  }
+
   chain_model() {
     counter = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
     acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
@@ -644,14 +653,8 @@ TEST(EngineFaults, RunningOutOfDeviceMemoryDuringRegenerationFailsClearly) {
   // Between the forward and the backward pass the device runs out of physical memory
   // (another process took it, and the allocator's pooled chunks with it: empty_cache):
   // regenerating an evicted buffer cannot get pages back.
-  auto hog = [&] {
-    m.dev.synchronize();
-    m.alloc.reclaim();
-    m.alloc.empty_cache();
-    m.vmm.exhausted = true;
-  };
   try {
-    m.iteration(12, kFloats, false, hog);
+    m.iteration(12, kFloats, false, [&] { m.exhaust_device(); });
     FAIL() << "regeneration had no memory and said nothing";
   } catch (const out_of_memory& e) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
@@ -676,14 +679,8 @@ TEST(EngineFaults, ThePlanWithTheScaledCacheDoesNotLiftItsBudgetWhenTheDeviceRun
     }
     if (rt.get().budget() == 0 || rt.get().plan_allowance() != cache_allowance_mode::scaled) continue;
     const std::size_t planned_budget = m.alloc.get_stats().budget;
-    auto hog = [&] {
-      m.dev.synchronize();
-      m.alloc.reclaim();
-      m.alloc.empty_cache();
-      m.vmm.exhausted = true;
-    };
     try {
-      m.iteration(12, kFloats, false, hog);
+      m.iteration(12, kFloats, false, [&] { m.exhaust_device(); });
       FAIL() << "regeneration had no memory and said nothing";
     } catch (const out_of_memory& e) {
       EXPECT_EQ(e.details().ran_out, out_of_memory::cause::device_memory) << e.what();
