@@ -708,39 +708,15 @@ run_plan planned(const std::string& planner, const budget_choice& c, const std::
   return p;
 }
 
-// `planner` at a budget another run chose (`at`, what that run asks for): the same memory,
-// to compare time at equal memory.
-budget_choice choose_budget_at(const probe_result& p, std::string_view planner, const budget_choice& at) {
-  budget_choice c;
-  if (!at.feasible) {
-    c.error = at.error;
-    return c;
-  }
-  const auto pl = policy::make_planner(planner);
-  const std::size_t smallest = smallest_planner_budget(*pl, p, c.error);
-  if (smallest == 0) return c;
-  const auto plan = try_plan(*pl, p.graph, p.planner_share(at.budget, smallest), {});
-  if (!plan) {
-    c.error = "no plan at that budget";
-    return c;
-  }
-  fill_choice(c, p, *plan, at.budget, smallest);
-  return c;
-}
-
-// `planner` at the largest budget that still cuts `cut` of the traced peak of mapped
-// bytes, rounded down to whole pages: peak mapped never exceeds a budget, so a run there
-// cuts at least that much (against a baseline whose peak is the traced one). Infeasible
-// with `error` set where that budget is below the planner's smallest.
-budget_choice choose_budget_for_cut(const probe_result& p, std::string_view planner, double cut,
-                                    const policy::planner::options& o = {}) {
+// `planner` at `budget` (what a run asks for), or infeasible with `error` set where no
+// plan fits there.
+budget_choice choose_budget_of(const probe_result& p, std::string_view planner, std::size_t budget,
+                               const policy::planner::options& o = {}) {
   budget_choice c;
   const auto pl = policy::make_planner(planner);
   const std::size_t smallest = smallest_planner_budget(*pl, p, c.error, o);
   if (smallest == 0) return c;
   c.smallest = p.user_budget(smallest, smallest);
-  const std::size_t page = std::max<std::size_t>(p.graph.granularity, 1);
-  const auto budget = static_cast<std::size_t>((1.0 - cut) * static_cast<double>(p.mapped_peak)) / page * page;
   const auto plan = try_plan(*pl, p.graph, p.planner_share(budget, smallest), o);
   if (!plan) {
     c.error = "no plan at " + mib(budget) + " (the smallest feasible budget is " + mib(c.smallest) + ")";
@@ -748,6 +724,27 @@ budget_choice choose_budget_for_cut(const probe_result& p, std::string_view plan
   }
   fill_choice(c, p, *plan, budget, smallest);
   return c;
+}
+
+// `planner` at a budget another run chose (`at`, what that run asks for): the same memory,
+// to compare time at equal memory.
+budget_choice choose_budget_at(const probe_result& p, std::string_view planner, const budget_choice& at) {
+  if (!at.feasible) {
+    budget_choice c;
+    c.error = at.error;
+    return c;
+  }
+  return choose_budget_of(p, planner, at.budget);
+}
+
+// `planner` at the largest budget that still cuts `cut` of the traced peak of mapped
+// bytes, rounded down to whole pages: peak mapped never exceeds a budget, so a run there
+// cuts at least that much (against a baseline whose peak is the traced one).
+budget_choice choose_budget_for_cut(const probe_result& p, std::string_view planner, double cut,
+                                    const policy::planner::options& o = {}) {
+  const std::size_t page = std::max<std::size_t>(p.graph.granularity, 1);
+  const auto budget = static_cast<std::size_t>((1.0 - cut) * static_cast<double>(p.mapped_peak)) / page * page;
+  return choose_budget_of(p, planner, budget, o);
 }
 
 // Smallest feasible budgets from the probe, one planner call per planner asked about.

@@ -7,8 +7,9 @@
 //   `attention_fwd_f32` writes scores into the probability row (each q_i . k_j summed
 //   over the head dimension in index order), turns the row into a softmax in place
 //   (max-subtracted, the float exp of Note [Vector transcendentals], the sum in the fixed
-//   lanes of detail::sum) and forms out_i = sum_j P_ij v_j with j ascending. `attention_bwd_f32` zeroes its slices of dq,
-//   dk, dv, then for each query row i computes dP_ij = dout_i . v_j into scratch,
+//   lanes of detail::sum) and forms out_i = sum_j P_ij v_j with j ascending.
+//   `attention_bwd_f32` zeroes its slices of dq, dk, dv, then for each query row i
+//   computes dP_ij = dout_i . v_j into scratch,
 //   delta_i = sum_j P_ij dP_ij, dS_ij = P_ij (dP_ij - delta_i) / sqrt(d), and adds
 //   dq_i += dS_ij k_j, dk_j += dS_ij q_i, dv_j += P_ij dout_i, i and j ascending. Every
 //   output element is thus summed in one fixed order (no atomics), and row strides let
