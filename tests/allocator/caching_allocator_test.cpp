@@ -791,32 +791,30 @@ TEST_F(CachingAllocator, HandoffCanBeSwitchedOff) {
 // allowance]), so the error must say what ran out: the device's memory and the reserved
 // address space are told apart from the budget.
 TEST_F(CachingAllocator, AnOutOfMemoryErrorSaysWhetherTheBudgetTheDeviceOrTheAddressSpaceRanOut) {
-  {
-    host_vmm small{host_vmm_options{kGranularity, 4 * MiB}};  // 4 MiB of physical memory
-    options o;
-    o.budget = 64 * MiB;  // above it: the device runs out first
-    o.reserve = 1 * GiB;
-    caching_allocator a(small, events, o);
+  // `bytes` from an allocator over `dev` with `o` must fail for `cause`, saying `words`.
+  auto expect_ran_out = [&](vmm& dev, const options& o, std::size_t bytes, out_of_memory::cause cause,
+                            const char* words) {
+    caching_allocator a(dev, events, o);
     try {
-      a.allocate(8 * MiB, nullptr);
-      FAIL() << "expected out_of_memory";
+      a.allocate(bytes, nullptr);
+      ADD_FAILURE() << "expected out_of_memory (" << words << ")";
     } catch (const out_of_memory& e) {
-      EXPECT_EQ(e.details().ran_out, out_of_memory::cause::device_memory) << e.what();
-      EXPECT_NE(std::string(e.what()).find("no physical memory"), std::string::npos) << e.what();
+      EXPECT_EQ(e.details().ran_out, cause) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
-  }
-  {
-    options o;
-    o.reserve = 4 * MiB;  // less address space than a 20 MiB segment needs
-    caching_allocator a(device, events, o);
-    try {
-      a.allocate(3 * MiB, nullptr);
-      FAIL() << "expected out_of_memory";
-    } catch (const out_of_memory& e) {
-      EXPECT_EQ(e.details().ran_out, out_of_memory::cause::address_space) << e.what();
-      EXPECT_NE(std::string(e.what()).find("address space"), std::string::npos) << e.what();
-    }
-  }
+  };
+  host_vmm small{host_vmm_options{kGranularity, 4 * MiB}};  // 4 MiB of physical memory
+  options above;
+  above.budget = 64 * MiB;  // above it: the device runs out first
+  above.reserve = 1 * GiB;
+  expect_ran_out(small, above, 8 * MiB, out_of_memory::cause::device_memory, "no physical memory");
+  options narrow;
+  narrow.reserve = 4 * MiB;  // less address space than a 20 MiB segment needs
+  expect_ran_out(device, narrow, 3 * MiB, out_of_memory::cause::address_space, "address space");
+  options tight;
+  tight.budget = 2 * MiB;
+  tight.reserve = 1 * GiB;
+  expect_ran_out(device, tight, 3 * MiB, out_of_memory::cause::budget, "exceed the budget");
 }
 
 TEST_F(CachingAllocator, UnderPressureASmallRequestIsCutFromAFreeLargeBlock) {
