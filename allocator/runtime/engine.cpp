@@ -1002,6 +1002,10 @@ struct engine::impl {
         evicted_ranges[addr[b]] = b;
       }
     };
+    // Before any page is mapped back: a failure past this point would leave the targets
+    // mapped and marked resident with no valid bytes.
+    for (launch_id l : e.recipe)
+      if (!saved[l].present) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
     try {
       for (buffer_id b : targets) {
         if (!evicted[b] || freed[b]) continue;
@@ -1176,16 +1180,38 @@ struct engine::impl {
     return entry_of[b];
   }
 
+  // Whether the traced launch at `l` held a pointer into buffer `b` at parameter offset
+  // `offset` (Note [Stray pointer words]).
+  bool traced_touch(std::size_t l, std::size_t offset, buffer_id b) const {
+    if (l >= an.touches.size()) return false;
+    for (const auto& t : an.touches[l])
+      if (t.param_offset == offset && t.buffer == b) return true;
+    return false;
+  }
+
   // The safety net: a launch whose parameters point into an evicted block.
   void regenerate_touched(const launch_view& op) {
     if (evicted_ranges.empty()) return;
-    auto hit = [&](std::uint64_t word) {
+    // Note [Stray pointer words]: while the iteration follows the trace, a kernel's word
+    // counts only where the traced launch at this position pointed into the same buffer.
+    const bool follow_trace = !diverged && pos < graph().launches.size() && op.what == launch_view::kind::kernel;
+    auto hit = [&](std::uint64_t word, std::size_t offset) {
       auto p = reinterpret_cast<const char*>(word);
       auto it = evicted_ranges.upper_bound(p);
       if (it == evicted_ranges.begin()) return;
       --it;
       const buffer_id b = it->second;
       if (p >= it->first + graph().buffers[b].size) return;
+      if (follow_trace && !traced_touch(pos, offset, b)) {
+        ++current.stray_pointers;
+        if (opts.config.log >= log_level::debug)
+          log_debug("iteration " + std::to_string(iteration_index) + ": launch " + std::to_string(pos) + " (" +
+                    kernel_name_of(static_cast<launch_id>(pos)) + ") has a word at parameter offset " +
+                    std::to_string(offset) + " pointing into evicted buffer #" +
+                    std::to_string(graph().buffers[b].alloc_index) +
+                    ", which the traced launch did not hold there: left alone");
+        return;
+      }
       const std::int32_t entry = carrier_of(b);
       if (entry < 0) throw error("sublinear: a launch touches an evicted buffer that has no recipe");
       regenerate(static_cast<std::size_t>(entry), op.stream);
@@ -1194,11 +1220,11 @@ struct engine::impl {
       for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {
         std::uint64_t word = 0;
         std::memcpy(&word, op.params.data() + off, 8);
-        hit(word);
+        hit(word, off);
       }
     } else {
-      hit(reinterpret_cast<std::uint64_t>(op.dst));
-      if (op.src != nullptr) hit(reinterpret_cast<std::uint64_t>(op.src));
+      hit(reinterpret_cast<std::uint64_t>(op.dst), 0);
+      if (op.src != nullptr) hit(reinterpret_cast<std::uint64_t>(op.src), 8);
     }
   }
 

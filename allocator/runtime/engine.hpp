@@ -119,6 +119,27 @@
 //   naming the budget, the shortfall and what the engine tried.
 // Limitations: only buffers the plan placed evictable (dedicated pages) can go; pressure
 //   from buffers the plan keeps resident still fails.
+// Note [Stray pointer words]
+// Rationale: the ENTER safety net regenerates an evicted block when a launch's parameters
+//   point into it. Kernel parameter blocks are not all pointers, and not all initialised:
+//   PyTorch's elementwise kernels pass fixed-size arrays of which only the first entries
+//   are set, and the rest keep whatever the host stack held, which in a planned iteration
+//   is often the address the engine itself just evicted (its eviction code ran on the same
+//   thread just before). On an H200 (session 28) such a word in GPT-2's forward pointed
+//   into the dropout output evicted one launch earlier; the net tried to regenerate it
+//   with a recipe whose last launch had not run yet, failed, and the block's pages were
+//   mapped back holding no valid bytes: the loss was NaN from the next iteration on.
+// Approach: while an iteration follows its trace, a kernel's word counts only if the
+//   traced launch at the same position held a pointer into the same buffer at the same
+//   parameter offset (the analysis keeps every such touch). Others are left alone and
+//   counted (iteration_report::stray_pointers; at SUBLINEAR_LOG=debug each is named). A
+//   buffer the plan or the pressure valve evicts is always needed through a word the
+//   trace saw, so both still come back at their next use. Memory copies and sets, and
+//   every launch once an iteration has diverged, are followed word for word as before.
+// Limitations: a program whose pointers change between iterations with the same kernels
+//   and the same allocation sizes (data-dependent choice of an operand) is not caught by
+//   the divergence check, and now not by the safety net either: that program was never
+//   plannable from one trace.
 #pragma once
 
 #include <cstddef>
@@ -198,6 +219,8 @@ struct iteration_report {
   std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
   std::size_t kept_resident = 0;    // planned evictions not made: no room for the buffer's own pages, so
                                     // the allocator placed it in a shared segment (Note [Pressure valve])
+  std::size_t stray_pointers = 0;   // parameter words pointing into an evicted block where the traced
+                                    // launch held no pointer to it: left alone (Note [Stray pointer words])
   std::size_t retained = 0;         // frees the engine deferred so recipes read the block in place
                                     // (Note [Retention] in policy/retention.hpp)
   std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)

@@ -162,6 +162,7 @@ report_totals totals(const run_report& r) {
     t.prefetched += it.prefetched;
     t.pressure_evictions += it.pressure_evictions;
     t.kept_resident += it.kept_resident;
+    t.stray_pointers += it.stray_pointers;
     t.budget_lifted += it.budget_lifted ? 1 : 0;
     t.retained += it.retained;
     t.allocator_waits += it.allocator_waits;
@@ -246,6 +247,7 @@ std::string to_json(const run_report& r) {
     w.member("prefetched", it.prefetched);
     w.member("pressure_evictions", it.pressure_evictions);
     w.member("kept_resident", it.kept_resident);
+    w.member("stray_pointers", it.stray_pointers);
     w.member("retained", it.retained);
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
@@ -372,6 +374,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.prefetched = size_or(it, "prefetched");
     ir.pressure_evictions = size_or(it, "pressure_evictions");
     ir.kept_resident = size_or(it, "kept_resident");
+    ir.stray_pointers = size_or(it, "stray_pointers");
     ir.retained = size_or(it, "retained");
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
@@ -485,6 +488,9 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.kept_resident > 0)
     out << "  kept resident      " << t.kept_resident
         << " planned evictions not made: no room for the buffer's own pages\n";
+  if (t.stray_pointers > 0)
+    out << "  stray pointers     " << t.stray_pointers
+        << " parameter words into evicted blocks that the traced launches did not hold: left alone\n";
   if (t.budget_lifted > 0)
     out << "  budget lifted      " << t.budget_lifted
         << " iterations ran out of room with the cache scaled to the budget and finished without it\n";

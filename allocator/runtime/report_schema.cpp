@@ -93,6 +93,7 @@ std::string_view report_schema() {
           "prefetched": {"$ref": "#/$defs/count", "description": "Regenerations done ahead of the launch that needed them."},
           "pressure_evictions": {"$ref": "#/$defs/count", "description": "Evictions the plan did not foresee, made by the pressure valve."},
           "kept_resident": {"$ref": "#/$defs/count", "description": "Planned evictions not made: the buffer found no room for pages of its own (under the budget, or on the device) and was placed in a shared segment, resident for the iteration."},
+          "stray_pointers": {"$ref": "#/$defs/count", "description": "Kernel parameter words that pointed into an evicted block where the traced launch at that position held no pointer to that block (uninitialised fields keeping old addresses): left alone, nothing regenerated."},
           "retained": {"$ref": "#/$defs/count", "description": "Frees of the program the engine deferred so that recipes read the block in place (retentions of the plan)."},
           "offloads": {"$ref": "#/$defs/count", "description": "Blocks copied to host memory and evicted while tracing under an absolute budget."},
           "offloaded_bytes": {"$ref": "#/$defs/bytes"},

@@ -81,6 +81,18 @@ void staged_scale_body(const host::launch_config&, const staged_scale_params& p)
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.staged[i] * p.factor + 1.0f;
   p.staged[p.n] += 1.0f;
 }
+// scale_body with a word it never reads, as PyTorch's elementwise kernels pass fixed-size
+// arrays whose unused entries keep what the host stack held (Note [Stray pointer words]).
+struct scale_leftover_params {
+  float* out;
+  const float* in;
+  const void* leftover;  // never read
+  std::int64_t n;
+  float factor;
+};
+void scale_leftover_body(const host::launch_config&, const scale_leftover_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
+}
 struct accumulate_params {
   float* acc;
   const float* in;
@@ -122,6 +134,14 @@ const host::kernel& staged_scale_kernel() {
       "test_fault_staged_scale",
       {SUBLINEAR_PARAM(staged_scale_params, out), SUBLINEAR_PARAM(staged_scale_params, staged),
        SUBLINEAR_PARAM(staged_scale_params, n), SUBLINEAR_PARAM(staged_scale_params, factor)});
+  return k;
+}
+const host::kernel& scale_leftover_kernel() {
+  static const host::kernel& k = host::register_kernel<scale_leftover_params, scale_leftover_body>(
+      "test_fault_scale_leftover",
+      {SUBLINEAR_PARAM(scale_leftover_params, out), SUBLINEAR_PARAM(scale_leftover_params, in),
+       SUBLINEAR_PARAM(scale_leftover_params, leftover), SUBLINEAR_PARAM(scale_leftover_params, n),
+       SUBLINEAR_PARAM(scale_leftover_params, factor)});
   return k;
 }
 const host::kernel& accumulate_kernel() {
@@ -197,6 +217,11 @@ struct chain_model {
   // there), reads it from there and counts in it (staged_scale_kernel); the workspace is
   // freed right after.
   bool staged_inputs = false;
+  // Every layer's kernel carries a word it never reads: null up to iteration
+  // `leftovers_from`, then the address of the activation two layers back (which the
+  // layer before last read, and a plan may have just evicted).
+  int leftovers_from = -1;
+  int iterations_done = 0;
 
   // Another process takes the device's memory, the allocator's pooled and cached chunks
   // with it (empty_cache): no new chunk can be created until `vmm.exhausted` is cleared.
@@ -266,6 +291,10 @@ struct chain_model {
         staged_scale_params sp{next, ws, n, factor};
         dev.launch(staged_scale_kernel(), {}, nullptr, &sp);
         alloc.deallocate(ws);
+      } else if (leftovers_from >= 0) {
+        const void* leftover = iterations_done >= leftovers_from && l >= 2 ? acts[acts.size() - 2] : nullptr;
+        scale_leftover_params sp{next, acts.back(), leftover, n, factor};
+        dev.launch(scale_leftover_kernel(), {}, nullptr, &sp);
       } else if (sized_shared) {
         host::launch_config cfg;
         cfg.shared_mem = static_cast<std::uint32_t>(layers - l) * 1024;
@@ -289,6 +318,7 @@ struct chain_model {
     dev.launch(accumulate_kernel(), {}, nullptr, &sidea);
     alloc.deallocate(side);
     dev.synchronize();
+    ++iterations_done;
   }
 
   std::vector<float> result() {
@@ -536,6 +566,37 @@ TEST(EngineFaults, ActivationsWrittenThroughAPointerTheTracerCannotSeeStayReside
     EXPECT_GE(c.planned, 3u) << "the budget must be in force";
     EXPECT_GT(c.evictions, 0u) << "the visible activations are still evicted";
     EXPECT_EQ(c.mismatches, 0u) << "no recipe may rebuild a block whose writer was not seen";
+  }
+}
+
+// PyTorch's GPT-2 blocks on an H200 (session 28): an elementwise kernel's unused
+// parameter words held the address the engine had just evicted, left on the stack by its
+// own eviction code. The safety net took it for a read, regenerated the block with a
+// recipe that could not run yet, and left its pages mapped without their bytes: NaN from
+// the next iteration on. Words the traced launch did not hold there are left alone (Note
+// [Stray pointer words]): no regeneration is brought forward, nothing is lost.
+TEST(EngineFaults, AParameterWordPointingIntoAnEvictedBlockThatTheTraceDidNotHoldTriggersNothing) {
+  for (const char* policy : {"sqrtn", "greedy"}) {
+    SCOPED_TRACE(policy);
+    // Iterations 0 and 1 are traced, 2 validates, 3 to 5 carry the leftover words.
+    const chain_comparison c =
+        compare_chain_training([](chain_model& m) { m.leftovers_from = 3; }, options_for("0.5x", policy));
+    EXPECT_EQ(c.got, c.expected);
+    EXPECT_EQ(c.plan_error, "");
+    ASSERT_EQ(c.reports.size(), 6u);
+    ASSERT_EQ(c.reports[2].state, engine_state::validate);
+    EXPECT_GT(c.reports[2].evictions, 0u) << "the budget must make the plan evict";
+    EXPECT_EQ(c.reports[2].stray_pointers, 0u) << "no leftover words yet";
+    for (std::size_t i = 3; i < c.reports.size(); ++i) {
+      const iteration_report& r = c.reports[i];
+      EXPECT_EQ(r.state, engine_state::steady) << i;
+      EXPECT_FALSE(r.diverged) << i << ": " << r.divergence;
+      EXPECT_GT(r.stray_pointers, 0u) << i << ": the leftover words must point into evicted blocks";
+      EXPECT_EQ(r.evictions, c.reports[2].evictions) << i;
+      EXPECT_EQ(r.recomputed_launches, c.reports[2].recomputed_launches)
+          << i << ": a leftover word brought a regeneration forward";
+      EXPECT_EQ(r.pressure_evictions, 0u) << i;
+    }
   }
 }
 

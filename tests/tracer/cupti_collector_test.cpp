@@ -8,18 +8,17 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "tracer/cupti/cupti_collector.hpp"
 #include "tracer/recorder.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
-#endif
-
-#if defined(SUBLINEAR_HAVE_CUDA)
-#include "tracer/cupti/cupti_collector.hpp"
 #endif
 
 namespace sublinear::tracer {
@@ -242,6 +241,36 @@ TEST_F(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThe
   EXPECT_EQ(packed_n, 7u);
 }
 
+// Note [Listener failure at a launch]: the engine's failure at a launch's ENTER ends the
+// process (session 28: GPT-2 trained on with a NaN loss when it was dropped).
+class ThrowingListener final : public launch_listener {
+ public:
+  void on_enter(const launch_description&) override {
+    throw std::runtime_error("a recipe launch was not seen in this iteration");
+  }
+  void on_exit(const launch_description&) override {}
+};
+
+TEST_F(CuptiCollectorOnGpu, AListenerThatFailsAtEnterStopsTheProcessSayingWhy) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // a fresh process: CUDA does not survive fork
+  EXPECT_DEATH(
+      {
+        recorder_options o;
+        o.device = "cuda";
+        recorder rec(o);
+        ThrowingListener failing;
+        cupti_options co;
+        co.listener = &failing;
+        cupti_collector collector(rec, co);
+        cu_ptr buf = 0;
+        if (d.mem_alloc(&buf, 4096) != 0) std::exit(0);  // not the death looked for: the test fails
+        d.memset_d8_async(buf, 0, 4096, nullptr);
+        d.ctx_synchronize();
+        std::exit(0);
+      },
+      "fatal: the runtime failed at the entry of cuMemset.*a recipe launch was not seen");
+}
+
 TEST(CuptiCollector, SaysWhyItIsUnavailableInsteadOfFailingToLoad) {
 #if defined(__SANITIZE_ADDRESS__)
   // Looking for CUPTI loads the toolkit's libraries, and with them loaded GCC 12's
@@ -266,6 +295,15 @@ TEST(CuptiCollector, SaysWhyItIsUnavailableInsteadOfFailingToLoad) {
 TEST(CuptiCollector, NotBuiltWithoutTheCudaToolkit) { GTEST_SKIP() << "built without the CUDA toolkit"; }
 
 #endif
+
+// Built everywhere: the fatal path itself (Note [Listener failure at a launch]).
+TEST(LaunchEnterFailure, StopsTheProcessNamingTheCallTheCauseAndTheWaysOn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(fail_at_launch_enter("cuLaunchKernel", "a recipe launch was not seen in this iteration"),
+               "fatal: the runtime failed at the entry of cuLaunchKernel: a recipe launch was not seen in this "
+               "iteration.*would compute on bytes that are not there.*SUBLINEAR_VALIDATE=always"
+               ".*SUBLINEAR_DISABLE=1");
+}
 
 }  // namespace
 }  // namespace sublinear::tracer

@@ -158,6 +158,12 @@ std::string result_text(const cupti_api& api, CUptiResult r) {
 
 // Set while our callback runs: driver calls it makes (layout queries) must not recurse.
 thread_local bool t_inside = false;
+
+// What the listener threw at ENTER (Note [Listener failure at a launch]).
+class listener_failure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 thread_local std::vector<std::byte> t_packed;
 // The correlation id whose parameters t_packed holds (packed at ENTER, reused at EXIT).
 thread_local std::uint32_t t_packed_correlation = 0;
@@ -561,19 +567,28 @@ struct cupti_collector::impl {
     t_packed_valid = true;
   }
 
+  // The listener's ENTER, its exceptions marked as its own (Note [Listener failure at a launch]).
+  static void enter(launch_listener& l, const launch_description& op) {
+    try {
+      l.on_enter(op);
+    } catch (const std::exception& e) {
+      throw listener_failure(e.what());
+    }
+  }
+
   void on_enter(CUpti_CallbackId cbid, const CUpti_CallbackData& cb, launch_listener& l) {
     decoded_call d = decode(cbid, cb.functionParams);
     switch (d.call) {
       case decoded_call::what::kernel:
         pack(d, cb, layout_for(d.function, cb.symbolName));
         d.op.params = t_packed;
-        l.on_enter(d.op);
+        enter(l, d.op);
         // After the engine's own work for this launch (a block restored while tracing).
         open_observation(cb.correlationId);
         break;
       case decoded_call::what::graph:
       case decoded_call::what::memcpy:
-      case decoded_call::what::memset: l.on_enter(d.op); break;
+      case decoded_call::what::memset: enter(l, d.op); break;
       default: break;
     }
   }
@@ -663,8 +678,10 @@ void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_Cal
     t_inside = true;
     try {
       self->on_enter(cbid, *cb, *l);
+    } catch (const listener_failure& e) {
+      fail_at_launch_enter(cb->functionName != nullptr ? cb->functionName : "a launch", e.what());
     } catch (const std::exception& e) {
-      self->warn_once(*cb, e.what());
+      self->warn_once(*cb, e.what());  // the collector's own: the listener was not reached
     }
     t_inside = false;
     return;

@@ -41,8 +41,23 @@
 //   per-thread default stream and is reported as CU_STREAM_PER_THREAD, so that a replay
 //   queues on the stream the program used.
 // Limitations: a cuMemsetD32Async is described as a byte set of its value's low byte (exact
-//   for the zero fills frameworks issue). Exceptions thrown by the listener are reported
-//   once on stderr and dropped: they must not cross the driver.
+//   for the zero fills frameworks issue). Exceptions must not cross the driver: one the
+//   listener throws at EXIT is reported once on stderr and dropped; at ENTER it ends the
+//   process (Note [Listener failure at a launch]).
+//
+// Note [Listener failure at a launch]
+// Rationale: the listener's ENTER is where the runtime brings back what the launch reads.
+//   If that fails (a recipe that cannot run, no memory left to map the block back), the
+//   launch is queued anyway, since nothing can stop it from inside the callback, and it
+//   computes on bytes that are not there. Dropping the error, as the collector once did,
+//   let GPT-2 train on with a NaN loss on an H200 (session 28) while the run looked
+//   healthy. A wrong result must never look like a result.
+// Approach: an exception from the listener's on_enter is fatal: the collector prints what
+//   failed, at which driver call, that the launch would read missing bytes, and how to run
+//   without the failing part (SUBLINEAR_VALIDATE=always to catch a bad recipe while copies
+//   exist, SUBLINEAR_DISABLE=1 to train without sublinear), then aborts.
+//   fail_at_launch_enter is that path, callable (and death-tested) without a GPU.
+// Limitations: the process ends without writing its report; the message is the record.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +65,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "sublinear/error.hpp"
 #include "tracer/recorder.hpp"
@@ -85,6 +101,9 @@ class launch_listener {
   // After the driver accepted `op` (not called when the call failed).
   virtual void on_exit(const launch_description& op) = 0;
 };
+
+// Note [Listener failure at a launch]: prints why, at which call, and aborts.
+[[noreturn]] void fail_at_launch_enter(std::string_view call, std::string_view what) noexcept;
 
 // While alive, CUDA calls made on this thread are not seen by the collector: the runtime's
 // own replays, copies and event records. Nests.
