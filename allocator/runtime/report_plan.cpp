@@ -1,10 +1,13 @@
 // Note [Plan preview] is in report_plan.hpp.
 #include "allocator/runtime/report_plan.hpp"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <chrono>
 #include <optional>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
@@ -100,6 +103,36 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
         std::sort(targets.begin(), targets.end());
         targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
         for (auto b : targets) row.evicted_bytes += g.buffers[b].size;
+        const auto kernel_of = [&](policy::launch_id l) -> std::string {
+          if (l == policy::none || l >= g.launches.size()) return "";
+          const std::uint32_t k = g.launches[l].kernel;
+          return k < g.kernel_names.size() ? g.kernel_names[k] : "kernel " + std::to_string(k);
+        };
+        const auto index_of = [&](policy::buffer_id b) { return g.buffers[b].alloc_index; };
+        for (const auto& e : p.evictions) {
+          plan_preview_eviction pe;
+          const policy::buffer& B = g.buffers[e.target];
+          pe.alloc_index = B.alloc_index;
+          pe.bytes = B.size;
+          for (policy::launch_id l : B.users) {
+            const auto& w = g.launches[l].written;
+            if (std::binary_search(w.begin(), w.end(), e.target)) {
+              pe.producer = kernel_of(l);
+              break;
+            }
+          }
+          pe.evict_after = e.evict_after;
+          pe.restore_before = e.restore_before;
+          pe.restore_kernel = kernel_of(e.restore_before);
+          for (policy::launch_id l : e.recipe) {
+            pe.recipe.push_back(l);
+            pe.recipe_kernels.push_back(kernel_of(l));
+            pe.recipe_s += g.launches[l].cost_s;
+          }
+          for (policy::buffer_id b : e.temporaries) pe.temporaries.push_back(index_of(b));
+          for (policy::buffer_id b : e.also_regenerates) pe.also_regenerates.push_back(index_of(b));
+          row.evictions.push_back(std::move(pe));
+        }
       }
     } catch (const policy::infeasible_budget& e) {
       row.error = e.what();
@@ -118,7 +151,70 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   return out;
 }
 
-std::string render_plan_preview(const plan_preview& p) {
+namespace {
+
+// A kernel's name as a person reads it: demangled (CUDA kernels compiled from C++ keep
+// their mangled names), without its return type and parameter list, and at most `width`
+// characters.
+std::string readable_kernel(const std::string& name, std::size_t width = 80) {
+  std::string out = name;
+  int status = -1;
+  if (char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status); d != nullptr) {
+    if (status == 0) out = d;
+    std::free(d);
+  }
+  if (out != name) {
+    // "void ns::kernel<...>(args)": drop the return type and the parameter list.
+    if (out.rfind("void ", 0) == 0) out.erase(0, 5);
+    int depth = 0;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i] == '<') ++depth;
+      if (out[i] == '>') --depth;
+      if (out[i] == '(' && depth == 0) {
+        out.resize(i);
+        break;
+      }
+    }
+  }
+  if (out.size() > width) out = out.substr(0, width - 3) + "...";
+  return out;
+}
+
+std::string index_list(const std::vector<std::uint32_t>& v) {
+  std::string out;
+  for (auto i : v) out += (out.empty() ? "#" : ", #") + std::to_string(i);
+  return out;
+}
+
+void render_evictions(std::ostringstream& out, const plan_preview_row& r) {
+  out << "\n  " << r.planner << ": " << r.evictions.size() << " eviction" << (r.evictions.size() == 1 ? "" : "s")
+      << " (buffers by allocation index, launches by position in the traced iteration)\n";
+  for (const auto& e : r.evictions) {
+    out << "    #" << e.alloc_index << " " << format_bytes(e.bytes) << ", written by "
+        << (e.producer.empty() ? std::string("?") : readable_kernel(e.producer)) << "\n"
+        << "      out after launch " << e.evict_after << ", back before launch " << e.restore_before << " ("
+        << readable_kernel(e.restore_kernel) << ")\n";
+    if (e.recipe.empty()) {
+      std::string carrier;
+      for (const auto& other : r.evictions)
+        for (std::uint32_t a : other.also_regenerates)
+          if (a == e.alloc_index && !other.recipe.empty() && carrier.empty()) carrier = "#" + std::to_string(other.alloc_index);
+      out << "      regenerated on the way by the recipe of " << (carrier.empty() ? std::string("another entry") : carrier)
+          << "\n";
+      continue;
+    }
+    out << "      replays " << e.recipe.size() << " launch" << (e.recipe.size() == 1 ? "" : "es") << " ("
+        << text::seconds(e.recipe_s) << "):";
+    for (std::size_t i = 0; i < e.recipe.size(); ++i) out << (i == 0 ? " " : ", ") << e.recipe[i];
+    out << "\n";
+    if (!e.temporaries.empty()) out << "      scratch for " << index_list(e.temporaries) << "\n";
+    if (!e.also_regenerates.empty()) out << "      also regenerates " << index_list(e.also_regenerates) << "\n";
+  }
+}
+
+}  // namespace
+
+std::string render_plan_preview(const plan_preview& p, bool evictions) {
   std::ostringstream out;
   out << "traced iteration: " << p.launches << " launches, " << p.buffers << " buffers (" << p.candidates
       << " eviction candidates), " << text::seconds(p.iteration_compute_s) << " of compute, on the " << p.device
@@ -189,6 +285,10 @@ std::string render_plan_preview(const plan_preview& p) {
   for (const auto& r : p.rows) {
     if (r.internal_error) out << "\n  " << r.planner << " failed: " << r.error << "\n";
   }
+  if (evictions) {
+    for (const auto& r : p.rows)
+      if (r.feasible) render_evictions(out, r);
+  }
   return out.str();
 }
 
@@ -241,6 +341,36 @@ std::string plan_preview_json(const plan_preview& p) {
     w.member("evicted_buffers", r.evicted_buffers);
     w.member("evicted_bytes", r.evicted_bytes);
     w.member("planning_s", r.planning_s);
+    w.key("evictions");
+    w.begin_array();
+    for (const auto& e : r.evictions) {
+      w.begin_object(true);
+      w.member("alloc_index", e.alloc_index);
+      w.member("bytes", e.bytes);
+      w.member("producer", e.producer);
+      w.member("evict_after", e.evict_after);
+      w.member("restore_before", e.restore_before);
+      w.member("restore_kernel", e.restore_kernel);
+      w.key("recipe");
+      w.begin_array();
+      for (auto l : e.recipe) w.integer(l);
+      w.end_array();
+      w.key("recipe_kernels");
+      w.begin_array();
+      for (const auto& k : e.recipe_kernels) w.string(k);
+      w.end_array();
+      w.member("recipe_s", e.recipe_s);
+      w.key("temporaries");
+      w.begin_array();
+      for (auto b : e.temporaries) w.integer(b);
+      w.end_array();
+      w.key("also_regenerates");
+      w.begin_array();
+      for (auto b : e.also_regenerates) w.integer(b);
+      w.end_array();
+      w.end_object();
+    }
+    w.end_array();
     w.end_object();
   }
   w.end_array();

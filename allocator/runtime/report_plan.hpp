@@ -37,6 +37,23 @@ struct plan_preview_options {
   std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)
 };
 
+// One planned eviction, as `sublinear plan --evictions` lists it: which buffer, between which
+// launches, and what is replayed to bring it back. Launches are positions in the traced
+// iteration (0-based); kernels are named as the trace names them.
+struct plan_preview_eviction {
+  std::uint32_t alloc_index = 0;       // the target's index among the iteration's allocations
+  std::size_t bytes = 0;
+  std::string producer;                // the kernel of the target's first writer ("" if none)
+  std::size_t evict_after = 0;         // dropped once this launch is done
+  std::size_t restore_before = 0;      // resident again before this launch
+  std::string restore_kernel;          // the kernel of launch restore_before
+  std::vector<std::size_t> recipe;     // launches replayed, in order
+  std::vector<std::string> recipe_kernels;
+  std::vector<std::uint32_t> temporaries;       // alloc indices given scratch
+  std::vector<std::uint32_t> also_regenerates;  // alloc indices
+  double recipe_s = 0.0;               // the recipe launches' traced durations
+};
+
 struct plan_preview_row {
   std::string planner;
   bool feasible = false;
@@ -55,6 +72,7 @@ struct plan_preview_row {
   std::size_t evicted_buffers = 0;
   std::size_t evicted_bytes = 0;
   double planning_s = 0.0;
+  std::vector<plan_preview_eviction> evictions;  // in the plan's order
 };
 
 // A buffer no recorded launch is seen producing (Note [Unknown producers] in
@@ -90,8 +108,9 @@ struct plan_preview {
 // Throws config_error for a malformed budget or policy, or a trace with no iteration.
 [[nodiscard]] plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& options);
 
-// A readable table of the preview, one row per planner.
-[[nodiscard]] std::string render_plan_preview(const plan_preview& p);
+// A readable table of the preview, one row per planner; with `evictions`, each feasible
+// plan's evictions after it.
+[[nodiscard]] std::string render_plan_preview(const plan_preview& p, bool evictions = false);
 // The preview as JSON (one object; rows in "planners").
 [[nodiscard]] std::string plan_preview_json(const plan_preview& p);
 

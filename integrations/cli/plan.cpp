@@ -27,7 +27,7 @@ std::string planner_list() {
 
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
-         "                      [--mapped-peak BYTES] [--json PATH]\n"
+         "                      [--mapped-peak BYTES] [--evictions] [--json PATH]\n"
          "\n"
          "Reads a trace file (SUBLINEAR_TRACE writes one), analyses its last iteration and runs\n"
          "the planners at the budget, exactly as the runtime would at the end of its traced\n"
@@ -52,7 +52,9 @@ std::string help_text() {
          "                        too little plans again with the cache scaled to the budget, as\n"
          "                        the runtime does (docs/runtime.md, \"Budget arithmetic\"); its\n"
          "                        row is marked *.\n"
-         "  --json PATH           also write the figures as JSON\n"
+         "  --evictions           also list each plan's evictions: the buffer, the launches it is\n"
+         "                        out between, and the launches replayed to bring it back\n"
+         "  --json PATH           also write the figures as JSON (evictions included)\n"
          "\n"
          "examples:\n"
          "  sublinear plan --trace run.sltrace --budget 0.5x\n"
@@ -78,6 +80,7 @@ std::size_t parse_bytes(std::string_view flag, std::string_view text) {
 struct plan_options {
   std::string trace;
   std::string json_path;
+  bool evictions = false;
   runtime::plan_preview_options preview;
 };
 
@@ -99,12 +102,14 @@ plan_options parse(std::span<const std::string_view> args) {
       o.preview.device_capacity = parse_bytes(flag, next());
     } else if (flag == "--mapped-peak") {
       o.preview.traced_mapped_peak = parse_bytes(flag, next());
+    } else if (flag == "--evictions") {
+      o.evictions = true;
     } else if (flag == "--json") {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
       bad("unknown argument '" + std::string(r.raw()) +
-          "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --json");
+          "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --evictions, --json");
     }
   }
   if (o.trace.empty()) bad("--trace FILE is required");
@@ -156,7 +161,7 @@ int plan_main(std::span<const std::string_view> args) {
   const tracer::trace t = tracer::read_trace_file(o.trace);
   const runtime::plan_preview p = runtime::preview_plans(t, o.preview);
   std::printf("sublinear plan: %s\n", o.trace.c_str());
-  std::fputs(runtime::render_plan_preview(p).c_str(), stdout);
+  std::fputs(runtime::render_plan_preview(p, o.evictions).c_str(), stdout);
   if (!o.json_path.empty()) runtime::write_text_file(o.json_path, runtime::plan_preview_json(p));
   bool any = false;
   for (const auto& r : p.rows) any = any || r.feasible;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -376,6 +377,60 @@ TEST(PlanPreviewReport, AnInfeasibleBudgetNamesTheSmallestFeasibleOne) {
   const std::string text = render_plan_preview(p);
   EXPECT_NE(text.find("infeasible"), std::string::npos) << text;
   EXPECT_NE(text.find("needs at least"), std::string::npos) << text;
+}
+
+// `sublinear plan --evictions`: each planned eviction with its window and its recipe, as
+// the GPU suite's traces need to be read (session 28).
+TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeReplays) {
+  const recorded_iteration rec = record_first_iteration(model_kind::resnet);
+  plan_preview_options po;
+  po.budget = "0.5x";
+  po.policies = {"chen", "reforward"};
+  po.traced_mapped_peak = rec.mapped_peak;
+  const plan_preview p = preview_plans(rec.trace, po);
+  ASSERT_EQ(p.rows.size(), 2u);
+  for (const auto& row : p.rows) {
+    SCOPED_TRACE(row.planner);
+    ASSERT_TRUE(row.feasible) << row.error;
+    ASSERT_FALSE(row.evictions.empty());
+    std::map<std::uint32_t, std::size_t> targets;
+    std::size_t with_recipe = 0;
+    for (const auto& e : row.evictions) {
+      EXPECT_GT(e.bytes, 0u);
+      EXPECT_LT(e.evict_after, e.restore_before) << "#" << e.alloc_index;
+      EXPECT_LE(e.restore_before, p.launches);
+      EXPECT_FALSE(e.restore_kernel.empty());
+      EXPECT_FALSE(e.producer.empty()) << "every evicted buffer has a writer in the trace";
+      ASSERT_EQ(e.recipe.size(), e.recipe_kernels.size());
+      for (std::size_t i = 0; i < e.recipe.size(); ++i) {
+        EXPECT_LT(e.recipe[i], e.restore_before) << "a recipe replays launches that already ran";
+        if (i > 0) {
+          EXPECT_LT(e.recipe[i - 1], e.recipe[i]) << "in their original order";
+        }
+      }
+      if (!e.recipe.empty()) {
+        ++with_recipe;
+        EXPECT_GT(e.recipe_s, 0.0) << "the recipe's launches were timed";
+      }
+      targets[e.alloc_index] = e.bytes;
+    }
+    EXPECT_GT(with_recipe, 0u);
+    std::size_t bytes = 0;
+    for (const auto& [index, b] : targets) bytes += b;
+    EXPECT_EQ(bytes, row.evicted_bytes) << "the listed targets are the row's evicted bytes";
+    for (const auto& e : row.evictions)
+      for (std::uint32_t also : e.also_regenerates)
+        EXPECT_EQ(targets.count(also), 1u) << "#" << also << " is regenerated on the way, so it is evicted";
+  }
+  const std::string plain = render_plan_preview(p);
+  const std::string listed = render_plan_preview(p, true);
+  EXPECT_EQ(plain.find("out after launch"), std::string::npos) << "only with --evictions";
+  EXPECT_NE(listed.find("reforward: "), std::string::npos) << listed;
+  EXPECT_NE(listed.find("out after launch"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("replays"), std::string::npos) << listed;
+  const std::string json = plan_preview_json(p);
+  EXPECT_NE(json.find("\"recipe_kernels\""), std::string::npos);
+  EXPECT_NE(json.find("\"restore_before\""), std::string::npos);
 }
 
 TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
