@@ -241,6 +241,49 @@ TEST_F(CuptiCollectorOnGpu, TheListenerSeesEachLaunchAndSetAtEnterAndExitWithThe
   EXPECT_EQ(packed_n, 7u);
 }
 
+// Note [Durations only while tracing]: set_durations(false) stops the activity records,
+// set_durations(true) starts them again; the runtime keeps them on only while it traces.
+TEST_F(CuptiCollectorOnGpu, ActivityRecordsStopAndStartAgainWithSetDurations) {
+  recorder_options o;
+  o.device = "cuda";
+  recorder rec(o);
+  {
+    cupti_collector collector(rec);
+    ASSERT_TRUE(collector.durations_on()) << "on from the start, for the first traced iteration";
+    cu_module mod = nullptr;
+    ASSERT_EQ(d.module_load_data(&mod, ptx), 0);
+    cu_function fn = nullptr;
+    ASSERT_EQ(d.module_get_function(&fn, mod, "tracer_gpu_scale"), 0);
+    cu_ptr buf = 0;
+    ASSERT_EQ(d.mem_alloc(&buf, 4096), 0);
+    rec.on_allocate(reinterpret_cast<void*>(buf), 4096, nullptr, false);
+    std::uint32_t n = 1000;
+    void* args[] = {&buf, &buf, &n};
+    auto launch = [&] {
+      ASSERT_EQ(d.launch_kernel(fn, 2, 1, 1, 128, 1, 1, 0, nullptr, args, nullptr), 0);
+      ASSERT_EQ(d.ctx_synchronize(), 0);
+    };
+    launch();
+    collector.set_durations(false);
+    EXPECT_FALSE(collector.durations_on());
+    launch();
+    collector.set_durations(true);
+    EXPECT_TRUE(collector.durations_on());
+    launch();
+    collector.flush();
+    const trace t = rec.take();
+    std::vector<const event*> launches;
+    for (const event& e : t.events)
+      if (e.kind == event_kind::launch) launches.push_back(&e);
+    ASSERT_EQ(launches.size(), 3u);
+    EXPECT_NE(launches[0]->flags & event_flags::timed, 0) << "timed before the records were stopped";
+    EXPECT_EQ(launches[1]->flags & event_flags::timed, 0) << "no record while stopped";
+    EXPECT_NE(launches[2]->flags & event_flags::timed, 0) << "timed again once started";
+    d.mem_free(buf);
+    d.module_unload(mod);
+  }
+}
+
 // Note [Listener failure at a launch]: the engine's failure at a launch's ENTER ends the
 // process (session 28: GPT-2 trained on with a NaN loss when it was dropped).
 class ThrowingListener final : public launch_listener {

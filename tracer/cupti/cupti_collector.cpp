@@ -412,6 +412,8 @@ struct cupti_collector::impl {
   std::unordered_map<std::uint32_t, std::uint64_t> seq_by_correlation;
 
   std::atomic<bool> warned{false};
+  std::atomic<bool> durations_on{false};  // activity kinds enabled now (Note [Durations only while tracing])
+  std::mutex durations_mutex;
 
   kept_hashes kept;                       // Note [Hash reuse], on device blocks
   std::atomic<std::uint64_t> epoch{0};
@@ -531,7 +533,7 @@ struct cupti_collector::impl {
   }
 
   void remember(std::uint32_t correlation, std::uint64_t seq) {
-    if (!opts.durations || seq == no_seq) return;
+    if (!durations_on.load(std::memory_order_relaxed) || seq == no_seq) return;
     std::lock_guard lock(correlation_mutex);
     seq_by_correlation[correlation] = seq;
   }
@@ -811,23 +813,48 @@ cupti_collector::cupti_collector(recorder& rec, cupti_options options)
       std::fprintf(stderr, "sublinear: CUPTI activity records unavailable (%s); kernel costs will be estimated\n",
                    result_text(api, e).c_str());
       impl_->opts.durations = false;
+    } else {
+      impl_->durations_on.store(true, std::memory_order_release);
     }
   }
 }
 
 cupti_collector::~cupti_collector() {
   const cupti_api& api = *impl_->api;
-  if (impl_->opts.durations) {
-    api.activity_flush_all(1);  // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED
-    for (CUpti_ActivityKind k : activity_kinds) api.activity_disable(k);
-  }
+  set_durations(false);
   api.unsubscribe(impl_->subscriber);
   g_active.store(nullptr, std::memory_order_release);
 }
 
 void cupti_collector::flush() {
-  if (impl_->opts.durations) impl_->api->activity_flush_all(1);
+  if (impl_->durations_on.load(std::memory_order_acquire)) impl_->api->activity_flush_all(1);
 }
+
+void cupti_collector::set_durations(bool on) {
+  if (!impl_->opts.durations) return;
+  std::lock_guard lock(impl_->durations_mutex);
+  if (impl_->durations_on.load(std::memory_order_acquire) == on) return;
+  const cupti_api& api = *impl_->api;
+  if (!on) {
+    api.activity_flush_all(1);  // CUPTI_ACTIVITY_FLAG_FLUSH_FORCED: what is pending reaches the recorder
+    for (CUpti_ActivityKind k : activity_kinds) api.activity_disable(k);
+    impl_->durations_on.store(false, std::memory_order_release);
+    return;
+  }
+  CUptiResult e = CUPTI_SUCCESS;
+  for (CUpti_ActivityKind k : activity_kinds)
+    if (e == CUPTI_SUCCESS) e = api.activity_enable(k);
+  if (e != CUPTI_SUCCESS) {
+    for (CUpti_ActivityKind k : activity_kinds) api.activity_disable(k);
+    std::fprintf(stderr, "sublinear: CUPTI activity records could not be enabled again (%s); kernel costs will be "
+                 "estimated\n", result_text(api, e).c_str());
+    impl_->opts.durations = false;
+    return;
+  }
+  impl_->durations_on.store(true, std::memory_order_release);
+}
+
+bool cupti_collector::durations_on() const noexcept { return impl_->durations_on.load(std::memory_order_acquire); }
 
 void cupti_collector::set_listener(launch_listener* listener) noexcept {
   impl_->listener.store(listener, std::memory_order_release);

@@ -190,6 +190,8 @@ struct process_runtime::impl {
       collector->flush();
     }
     eng->mark_iteration();
+    // Note [Durations only while tracing] (cupti_collector.hpp).
+    if (collector != nullptr) collector->set_durations(eng->state() == engine_state::trace);
   }
 
   void poll_markers() {
@@ -235,7 +237,10 @@ struct process_runtime::impl {
     if ((enters.fetch_add(1, std::memory_order_relaxed) & 4095U) != 0 || tracing_stopped.load()) return;
     if (eng->state() != engine_state::trace || recorder->event_count() < max_traced_events) return;
     tracing_stopped.store(true);
-    if (collector != nullptr) collector->set_listener(nullptr);
+    if (collector != nullptr) {
+      collector->set_listener(nullptr);
+      collector->set_durations(false);
+    }
     recorder->stop();
     if (config.log < log_level::warn) return;
     std::fprintf(stderr,
@@ -322,6 +327,7 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
     m->auto_boundaries = std::make_unique<tracer::online_iterations>();
   }
   m->markers->set_next(m->alloc->set_observer(m->markers.get()));
+  if (m->collector != nullptr && m->eng->state() != engine_state::trace) m->collector->set_durations(false);
   if (m->collector != nullptr) {
     m->listener = std::make_unique<runtime_listener>(
         *m->eng, [raw](const tracer::launch_description& op) { raw->before_launch(op); });
