@@ -1022,8 +1022,7 @@ struct engine::impl {
     std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
     for (std::size_t i = 0; i < e.recipe.size(); ++i) {
       const launch_id l = e.recipe[i];
-      saved_op& so = saved[l];
-      if (!so.present) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
+      saved_op& so = saved[l];  // present: checked above
       try {
         check_versions(l, so, regenerated, temps, recipe_writes);
       } catch (...) {
