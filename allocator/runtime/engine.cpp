@@ -1298,6 +1298,11 @@ struct engine::impl {
     for (; q <= horizon; ++q) {
       for (std::size_t i : restore_at[q]) {
         const auto& e = plan.evictions[i];
+        // Its target is still to be evicted: the recipe would run now for the buffers it
+        // regenerates on the way and again at its restore point for the target.
+        if (!evicted[e.target] && !freed[e.target] && !kept_resident[e.target] && e.evict_after != none &&
+            e.evict_after >= pos)
+          continue;
         std::size_t need = 0;
         if (evicted[e.target] && !freed[e.target]) need += pages(e.target);
         for (buffer_id t : e.also_regenerates)
@@ -1826,6 +1831,11 @@ std::size_t engine::budget() const {
 std::size_t engine::predicted_peak() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->have_plan ? impl_->plan.predicted_peak : 0;
+}
+
+std::size_t engine::planned_recomputed_launches() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->have_plan ? impl_->plan.recomputed_launches : 0;
 }
 
 std::size_t engine::planning_mapped_peak() const {

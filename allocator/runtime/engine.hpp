@@ -75,7 +75,10 @@
 //   when their recipes can already run (every recipe launch seen, inputs resident and
 //   unchanged) and the budget has room for their targets and temporaries with a
 //   thirty-second of the budget to spare. Entries that do not fit are regenerated at
-//   their restore point as before, and the ENTER safety net stays.
+//   their restore point as before, and the ENTER safety net stays. An entry whose own
+//   target is still to be evicted is not prefetched (session 28): its recipe would run
+//   for the buffers it regenerates on the way and then again, at its restore point, for
+//   the target (a chain under greedy replayed 8 launches an iteration for a plan of 6).
 // Limitations: a prefetched buffer occupies pages a few launches longer than the plan
 //   predicted; the room check and the pressure valve bound what that can cost.
 //
@@ -421,6 +424,9 @@ class engine final : public allocator::allocation_observer {
   [[nodiscard]] std::size_t budget() const;
   // Predicted peak of the current plan (0: none).
   [[nodiscard]] std::size_t predicted_peak() const;
+  // Launches the current plan replays per iteration (0: none). A planned iteration
+  // replays no more unless the pressure valve evicted something (Note [Prefetch]).
+  [[nodiscard]] std::size_t planned_recomputed_launches() const;
   // The traced iteration's peak of mapped bytes the last plan's overhead was taken from
   // (Note [Planning overhead]; 0 before any). Under an absolute budget the traced
   // iterations offload, and this is the peak they would have mapped without it, not the

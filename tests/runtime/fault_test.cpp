@@ -603,6 +603,45 @@ TEST(EngineFaults, AParameterWordPointingIntoAnEvictedBlockThatTheTraceDidNotHol
   }
 }
 
+// Note [Prefetch]: an entry whose own target is still to be evicted is not prefetched for
+// the buffers it regenerates on the way, or its recipe runs twice in the iteration (a
+// chain under greedy replayed 8 launches an iteration for a plan of 6). With the prefetch
+// window over the whole iteration every entry is within reach from the first launch on.
+TEST(EngineFaults, APrefetchNeverReplaysMoreThanThePlan) {
+  for (const char* policy : {"sqrtn", "chen", "greedy", "reforward"}) {
+    SCOPED_TRACE(policy);
+    for (std::size_t window : {std::size_t{8}, std::size_t{64}}) {
+      SCOPED_TRACE(window);
+      engine_options o = options_for("0.5x", policy);
+      o.prefetch_launches = window;
+      std::vector<float> without, with;
+      std::vector<iteration_report> reports;
+      std::size_t planned = 0;
+      for (bool with_engine : {false, true}) {
+        chain_model m;
+        std::unique_ptr<host_runtime> rt;
+        if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, o);
+        for (int it = 0; it < 6; ++it) {
+          m.iteration(12, kFloats, false);
+          if (rt) rt->mark_iteration();
+        }
+        if (rt) {
+          reports = rt->get().iterations();
+          planned = rt->get().planned_recomputed_launches();
+        }
+        (with_engine ? with : without) = m.result();
+      }
+      EXPECT_EQ(with, without);
+      ASSERT_GT(planned, 0u) << "the budget must make the plan replay";
+      for (const auto& r : reports) {
+        if (r.state == engine_state::trace) continue;
+        EXPECT_EQ(r.pressure_evictions, 0u) << r.index;
+        EXPECT_LE(r.recomputed_launches, planned) << "iteration " << r.index << " replayed more than its plan";
+      }
+    }
+  }
+}
+
 // The cuDNN ResNet of the GPU suite on an H200 (session 24): each forward convolution is
 // handed a 1 KiB workspace, allocated around it, that it leaves as it found it. Without
 // the fill no launch is seen producing the workspaces, so no recipe through a layer can
