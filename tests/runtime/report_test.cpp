@@ -608,6 +608,7 @@ run_report offloading_report(std::size_t traced_peak) {
   its[2].prefetched = 5;
   its[2].pressure_evictions = 2;
   its[2].kept_resident = 1;
+  its[2].stray_pointers = 7;
   its[2].allocator_waits = 4;
   its[2].handoffs = 9;
   settings config;
@@ -626,12 +627,14 @@ TEST(ReportJson, OffloadPrefetchValveAndKeptResidentCountsRoundTrip) {
   EXPECT_EQ(back.iterations[2].prefetched, 5u);
   EXPECT_EQ(back.iterations[2].pressure_evictions, 2u);
   EXPECT_EQ(back.iterations[2].kept_resident, 1u);
+  EXPECT_EQ(back.iterations[2].stray_pointers, 7u);
   EXPECT_EQ(back.iterations[2].allocator_waits, 4u);
   EXPECT_EQ(back.iterations[2].handoffs, 9u);
   const std::string text = render_text(back);
   EXPECT_NE(text.find("offloaded          6 blocks"), std::string::npos) << text;
   EXPECT_NE(text.find("pressure valve     2"), std::string::npos) << text;
   EXPECT_NE(text.find("kept resident      1"), std::string::npos) << text;
+  EXPECT_NE(text.find("stray pointers     7"), std::string::npos) << text;
   EXPECT_NE(text.find("allocator          4 waits for a stream to make room, 9 chunks taken"), std::string::npos) << text;
 }
 
