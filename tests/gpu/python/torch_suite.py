@@ -132,6 +132,8 @@ def report_figures(path: Path) -> Dict[str, Any]:
         "budget_bytes": [i.get("budget_bytes", 0) for i in its],
         "wall_s": [i.get("wall_s", 0.0) for i in its],
         "engine_s": [i.get("engine_s", 0.0) for i in its],
+        # Note [Stray pointer words]: parameter words into evicted blocks left alone.
+        "stray_pointers": [i.get("stray_pointers", 0) for i in its],
         "states": [i.get("state", "") for i in its],
         "diverged": [i.get("divergence", "") if i.get("diverged") else "" for i in its],
     }
@@ -371,6 +373,7 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
         # The engine's own host time in those iterations (its hooks, recipes included).
         fig[f"{route}_engine_s"] = median_of([rep["engine_s"][i] for i in planned]) if planned else None
         fig[f"{route}_budgeted_peak_mapped_bytes"] = max(peaks) if peaks else None
+        fig[f"{route}_stray_pointers"] = sum(rep.get("stray_pointers", []))
         if t and base_t:
             fig[f"{route}_time_vs_baseline"] = round(t / base_t, 4)
         if t and ck_t:
