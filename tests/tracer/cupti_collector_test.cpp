@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -338,6 +339,19 @@ TEST(CuptiCollector, SaysWhyItIsUnavailableInsteadOfFailingToLoad) {
 TEST(CuptiCollector, NotBuiltWithoutTheCudaToolkit) { GTEST_SKIP() << "built without the CUDA toolkit"; }
 
 #endif
+
+// Built everywhere: the fatal path itself (Note [Listener failure at a launch]), and the
+// hook the process runtime writes its report from, run once before the abort.
+TEST(LaunchEnterFailure, RunsTheFailureHookOnceBeforeStopping) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        set_launch_failure_hook([]() noexcept { std::fputs("the hook wrote its report\n", stderr); });
+        fail_at_launch_enter("cuLaunchKernel", "out of memory");
+      },
+      "out of memory.*the hook wrote its report");
+  EXPECT_EQ(set_launch_failure_hook(nullptr), nullptr) << "this process set none: the death test ran in another";
+}
 
 // Built everywhere: the fatal path itself (Note [Listener failure at a launch]).
 TEST(LaunchEnterFailure, StopsTheProcessNamingTheCallTheCauseAndTheWaysOn) {

@@ -56,8 +56,10 @@
 //   failed, at which driver call, that the launch would read missing bytes, and how to run
 //   without the failing part (SUBLINEAR_VALIDATE=always to catch a bad recipe while copies
 //   exist, SUBLINEAR_DISABLE=1 to train without sublinear), then aborts.
-//   fail_at_launch_enter is that path, callable (and death-tested) without a GPU.
-// Limitations: the process ends without writing its report; the message is the record.
+//   fail_at_launch_enter is that path, callable (and death-tested) without a GPU. Before
+//   aborting it runs the hook set with set_launch_failure_hook once: the process runtime
+//   writes its report there (SUBLINEAR_REPORT), the iterations up to the failure.
+// Limitations: nothing else is flushed (a trace not yet written stays unwritten).
 #pragma once
 
 #include <cstddef>
@@ -104,6 +106,10 @@ class launch_listener {
 
 // Note [Listener failure at a launch]: prints why, at which call, and aborts.
 [[noreturn]] void fail_at_launch_enter(std::string_view call, std::string_view what) noexcept;
+// What fail_at_launch_enter runs, once, before it aborts (nullptr: nothing). Returns the
+// previous hook.
+using launch_failure_hook = void (*)() noexcept;
+launch_failure_hook set_launch_failure_hook(launch_failure_hook hook) noexcept;
 
 // While alive, CUDA calls made on this thread are not seen by the collector: the runtime's
 // own replays, copies and event records. Nests.

@@ -373,6 +373,10 @@ process_runtime* process_runtime::instance(std::string* why) noexcept {
         std::atexit([] {
           if (process_runtime* r = existing()) r->write_outputs_at_exit();
         });
+        // Note [Listener failure at a launch]: the report of the iterations so far.
+        tracer::set_launch_failure_hook([]() noexcept {
+          if (process_runtime* r = existing()) r->write_report_at_failure();
+        });
       } catch (const std::exception& e) {
         once->failure = e.what();
       }
@@ -473,6 +477,17 @@ void process_runtime::write_report(const std::string& path) {
   meta.device = impl_->device_label;
   meta.granularity = impl_->alloc->granularity();
   write_text_file(path, to_json(make_report(*impl_->eng, impl_->config, meta)));
+}
+
+void process_runtime::write_report_at_failure() noexcept {
+  const std::string& path = impl_->config.report;
+  if (path.empty()) return;
+  try {
+    write_report(path);
+    std::fprintf(stderr, "sublinear: the report of the iterations up to the failure is in %s\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sublinear: SUBLINEAR_REPORT: cannot write %s: %s\n", path.c_str(), e.what());
+  }
 }
 
 void process_runtime::write_outputs_at_exit() noexcept {

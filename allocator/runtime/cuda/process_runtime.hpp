@@ -100,6 +100,9 @@ class process_runtime {
   struct impl;
   explicit process_runtime(std::unique_ptr<impl> i);
   void write_outputs_at_exit() noexcept;
+  // SUBLINEAR_REPORT, from the fatal path at a launch's entry (Note [Listener failure at a
+  // launch] in tracer/cupti/cupti_collector.hpp).
+  void write_report_at_failure() noexcept;
   std::unique_ptr<impl> impl_;
 };
 
