@@ -156,14 +156,14 @@ std::string result_text(const cupti_api& api, CUptiResult r) {
 
 // ---- per-thread state ----------------------------------------------------------------------------
 
-// Set while our callback runs: driver calls it makes (layout queries) must not recurse.
-thread_local bool t_inside = false;
-
 // What the listener threw at ENTER (Note [Listener failure at a launch]).
 class listener_failure : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Set while our callback runs: driver calls it makes (layout queries) must not recurse.
+thread_local bool t_inside = false;
 thread_local std::vector<std::byte> t_packed;
 // The correlation id whose parameters t_packed holds (packed at ENTER, reused at EXIT).
 thread_local std::uint32_t t_packed_correlation = 0;
