@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "allocator/runtime/engine.hpp"
 #include "allocator/runtime/report_json.hpp"
@@ -323,6 +324,12 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("budget", p.budget_text);
   w.member("budget_bytes", p.budget);
   w.member("planner_budget_bytes", p.planner_budget);
+  const auto integers = [&w](std::string_view key, const auto& values) {
+    w.key(key);
+    w.begin_array(true);
+    for (auto v : values) w.integer(v);
+    w.end_array();
+  };
   w.key("planners");
   w.begin_array();
   for (const auto& r : p.rows) {
@@ -351,23 +358,14 @@ std::string plan_preview_json(const plan_preview& p) {
       w.member("evict_after", e.evict_after);
       w.member("restore_before", e.restore_before);
       w.member("restore_kernel", e.restore_kernel);
-      w.key("recipe");
-      w.begin_array();
-      for (auto l : e.recipe) w.integer(l);
-      w.end_array();
+      integers("recipe", e.recipe);
       w.key("recipe_kernels");
       w.begin_array();
       for (const auto& k : e.recipe_kernels) w.string(k);
       w.end_array();
       w.member("recipe_s", e.recipe_s);
-      w.key("temporaries");
-      w.begin_array();
-      for (auto b : e.temporaries) w.integer(b);
-      w.end_array();
-      w.key("also_regenerates");
-      w.begin_array();
-      for (auto b : e.also_regenerates) w.integer(b);
-      w.end_array();
+      integers("temporaries", e.temporaries);
+      integers("also_regenerates", e.also_regenerates);
       w.end_object();
     }
     w.end_array();
