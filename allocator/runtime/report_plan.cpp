@@ -115,13 +115,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
           const policy::buffer& B = g.buffers[e.target];
           pe.alloc_index = B.alloc_index;
           pe.bytes = B.size;
-          for (policy::launch_id l : B.users) {
-            const auto& w = g.launches[l].written;
-            if (std::binary_search(w.begin(), w.end(), e.target)) {
-              pe.producer = kernel_of(l);
-              break;
-            }
-          }
+          pe.producer = kernel_of(an.producer[e.target]);
           pe.evict_after = e.evict_after;
           pe.restore_before = e.restore_before;
           pe.restore_kernel = kernel_of(e.restore_before);
