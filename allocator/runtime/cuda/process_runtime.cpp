@@ -327,8 +327,8 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
     m->auto_boundaries = std::make_unique<tracer::online_iterations>();
   }
   m->markers->set_next(m->alloc->set_observer(m->markers.get()));
-  if (m->collector != nullptr && m->eng->state() != engine_state::trace) m->collector->set_durations(false);
   if (m->collector != nullptr) {
+    if (m->eng->state() != engine_state::trace) m->collector->set_durations(false);  // disabled: never traces
     m->listener = std::make_unique<runtime_listener>(
         *m->eng, [raw](const tracer::launch_description& op) { raw->before_launch(op); });
     m->collector->set_listener(m->listener.get());
