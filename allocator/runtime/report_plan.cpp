@@ -17,6 +17,7 @@
 #include "allocator/runtime/report_text.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
@@ -62,6 +63,19 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.overhead = planning_overhead(out.budget, tm);
   out.sub_page_peak = tm.sub_page_peak;
   out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
+  {
+    const policy::recompute_floor f = policy::find_recompute_floor(g, out.planner_budget);
+    out.floor.feasible = f.feasible;
+    out.floor.added_s = f.added_s;
+    out.floor.bound = f.at != policy::none;
+    out.floor.at = out.floor.bound ? f.at : 0;
+    if (out.floor.bound && f.at < g.launches.size() && g.launches[f.at].kernel < g.kernel_names.size()) {
+      out.floor.at_kernel = g.kernel_names[g.launches[f.at].kernel];
+    }
+    out.floor.must_free = f.must_free;
+    out.floor.can_free = f.can_free;
+    out.floor.planner_budget = out.planner_budget;
+  }
 
   for (const auto& name : options.policies) {
     plan_preview_row row;
@@ -141,6 +155,9 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       row.error = e.what();
     }
     row.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    row.floor_s = row.planner_budget == out.planner_budget || row.planner_budget == 0
+                      ? out.floor.added_s
+                      : policy::find_recompute_floor(g, row.planner_budget).added_s;
     out.rows.push_back(std::move(row));
   }
   return out;
@@ -179,6 +196,31 @@ std::string index_list(const std::vector<std::uint32_t>& v) {
   std::string out;
   for (auto i : v) out += (out.empty() ? "#" : ", #") + std::to_string(i);
   return out;
+}
+
+std::string percent_of(double part, double whole) {
+  if (whole <= 0) return "";
+  char pct[32];
+  std::snprintf(pct, sizeof pct, " (+%.0f%%)", 100.0 * part / whole);
+  return pct;
+}
+
+void render_floor(std::ostringstream& out, const plan_preview& p) {
+  const plan_preview_floor& f = p.floor;
+  if (!f.bound) {
+    out << "recompute floor: none (no launch is over the budget)\n";
+    return;
+  }
+  const std::string during = "during launch " + std::to_string(f.at) +
+                             (f.at_kernel.empty() ? std::string() : " (" + readable_kernel(f.at_kernel, 60) + ")");
+  if (!f.feasible) {
+    out << "recompute floor: no plan can meet this budget: " << during << " " << format_bytes(f.must_free)
+        << " must be out and at most " << format_bytes(f.can_free) << " can be\n";
+    return;
+  }
+  out << "recompute floor: no plan adds less than " << text::seconds(f.added_s)
+      << percent_of(f.added_s, p.iteration_compute_s) << "; " << during << " " << format_bytes(f.must_free)
+      << " must be out (docs/policy.md, \"Recompute floor\")\n";
 }
 
 void render_evictions(std::ostringstream& out, const plan_preview_row& r) {
@@ -237,6 +279,7 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
   out << "\nbudget: " << format_bytes(p.budget) << " (" << p.budget_text << ")";
   if (p.overhead > 0) out << ", " << format_bytes(p.planner_budget) << " for live buffers";
   out << "\n";
+  render_floor(out, p);
   if (p.traced_mapped_peak == 0) {
     out << "(predictions count live buffers only; pass --mapped-peak with the traced iteration's peak mapped bytes,\n"
            " as the runtime logs it, to include the allocator's cache)\n";
@@ -253,12 +296,7 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
                       "needs at least " + format_bytes(r.smallest_feasible), "", "", ""});
       continue;
     }
-    std::string added = text::seconds(r.added_compute_s);
-    if (p.iteration_compute_s > 0) {
-      char pct[32];
-      std::snprintf(pct, sizeof pct, " (+%.0f%%)", 100.0 * r.added_compute_s / p.iteration_compute_s);
-      added += pct;
-    }
+    const std::string added = text::seconds(r.added_compute_s) + percent_of(r.added_compute_s, p.iteration_compute_s);
     rows.push_back({r.planner + (r.cache_allowance == "scaled" ? " *" : ""),
                     format_bytes(p.traced_mapped_peak > 0 ? r.predicted_mapped : r.predicted_peak),
                     std::to_string(r.evicted_buffers) + " / " + format_bytes(r.evicted_bytes), added,
@@ -318,6 +356,20 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("budget", p.budget_text);
   w.member("budget_bytes", p.budget);
   w.member("planner_budget_bytes", p.planner_budget);
+  w.key("recompute_floor");
+  w.begin_object(true);
+  w.member("feasible", p.floor.feasible);
+  w.member("added_compute_s", p.floor.added_s);
+  w.key("at_launch");
+  if (p.floor.bound) {
+    w.integer(p.floor.at);
+  } else {
+    w.null();
+  }
+  w.member("at_kernel", p.floor.at_kernel);
+  w.member("must_free_bytes", p.floor.must_free);
+  w.member("can_free_bytes", p.floor.can_free);
+  w.end_object();
   const auto integers = [&w](std::string_view key, const auto& values) {
     w.key(key);
     w.begin_array(true);
@@ -338,6 +390,7 @@ std::string plan_preview_json(const plan_preview& p) {
     w.member("predicted_peak_bytes", r.predicted_peak);
     w.member("predicted_mapped_bytes", r.predicted_mapped);
     w.member("added_compute_s", r.added_compute_s);
+    w.member("floor_s", r.floor_s);
     w.member("recomputed_launches", r.recomputed_launches);
     w.member("evicted_buffers", r.evicted_buffers);
     w.member("evicted_bytes", r.evicted_bytes);

@@ -16,7 +16,9 @@
 //   (traced_mapped_peak = 0) the overhead is taken as zero and "x" is resolved against the
 //   iteration's live-byte peak, so predictions count live buffers only. A planner that the
 //   traced cache leaves too little plans again with the cache scaled to the budget, as the
-//   engine does (Note [Scaled cache allowance]); its row says so. Planning cost and
+//   engine does (Note [Scaled cache allowance]); its row says so. Beside the planners, the
+//   recompute floor (Note [Recompute floor]) says how little any plan could add at the
+//   same budget, so a planner's added compute can be read against it. Planning cost and
 //   timing-based choices (costs are the traced durations) can differ from a later run
 //   whose durations differ.
 #pragma once
@@ -54,6 +56,19 @@ struct plan_preview_eviction {
   double recipe_s = 0.0;               // the recipe launches' traced durations
 };
 
+// The least compute any plan adds at a planner budget (Note [Recompute floor] in
+// policy/recompute_floor.hpp), with the launch that forces it.
+struct plan_preview_floor {
+  bool feasible = true;                // false: no plan can meet the budget (proved at `at`)
+  double added_s = 0.0;
+  std::size_t at = 0;                  // launch position; meaningful when `bound`
+  bool bound = false;                  // some launch is over the budget with nothing evicted
+  std::string at_kernel;
+  std::size_t must_free = 0;           // bytes that must be out during launch `at`
+  std::size_t can_free = 0;            // bytes that can be
+  std::size_t planner_budget = 0;      // the budget it bounds
+};
+
 struct plan_preview_row {
   std::string planner;
   bool feasible = false;
@@ -72,6 +87,7 @@ struct plan_preview_row {
   std::size_t evicted_buffers = 0;
   std::size_t evicted_bytes = 0;
   double planning_s = 0.0;
+  double floor_s = 0.0;                // the recompute floor at this row's planner budget (infinite: infeasible)
   std::vector<plan_preview_eviction> evictions;  // in the plan's order
 };
 
@@ -102,6 +118,7 @@ struct plan_preview {
   std::string budget_text;
   std::size_t budget = 0;              // resolved
   std::size_t planner_budget = 0;      // budget - overhead
+  plan_preview_floor floor;            // at planner_budget
   std::vector<plan_preview_row> rows;
 };
 

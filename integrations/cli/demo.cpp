@@ -64,7 +64,7 @@ constexpr const char* kHelp =
     "                    >= 8 (default 218 here); densenet: 3L + 4 layers (default 22);\n"
     "                    transformer: encoder layers (default 2)\n"
     "  --seq-len T       lstm: unrolled steps (default 256); transformer: tokens (default 64)\n"
-    "  --batch B         samples per iteration (default 32 for mlp, 8 otherwise)\n"
+    "  --batch B         samples per iteration (default 32 for mlp, 16 for resnet, 8 otherwise)\n"
     "  --iterations K    training iterations (default 5)\n"
     "  --seed S          seed of the initial parameters and the synthetic data (default 1)\n"
     "  --streams 1|2     2 runs the upload and optimizer step on a second stream (default 1)\n"

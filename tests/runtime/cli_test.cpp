@@ -433,6 +433,53 @@ TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeRep
   EXPECT_NE(json.find("\"restore_before\""), std::string::npos);
 }
 
+// Note [Recompute floor]: the preview prints, beside the planners, how little any plan
+// could add at the same budget; every feasible planner adds at least that, and a budget
+// below what can be out is said to be out of reach of every plan.
+TEST(PlanPreviewReport, ShowsTheRecomputeFloorThatNoPlannerGoesBelow) {
+  const recorded_iteration rec = record_first_iteration(model_kind::transformer);
+  plan_preview_options po;
+  po.budget = "0.75x";
+  po.policies = {"chen", "reforward", "greedy", "dtr"};
+  po.traced_mapped_peak = rec.mapped_peak;
+  const plan_preview p = preview_plans(rec.trace, po);
+  ASSERT_TRUE(p.floor.bound) << "three quarters of the peak leave some launch over the budget";
+  ASSERT_TRUE(p.floor.feasible);
+  EXPECT_GT(p.floor.added_s, 0.0);
+  EXPECT_LT(p.floor.at, p.launches);
+  EXPECT_FALSE(p.floor.at_kernel.empty());
+  EXPECT_GT(p.floor.must_free, 0u);
+  EXPECT_GE(p.floor.can_free, p.floor.must_free);
+  EXPECT_EQ(p.floor.planner_budget, p.planner_budget);
+  std::size_t feasible = 0;
+  for (const auto& row : p.rows) {
+    if (!row.feasible) continue;
+    ++feasible;
+    EXPECT_LE(row.floor_s, row.added_compute_s * (1 + 1e-9)) << row.planner;
+    if (row.planner_budget == p.planner_budget) {
+      EXPECT_EQ(row.floor_s, p.floor.added_s) << row.planner;
+    }
+  }
+  const std::string text = render_plan_preview(p);
+  EXPECT_GT(feasible, 0u) << text;
+  EXPECT_NE(text.find("recompute floor: no plan adds less than"), std::string::npos) << text;
+  EXPECT_NE(plan_preview_json(p).find("\"recompute_floor\""), std::string::npos);
+
+  po.budget = "0.01x";
+  po.policies = {"chen"};
+  const plan_preview low = preview_plans(rec.trace, po);
+  EXPECT_FALSE(low.floor.feasible);
+  EXPECT_LT(low.floor.can_free, low.floor.must_free);
+  EXPECT_NE(render_plan_preview(low).find("no plan can meet this budget"), std::string::npos);
+  for (const auto& row : low.rows) EXPECT_FALSE(row.feasible) << row.planner;
+
+  po.budget = "2x";
+  const plan_preview roomy = preview_plans(rec.trace, po);
+  EXPECT_FALSE(roomy.floor.bound);
+  EXPECT_EQ(roomy.floor.added_s, 0.0);
+  EXPECT_NE(render_plan_preview(roomy).find("recompute floor: none"), std::string::npos);
+}
+
 TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
   const recorded_iteration rec = record_first_iteration(model_kind::mlp);
   plan_preview_options po;

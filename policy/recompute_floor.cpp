@@ -1,0 +1,259 @@
+#include "policy/recompute_floor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "policy/recipe.hpp"
+#include "policy/simulator.hpp"
+
+namespace sublinear::policy {
+namespace {
+
+constexpr double infinite = std::numeric_limits<double>::infinity();
+
+// What a buffer occupies at least while resident, under any plan (as lower_bound_of in
+// candidates.cpp counts it).
+std::size_t least_footprint(const buffer& b, std::size_t granularity) {
+  return std::min(round_up(b.size, granularity), round_up(b.size, unplanned_rounding));
+}
+
+// One buffer that could be out during the position, and the launches that must run again
+// if it is.
+struct droppable {
+  buffer_id buffer = none;
+  std::size_t bytes = 0;
+  std::span<const launch_id> writers;  // empty: free to drop
+};
+
+// An option of a group: free `units` at `cost`.
+struct option {
+  std::size_t units = 0;
+  double cost = 0.0;
+};
+
+class union_find {
+ public:
+  explicit union_find(std::size_t n) : parent_(n) { std::iota(parent_.begin(), parent_.end(), 0U); }
+  std::uint32_t find(std::uint32_t x) {
+    while (parent_[x] != x) x = parent_[x] = parent_[parent_[x]];
+    return x;
+  }
+  void join(std::uint32_t a, std::uint32_t b) { parent_[find(a)] = find(b); }
+
+ private:
+  std::vector<std::uint32_t> parent_;
+};
+
+// Options of one group of buffers that share writers: the Pareto front of (units freed,
+// cost of the union of writers) over its subsets, or, for a large group, one option per
+// buffer at its share of each writer (returned as separate groups).
+class group_solver {
+ public:
+  group_solver(const iteration& it, const recompute_floor_options& o) : it_(&it), options_(&o) {}
+
+  void solve(const std::vector<const droppable*>& group, std::size_t unit, std::vector<std::vector<option>>& out) {
+    std::vector<launch_id> launches;
+    for (const droppable* d : group) launches.insert(launches.end(), d->writers.begin(), d->writers.end());
+    std::sort(launches.begin(), launches.end());
+    launches.erase(std::unique(launches.begin(), launches.end()), launches.end());
+    const auto local = [&](launch_id l) {
+      return static_cast<std::size_t>(std::lower_bound(launches.begin(), launches.end(), l) - launches.begin());
+    };
+    const auto units_of = [&](std::size_t bytes) { return (bytes + unit - 1) / unit; };
+
+    if (group.size() > options_->exact_group) {
+      std::vector<std::size_t> sharers(launches.size(), 0);
+      for (const droppable* d : group) {
+        for (launch_id l : d->writers) ++sharers[local(l)];
+      }
+      for (const droppable* d : group) {
+        double share = 0.0;
+        for (launch_id l : d->writers) share += it_->launches[l].cost_s / static_cast<double>(sharers[local(l)]);
+        out.push_back({option{}, option{units_of(d->bytes), share}});
+      }
+      return;
+    }
+
+    const std::size_t k = group.size();
+    std::vector<std::vector<std::size_t>> masks(k);  // per buffer, its writers' local indices
+    for (std::size_t i = 0; i < k; ++i) {
+      for (launch_id l : group[i]->writers) masks[i].push_back(local(l));
+    }
+    std::vector<option> all;
+    all.reserve(std::size_t{1} << k);
+    std::vector<std::uint8_t> paid(launches.size());
+    for (std::size_t subset = 1; subset < (std::size_t{1} << k); ++subset) {
+      std::fill(paid.begin(), paid.end(), 0);
+      std::size_t bytes = 0;
+      double cost = 0.0;
+      for (std::size_t i = 0; i < k; ++i) {
+        if ((subset >> i & 1U) == 0) continue;
+        bytes += group[i]->bytes;
+        for (std::size_t w : masks[i]) {
+          if (paid[w] == 0) {
+            paid[w] = 1;
+            cost += it_->launches[launches[w]].cost_s;
+          }
+        }
+      }
+      all.push_back({units_of(bytes), cost});
+    }
+    // Keep the Pareto front: for more units, strictly less cost is never possible, so
+    // keep each option that frees more than every cheaper one.
+    std::sort(all.begin(), all.end(), [](const option& a, const option& b) {
+      return a.cost != b.cost ? a.cost < b.cost : a.units > b.units;
+    });
+    std::vector<option> front{option{}};
+    std::size_t most = 0;
+    for (const option& o : all) {
+      if (o.units > most) {
+        front.push_back(o);
+        most = o.units;
+      }
+    }
+    out.push_back(std::move(front));
+  }
+
+ private:
+  const iteration* it_;
+  const recompute_floor_options* options_;
+};
+
+// Least cost of freeing at least `need` units with one option from each group.
+double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
+  std::vector<double> best(need + 1, infinite);
+  best[0] = 0.0;
+  std::vector<double> next(need + 1);
+  for (const std::vector<option>& g : groups) {
+    next = best;
+    for (const option& o : g) {
+      if (o.units == 0) continue;
+      for (std::size_t w = 1; w <= need; ++w) {
+        const std::size_t from = w > o.units ? w - o.units : 0;
+        if (best[from] + o.cost < next[w]) next[w] = best[from] + o.cost;
+      }
+    }
+    best.swap(next);
+  }
+  return best[need];
+}
+
+}  // namespace
+
+recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, const recompute_floor_options& options) {
+  recompute_floor out;
+  const std::size_t n = it.launches.size();
+  if (n == 0) return out;
+  const std::size_t g = it.granularity == 0 ? 1 : it.granularity;
+  const dataflow df(it);
+
+  // Bytes allocated during each launch, at the least any plan maps for them.
+  std::vector<std::int64_t> delta(n + 1, 0);
+  for (const buffer& b : it.buffers) {
+    const std::size_t lo = std::min<std::size_t>(b.alloc_at, n);
+    const std::size_t hi = b.free_at == none ? n : std::min<std::size_t>(b.free_at, n);
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(least_footprint(b, g));
+    delta[lo] += sz;
+    delta[hi] -= sz;
+  }
+  std::vector<std::pair<std::size_t, launch_id>> deficits;  // (bytes over the budget, position)
+  std::int64_t level = 0;
+  for (std::size_t t = 0; t < n; ++t) {
+    level += delta[t];
+    if (level > 0 && static_cast<std::size_t>(level) > budget) {
+      deficits.emplace_back(static_cast<std::size_t>(level) - budget, static_cast<launch_id>(t));
+    }
+  }
+  out.positions = deficits.size();
+  std::sort(deficits.begin(), deficits.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  if (deficits.size() > options.max_positions) deficits.resize(options.max_positions);
+
+  // Buffers by allocation position, to walk those allocated at t.
+  std::vector<buffer_id> evictable;
+  for (buffer_id b = 0; b < it.buffers.size(); ++b) {
+    const buffer& buf = it.buffers[b];
+    if (!buf.persistent() && !buf.never_evict) evictable.push_back(b);
+  }
+
+  group_solver solver(it, options);
+  std::vector<droppable> drops;
+  std::vector<std::vector<option>> groups;
+  double floor = -1.0;
+  for (const auto& [need_bytes, t] : deficits) {
+    ++out.examined;
+    drops.clear();
+    std::size_t free_bytes = 0;
+    std::size_t possible = 0;
+    for (buffer_id b : evictable) {
+      const buffer& buf = it.buffers[b];
+      if (!(buf.alloc_at < t && t + 1 < buf.free_at)) continue;
+      if (std::binary_search(buf.users.begin(), buf.users.end(), t)) continue;
+      const std::size_t bytes = least_footprint(buf, g);
+      const bool used_later = df.used_between(b, t, buf.free_at);
+      const std::span<const launch_id> writers = df.writers_in(b, buf.alloc_at, t);
+      if (!used_later || writers.empty()) {
+        free_bytes += bytes;
+        possible += bytes;
+        continue;
+      }
+      const bool replayable = std::all_of(writers.begin(), writers.end(),
+                                          [&](launch_id l) { return it.launches[l].replayable; });
+      if (!replayable) continue;
+      drops.push_back({b, bytes, writers});
+      possible += bytes;
+    }
+    if (possible < need_bytes) {
+      out.feasible = false;
+      out.added_s = infinite;
+      out.at = t;
+      out.must_free = need_bytes;
+      out.can_free = possible;
+      return out;
+    }
+    double cost = 0.0;
+    if (free_bytes < need_bytes) {
+      const std::size_t rest = need_bytes - free_bytes;
+      const std::size_t unit = std::max<std::size_t>(1, (rest + options.units - 1) / std::max<std::size_t>(1, options.units));
+      // Groups: buffers joined through shared writers.
+      union_find joined(n);
+      for (const droppable& d : drops) {
+        for (launch_id l : d.writers) joined.join(l, d.writers.front());
+      }
+      std::vector<std::pair<std::uint32_t, const droppable*>> keyed;
+      keyed.reserve(drops.size());
+      for (const droppable& d : drops) keyed.emplace_back(joined.find(d.writers.front()), &d);
+      std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first < b.first : a.second->buffer < b.second->buffer;
+      });
+      groups.clear();
+      std::vector<const droppable*> group;
+      for (std::size_t i = 0; i < keyed.size(); ++i) {
+        group.push_back(keyed[i].second);
+        if (i + 1 == keyed.size() || keyed[i + 1].first != keyed[i].first) {
+          solver.solve(group, unit, groups);
+          group.clear();
+        }
+      }
+      cost = cover(groups, (rest + unit - 1) / unit);
+    }
+    if (cost > floor) {
+      floor = cost;
+      out.added_s = cost;
+      out.at = t;
+      out.must_free = need_bytes;
+      out.can_free = possible;
+    }
+  }
+  return out;
+}
+
+}  // namespace sublinear::policy

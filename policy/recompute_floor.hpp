@@ -1,0 +1,63 @@
+// The recompute floor: a lower bound on the compute any valid plan adds at a budget.
+//
+// Note [Recompute floor]
+// Rationale: a planner's added compute says what it found, not what was there to find.
+//   Whether an overhead target is missed by the planners or is out of reach of every plan
+//   the runtime can run is a different question, and the MILP oracle (Note [MILP oracle])
+//   answers it only on graphs of a few dozen candidates. This bound answers it in
+//   milliseconds on whole traces, so `sublinear plan` and the benchmarks can print how far
+//   each planner is from the floor.
+// Approach: take one launch position t. Every plan the simulator accepts (Note [Plan
+//   simulation]) maps at least round_up(size, 512) (or a page, if smaller) for each
+//   buffer resident during t, so at least D(t) = (those bytes of every buffer allocated
+//   at t) - budget must be out during t. A buffer can be out during t only if it is
+//   allocated and freed in the iteration, not never_evict, not allocated just before t,
+//   not freed just after t, and not touched by t. It is free to drop if it has no use
+//   after t or no writer before t; otherwise it comes back through a recipe that replays
+//   all its writers since its allocation (Note [Recipe closure]), so its writers must
+//   all be replayable and each of them runs again at least once. The least cost of
+//   freeing D(t) is then a covering problem over buffers whose price is the union of
+//   their writer sets: buffers that share a writer (attention's probabilities and output,
+//   a convolution and its in-place bias) form a group, solved exactly by enumerating its
+//   subsets (up to 12 buffers; a larger group gives each buffer an equal share of each
+//   writer it shares, which never overstates a subset's price); the groups meet in a
+//   multiple-choice knapsack over bytes in units of at most 1/2048 of D(t), weights
+//   rounded up, so the knapsack's optimum never exceeds the true one. The floor is the
+//   largest of these minima over the positions examined: the `max_positions` positions
+//   with the largest D(t), where a floor is most likely to bind. A position where even
+//   dropping everything possible frees less than D(t) proves the budget infeasible.
+// Limitations: it is a bound, not a plan: what a recipe needs of evicted inputs, its
+//   scratch, and a writer paid again for a second position are not counted, so plans
+//   usually cost more. Costs are the traced durations, as planners use them. It bounds
+//   the plans the simulator accepts (recomputation of recorded launches), not
+//   offloading, which the planned iterations do not do.
+#pragma once
+
+#include <cstddef>
+
+#include "policy/iteration.hpp"
+
+namespace sublinear::policy {
+
+struct recompute_floor_options {
+  std::size_t max_positions = 256;  // positions examined, those with the largest deficit first
+  std::size_t exact_group = 12;     // largest group solved by enumerating its subsets
+  std::size_t units = 2048;         // knapsack resolution: the deficit in at most this many units
+};
+
+struct recompute_floor {
+  bool feasible = true;       // false: at `at`, dropping everything possible is not enough
+  double added_s = 0.0;       // no valid plan at the budget adds less compute than this
+  launch_id at = none;        // the position that gives the floor (none: no deficit anywhere)
+  std::size_t must_free = 0;  // bytes that must be out during launch `at`
+  std::size_t can_free = 0;   // bytes that could be out during launch `at`
+  std::size_t positions = 0;  // positions with a deficit
+  std::size_t examined = 0;   // of those, how many were solved
+};
+
+// The floor of added compute for plans of `it` whose peak (as the simulator counts it)
+// is at most `budget` bytes.
+[[nodiscard]] recompute_floor find_recompute_floor(const iteration& it, std::size_t budget,
+                                                   const recompute_floor_options& options = {});
+
+}  // namespace sublinear::policy
