@@ -28,6 +28,7 @@
 #include "integrations/cli/args.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/events.hpp"
@@ -986,6 +987,29 @@ sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
     pt.forward_launches = p.forward_launches;
     pt.forward_compute_s = p.forward_s;
     pt.runs = measure_group(c, plans, env.group, p.forward_launches, probe_smallest(p));
+    // The recompute floor at each budget (Note [Recompute floor]): no plan adds less. At
+    // the larger of the two shares the engine can give a planner (whole traced cache or
+    // scaled to the budget), so it holds for either.
+    double traced_compute = 0.0;
+    for (const auto& l : p.graph.launches) traced_compute += l.cost_s;
+    std::string floors;
+    for (double f : fractions) {
+      const auto budget = static_cast<std::size_t>(f * static_cast<double>(p.mapped_peak));
+      const std::size_t share = std::max(p.share(budget, runtime::cache_allowance_mode::traced),
+                                         p.share(budget, runtime::cache_allowance_mode::scaled));
+      const policy::recompute_floor fl = policy::find_recompute_floor(p.graph, share);
+      const std::string rule = fmt("%.2fx", f);
+      floors += (floors.empty() ? "" : ", ") + rule + " " +
+                (fl.feasible ? fmt("+%.1f%%", 100.0 * fl.added_s / std::max(traced_compute, 1e-12)) : "infeasible");
+      if (fl.feasible && traced_compute > 0) {
+        s.figures.push_back({pt.model + "_floor_" + rule + "_share", pt.model + ": recompute floor at " + rule +
+                                                                        ", the least compute any plan adds, as a "
+                                                                        "share of the traced iteration's",
+                             fl.added_s / traced_compute});
+      }
+    }
+    s.notes.push_back(pt.model + ": recompute floor (no plan adds less compute; Note [Recompute floor]): " + floors +
+                      " of the traced iteration's compute");
     for (const auto& r : pt.runs) {
       if (r.policy.empty() || r.status != "ok") continue;
       s.figures.push_back({pt.model + "_" + key_of(r.label) + "_" + r.budget_rule + "_cpu_ratio",

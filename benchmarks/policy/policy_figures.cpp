@@ -2,23 +2,34 @@
 // plan quality against the MILP oracle and the exact solvers, and the sqrt(n) law.
 //
 // Usage: policy_figures [runtime] [quality] [sqrtn]   (no argument: all three)
+//        policy_figures trace FILE [--milp-seconds S] BUDGET...
 // Prints Markdown tables. Budgets are fractions of the traced peak (iteration.peak_bytes).
+// `trace` plans the last iteration of a recorded trace at each BUDGET (bytes for live
+// buffers, "5MiB", or a multiple of the unplanned peak, "0.5x") with every planner, the
+// MILP oracle and the recompute floor (Note [Recompute floor]): how far the planners are
+// from the best drop set, and that from the floor.
 // A benchmark, not a test: it prints what it measures and asserts nothing.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "policy/budget.hpp"
 #include "policy/candidates.hpp"
 #include "policy/oracle/milp.hpp"
 #include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
 #include "policy/synthetic.hpp"
+#include "sublinear/error.hpp"
+#include "tracer/analysis.hpp"
+#include "tracer/trace_file.hpp"
 
 namespace {
 
@@ -34,6 +45,12 @@ struct outcome {
   std::size_t smallest = 0;  // when infeasible
   double seconds = 0.0;      // planner wall time (median of repeats)
 };
+
+std::string fmt_cell(double s, double total) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f (+%.1f%%)", s * 1e3, total > 0 ? 100.0 * s / total : 0.0);
+  return buf;
+}
 
 outcome run_planner(std::string_view name, const iteration& it, std::size_t budget, int repeats = 1) {
   outcome o;
@@ -302,9 +319,80 @@ void sqrtn_figure() {
   }
 }
 
+// ---- a recorded trace -------------------------------------------------------------------
+
+void trace_figure(const std::string& path, const std::vector<std::string>& budgets, double milp_seconds) {
+  const sublinear::tracer::trace t = sublinear::tracer::read_trace_file(path);
+  const sublinear::tracer::analysed_iteration an = sublinear::tracer::analyse_last_iteration(t);
+  const iteration& it = an.graph;
+  double total = 0.0;
+  for (const launch& l : it.launches) total += l.cost_s;
+  const std::size_t unplanned = simulate(it, plan{}).peak;
+  std::printf("## %s: added compute against the recompute floor and the MILP optimum\n\n", path.c_str());
+  std::printf("%zu launches, %zu eviction candidates, %.2f ms of traced compute, unplanned peak %.2f MiB of live "
+              "buffers. Each cell: added compute, ms (share of the traced compute); budgets are for live buffers.\n\n",
+              it.launches.size(), it.candidates.size(), total * 1e3, static_cast<double>(unplanned) / MiB);
+  std::printf("| budget | floor | MILP (drop sets) |");
+  for (std::string_view n : planner_names()) std::printf(" %s |", std::string(n).c_str());
+  std::printf("\n|---|---|---|");
+  for (std::size_t i = 0; i < planner_names().size(); ++i) std::printf("---|");
+  std::printf("\n");
+  const auto cell = [total](double s) { return fmt_cell(s, total); };
+  for (const std::string& text : budgets) {
+    const std::size_t budget = parse_budget_bytes(text, 0, unplanned);
+    const recompute_floor f = find_recompute_floor(it, budget);
+    oracle::milp_options mo;
+    mo.max_candidates = 1000;
+    mo.time_limit_s = milp_seconds;
+    const oracle::milp_result m = oracle::solve_milp(it, budget, mo);
+    std::string milp;
+    switch (m.outcome) {
+      case oracle::milp_result::status::optimal: milp = cell(m.objective_s); break;
+      case oracle::milp_result::status::infeasible: milp = "infeasible"; break;
+      case oracle::milp_result::status::time_limit: milp = "time limit"; break;
+      case oracle::milp_result::status::too_large: milp = "too large"; break;
+    }
+    std::printf("| %s (%.2f MiB) | %s | %s |", text.c_str(), static_cast<double>(budget) / MiB,
+                f.feasible ? cell(f.added_s).c_str() : "infeasible", milp.c_str());
+    for (std::string_view n : planner_names()) {
+      const outcome o = run_planner(n, it, budget);
+      std::printf(" %s |", o.feasible ? cell(o.added_s).c_str() : "infeasible");
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "trace") {
+    std::vector<std::string> budgets;
+    std::string path;
+    double milp_seconds = 60.0;
+    for (int i = 2; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--milp-seconds" && i + 1 < argc) {
+        milp_seconds = std::atof(argv[++i]);
+      } else if (path.empty()) {
+        path = a;
+      } else {
+        budgets.push_back(a);
+      }
+    }
+    if (path.empty() || budgets.empty()) {
+      std::fprintf(stderr, "usage: %s trace FILE [--milp-seconds S] BUDGET...\n", argv[0]);
+      return 2;
+    }
+    try {
+      trace_figure(path, budgets, milp_seconds);
+    } catch (const sublinear::config_error& e) {
+      std::fprintf(stderr, "policy_figures: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   bool runtime = argc == 1;
   bool quality = argc == 1;
   bool sqrtn = argc == 1;
