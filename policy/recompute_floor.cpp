@@ -31,10 +31,11 @@ struct droppable {
   std::span<const launch_id> writers;  // empty: free to drop
 };
 
-// An option of a group: free `units` at `cost`.
+// An option of a group: free `bytes` (`units` of the knapsack) at `cost`.
 struct option {
   std::size_t units = 0;
   double cost = 0.0;
+  std::size_t bytes = 0;
 };
 
 class union_find {
@@ -75,7 +76,7 @@ class group_solver {
       for (const droppable* d : group) {
         double share = 0.0;
         for (launch_id l : d->writers) share += it_->launches[l].cost_s / static_cast<double>(sharers[local(l)]);
-        out.push_back({option{}, option{units_of(d->bytes), share}});
+        out.push_back({option{}, option{units_of(d->bytes), share, d->bytes}});
       }
       return;
     }
@@ -102,19 +103,19 @@ class group_solver {
           }
         }
       }
-      all.push_back({units_of(bytes), cost});
+      all.push_back({units_of(bytes), cost, bytes});
     }
     // Keep the Pareto front: for more units, strictly less cost is never possible, so
     // keep each option that frees more than every cheaper one.
     std::sort(all.begin(), all.end(), [](const option& a, const option& b) {
-      return a.cost != b.cost ? a.cost < b.cost : a.units > b.units;
+      return a.cost != b.cost ? a.cost < b.cost : a.bytes > b.bytes;
     });
     std::vector<option> front{option{}};
     std::size_t most = 0;
     for (const option& o : all) {
-      if (o.units > most) {
+      if (o.bytes > most) {
         front.push_back(o);
-        most = o.units;
+        most = o.bytes;
       }
     }
     out.push_back(std::move(front));
@@ -124,6 +125,71 @@ class group_solver {
   const iteration* it_;
   const recompute_floor_options* options_;
 };
+
+// The cost of one way to free at least `need` bytes: whole groups, cheapest per byte
+// first. An upper bound on the least cost, so on both bounds below: a position where it is
+// no more than the floor found so far cannot raise the floor, and is not solved.
+double greedy_cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
+  std::vector<option> whole;
+  whole.reserve(groups.size());
+  for (const std::vector<option>& g : groups) {
+    if (!g.empty() && g.back().bytes > 0) whole.push_back(g.back());  // the front's largest
+  }
+  std::sort(whole.begin(), whole.end(), [](const option& a, const option& b) {
+    return a.cost * static_cast<double>(b.bytes) < b.cost * static_cast<double>(a.bytes);
+  });
+  double cost = 0.0;
+  std::size_t freed = 0;
+  for (const option& o : whole) {
+    if (freed >= need) break;
+    freed += o.bytes;
+    cost += o.cost;
+  }
+  return freed >= need ? cost : infinite;
+}
+
+// The linear relaxation of cover() in bytes: each group's lower convex hull of (bytes,
+// cost), its segments taken cheapest per byte first, the last one in part. A lower bound
+// on the least cost of freeing `need` bytes with one option per group; close to it where
+// the groups are small against `need` (where the knapsack's rounding of weights is worst).
+double relaxed_cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
+  struct segment {
+    double bytes;
+    double cost;
+  };
+  std::vector<segment> segments;
+  std::vector<const option*> hull;
+  for (const std::vector<option>& g : groups) {
+    // g is sorted by bytes and cost, both increasing, and starts at (0, 0).
+    hull.clear();
+    for (const option& o : g) {
+      while (hull.size() >= 2) {
+        const option& a = *hull[hull.size() - 2];
+        const option& b = *hull.back();
+        // Drop b if it lies on or above the line from a to o.
+        const double lhs = (b.cost - a.cost) * static_cast<double>(o.bytes - a.bytes);
+        const double rhs = (o.cost - a.cost) * static_cast<double>(b.bytes - a.bytes);
+        if (lhs < rhs) break;
+        hull.pop_back();
+      }
+      hull.push_back(&o);
+    }
+    for (std::size_t i = 1; i < hull.size(); ++i) {
+      segments.push_back({static_cast<double>(hull[i]->bytes - hull[i - 1]->bytes), hull[i]->cost - hull[i - 1]->cost});
+    }
+  }
+  std::sort(segments.begin(), segments.end(),
+            [](const segment& a, const segment& b) { return a.cost * b.bytes < b.cost * a.bytes; });
+  double left = static_cast<double>(need);
+  double cost = 0.0;
+  for (const segment& s : segments) {
+    if (left <= 0) break;
+    const double take = std::min(left, s.bytes);
+    cost += s.cost * take / s.bytes;
+    left -= take;
+  }
+  return left > 0 ? infinite : cost;
+}
 
 // Least cost of freeing at least `need` units with one option from each group.
 double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
@@ -243,7 +309,11 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
           group.clear();
         }
       }
-      cost = cover(groups, (rest + unit - 1) / unit);
+      if (greedy_cover(groups, rest) <= floor) continue;
+      // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of
+      // weights, which loosens it when many small groups meet) and its linear relaxation
+      // in exact bytes (loose by at most part of one group's price).
+      cost = std::max(cover(groups, (rest + unit - 1) / unit), relaxed_cover(groups, rest));
     }
     if (cost > floor) {
       floor = cost;

@@ -98,6 +98,32 @@ TEST(RecomputeFloor, SharesOfALargeGroupNeverOverstateIt) {
   EXPECT_DOUBLE_EQ(find_recompute_floor(shared_writer(2), base, o).added_s, 3.5);
 }
 
+// Ten one-page buffers, each from its own launch of cost 1; five pages must be out during
+// launch 10. With a knapsack of four units (a unit of 1.25 pages, every buffer rounded up
+// to one unit) the knapsack alone would say four buffers suffice (4); the relaxation in
+// exact bytes says five (5), the true floor.
+TEST(RecomputeFloor, ACoarseKnapsackIsCorrectedByItsRelaxationInBytes) {
+  test::hand_iteration h(page);
+  const buffer_id in = h.persistent(page);
+  std::vector<buffer_id> b;
+  for (int i = 0; i < 10; ++i) b.push_back(h.transient(page, 0, 22));
+  const buffer_id w = h.transient(5 * page, 10, 11);
+  for (int i = 0; i < 10; ++i) h.launch({in}, {b[static_cast<std::size_t>(i)]}, 1.0);
+  h.launch({in}, {w}, 1.0);  // 10
+  for (int i = 0; i < 10; ++i) h.launch({b[static_cast<std::size_t>(i)]}, {}, 1.0);
+  h.launch({in}, {}, 1.0);  // 21
+  const iteration it = h.finish(10);
+  recompute_floor_options coarse;
+  coarse.units = 4;
+  for (const recompute_floor_options& o : {recompute_floor_options{}, coarse}) {
+    const recompute_floor f = find_recompute_floor(it, 11 * page, o);
+    ASSERT_TRUE(f.feasible);
+    EXPECT_EQ(f.at, 10u);
+    EXPECT_EQ(f.must_free, 5 * page);
+    EXPECT_DOUBLE_EQ(f.added_s, 5.0) << o.units << " units";
+  }
+}
+
 TEST(RecomputeFloor, ProvesABudgetInfeasibleWhenTooLittleCanBeOut) {
   // Five pages out during launch 4: only x, a, b, c (four) can be.
   const iteration it = shared_writer(5);
