@@ -27,6 +27,7 @@
 
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/block_hashes.hpp"
@@ -232,6 +233,7 @@ struct engine::impl {
   std::size_t unoffloaded_peak = 0;          // this iteration's peak had nothing been offloaded
   std::size_t planning_peak = 0;             // the last traced iteration's, for the overhead
   std::size_t plan_mapped_peak = 0;          // what the last make_plan took the overhead from
+  engine::plan_compute plan_cost;            // the current plan's added compute and its floor
 
   std::vector<iteration_report> reports;
   std::vector<timeline_event> timeline;
@@ -348,6 +350,7 @@ struct engine::impl {
     plan_mapped_peak = traced_peak;
     have_plan = false;
     plan = {};
+    plan_cost = {};
     plan_error.clear();
     budget_bytes = 0;
     auto& g = an.graph;
@@ -433,6 +436,12 @@ struct engine::impl {
                "budget. If a planned iteration still runs out of room, the rest of it runs without the budget and "
                "sublinear plans again with the whole cache (Note [Scaled cache allowance]).");
     }
+    // How far the plan is from any plan at the same share (reported; planning is done).
+    plan_cost.added_s = plan.added_compute_s;
+    for (const auto& l : g.launches) plan_cost.traced_s += l.cost_s;
+    const policy::recompute_floor floor =
+        policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0);
+    plan_cost.floor_s = floor.feasible ? floor.added_s : 0.0;  // a plan exists: it is feasible
     // From here on the engine's graph has the retained lifetimes: recipes, the valve's
     // checks and the simulator agree on them.
     for (const policy::retention& r : plan.retentions) {
@@ -1846,6 +1855,11 @@ std::size_t engine::planning_mapped_peak() const {
 cache_allowance_mode engine::plan_allowance() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->allowance;
+}
+
+engine::plan_compute engine::planned_compute() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->have_plan ? impl_->plan_cost : plan_compute{};
 }
 
 }  // namespace sublinear::runtime

@@ -434,6 +434,14 @@ class engine final : public allocator::allocation_observer {
   [[nodiscard]] std::size_t planning_mapped_peak() const;
   // The cache allowance the current plan was made with (Note [Scaled cache allowance]).
   [[nodiscard]] cache_allowance_mode plan_allowance() const;
+  // What the current plan recomputes against what any plan must (all zero: no plan).
+  struct plan_compute {
+    double added_s = 0.0;   // the plan's added compute per iteration (traced durations)
+    double floor_s = 0.0;   // the recompute floor at the planner's share of the budget
+                            // (Note [Recompute floor] in policy/recompute_floor.hpp)
+    double traced_s = 0.0;  // the traced iteration's compute
+  };
+  [[nodiscard]] plan_compute planned_compute() const;
 
  private:
   struct impl;

@@ -140,6 +140,10 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.predicted_peak = e.predicted_peak();
   plan.traced_mapped_peak = e.planning_mapped_peak();
   plan.cache_allowance = to_string(e.plan_allowance());
+  const engine::plan_compute pc = e.planned_compute();
+  plan.added_compute_s = pc.added_s;
+  plan.floor_s = pc.floor_s;
+  plan.traced_compute_s = pc.traced_s;
   plan.error = e.plan_error();
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
@@ -204,6 +208,9 @@ std::string to_json(const run_report& r) {
   w.member("predicted_peak_bytes", r.plan.predicted_peak);
   w.member("traced_mapped_peak_bytes", r.plan.traced_mapped_peak);
   w.member("cache_allowance", r.plan.cache_allowance);
+  w.member("added_compute_s", r.plan.added_compute_s);
+  w.member("floor_s", r.plan.floor_s);
+  w.member("traced_compute_s", r.plan.traced_compute_s);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -355,6 +362,13 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.predicted_peak = size_or(plan, "predicted_peak_bytes");
   r.plan.traced_mapped_peak = size_or(plan, "traced_mapped_peak_bytes");
   if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();  // since session 26
+  const auto seconds_or_zero = [&plan](std::string_view key) {  // since session 29
+    const json::value* v = plan.find(key);
+    return v != nullptr ? v->as_number() : 0.0;
+  };
+  r.plan.added_compute_s = seconds_or_zero("added_compute_s");
+  r.plan.floor_s = seconds_or_zero("floor_s");
+  r.plan.traced_compute_s = seconds_or_zero("traced_compute_s");
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};
@@ -466,6 +480,17 @@ std::string render_text(const run_report& r, std::size_t top) {
     out << "\n  predicted peak     " << format_bytes(r.plan.predicted_peak) << " (the plan's live buffers)\n";
     if (r.plan.cache_allowance == "scaled")
       out << "  cache allowance    scaled to the budget: below the smallest budget the traced cache allows\n";
+    if (r.plan.traced_compute_s > 0) {
+      const auto share = [&](double s) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "+%.1f%%", 100.0 * s / r.plan.traced_compute_s);
+        return std::string(buf);
+      };
+      out << "  planned recompute  " << text::seconds(r.plan.added_compute_s) << " per iteration ("
+          << share(r.plan.added_compute_s) << " of the traced " << text::seconds(r.plan.traced_compute_s)
+          << "); no plan recomputes less than " << text::seconds(r.plan.floor_s) << " (" << share(r.plan.floor_s)
+          << ", the recompute floor)\n";
+    }
   } else {
     out << "  budget             none in force"
         << (r.plan.error.empty() ? std::string() : ": " + r.plan.error) << "\n";

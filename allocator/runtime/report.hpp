@@ -48,6 +48,12 @@ struct plan_summary {
   // "traced" or "scaled": how much of the traced cache the planner's share kept back (Note
   // [Scaled cache allowance] in engine.hpp; "traced" in reports written before session 26).
   std::string cache_allowance = "traced";
+  // Per iteration, from the traced durations (0 when unknown, as in reports written before
+  // session 29): what the plan recomputes, the recompute floor at the planner's share (no
+  // plan recomputes less; Note [Recompute floor]), and the traced iteration's compute.
+  double added_compute_s = 0.0;
+  double floor_s = 0.0;
+  double traced_compute_s = 0.0;
 };
 
 // A run of the same workload without sublinear's budget, when the caller knows one.

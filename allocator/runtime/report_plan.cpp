@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
@@ -221,6 +222,16 @@ void render_floor(std::ostringstream& out, const plan_preview& p) {
   out << "recompute floor: no plan adds less than " << text::seconds(f.added_s)
       << percent_of(f.added_s, p.iteration_compute_s) << "; " << during << " " << format_bytes(f.must_free)
       << " must be out (docs/policy.md, \"Recompute floor\")\n";
+  // Rows planned with the cache scaled to the budget had more room, so a lower floor.
+  for (const auto& r : p.rows) {
+    if (r.cache_allowance != "scaled" || r.planner_budget == p.planner_budget || r.planner_budget == 0) continue;
+    out << "  with the cache scaled to the budget (" << format_bytes(r.planner_budget) << " for live buffers, rows "
+        << "marked *): " << (std::isinf(r.floor_s) ? std::string("no plan can meet it")
+                                                     : "no plan adds less than " + text::seconds(r.floor_s) +
+                                                           percent_of(r.floor_s, p.iteration_compute_s))
+        << "\n";
+    break;
+  }
 }
 
 void render_evictions(std::ostringstream& out, const plan_preview_row& r) {

@@ -359,6 +359,11 @@ TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheC
   EXPECT_LE(row.predicted_mapped, budget);
   const std::string text = render_plan_preview(at);
   EXPECT_NE(text.find("reforward *"), std::string::npos) << text;
+  // The scaled share has more room than the traced one: its floor is no higher, and the
+  // preview prints it for the rows marked *.
+  EXPECT_LE(row.floor_s, at.floor.added_s);
+  EXPECT_LE(row.floor_s, row.added_compute_s * (1 + 1e-9));
+  EXPECT_NE(text.find("with the cache scaled to the budget ("), std::string::npos) << text;
   EXPECT_NE(plan_preview_json(at).find("\"scaled\""), std::string::npos);
 }
 

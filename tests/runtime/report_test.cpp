@@ -221,6 +221,36 @@ TEST(ReportJson, AReportWithoutThePlansTracedMappedPeakReadsAsUnknown) {
   EXPECT_EQ(parse_report(text, "old.json").plan.traced_mapped_peak, 0u);
 }
 
+// Session 29: the plan's recompute beside the recompute floor (Note [Recompute floor]).
+TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
+  const run_report& real = real_report();
+  ASSERT_TRUE(real.plan.error.empty()) << real.plan.error;
+  EXPECT_GT(real.plan.added_compute_s, 0.0) << "0.8x of ResNet-56 recomputes something";
+  EXPECT_GT(real.plan.traced_compute_s, real.plan.added_compute_s);
+  EXPECT_GT(real.plan.floor_s, 0.0) << "0.8x leaves launches over the budget";
+  EXPECT_LE(real.plan.floor_s, real.plan.added_compute_s * (1 + 1e-9));
+  const run_report back = parse_report(to_json(real), "r.json");
+  EXPECT_EQ(back.plan.floor_s, real.plan.floor_s);
+  EXPECT_EQ(back.plan.added_compute_s, real.plan.added_compute_s);
+  EXPECT_EQ(back.plan.traced_compute_s, real.plan.traced_compute_s);
+  const std::string text = render_text(real, 5);
+  EXPECT_NE(text.find("planned recompute"), std::string::npos) << text;
+  EXPECT_NE(text.find("the recompute floor"), std::string::npos) << text;
+
+  // Reports written before session 29 have none of the three: they read as 0, and the text
+  // says nothing of them.
+  std::string old = to_json(handmade_report());
+  for (const char* key : {"added_compute_s", "floor_s", "traced_compute_s"}) {
+    const auto at = old.find(std::string("\"") + key + "\": 0,");
+    ASSERT_NE(at, std::string::npos) << key;
+    old.erase(at, std::string("\"").size() + std::strlen(key) + std::string("\": 0,").size());
+  }
+  const run_report r = parse_report(old, "old.json");
+  EXPECT_EQ(r.plan.floor_s, 0.0);
+  EXPECT_EQ(r.plan.traced_compute_s, 0.0);
+  EXPECT_EQ(render_text(r, 5).find("planned recompute"), std::string::npos);
+}
+
 TEST(ReportJson, ParseRefusesAnotherSchemaVersionByName) {
   std::string text = to_json(handmade_report());
   const auto at = text.find("\"schema_version\": 1");
