@@ -237,6 +237,7 @@ struct budgeted_run {
   std::vector<runtime::iteration_report> reports;
   std::size_t budget = 0;
   std::size_t predicted_peak = 0;
+  runtime::engine::plan_compute plan_cost;  // the plan's recompute and the recompute floor
   std::size_t peak = 0;   // over the planned iterations
   double iter_s = 0.0;    // median over the planned iterations
   double time_ratio = 0.0;  // median over the planned iterations of this run's / the baseline's same iteration
@@ -317,6 +318,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.reports = rt.get().iterations();
   out.budget = rt.get().budget();
   out.predicted_peak = rt.get().predicted_peak();
+  out.plan_cost = rt.get().planned_compute();
   out.plan_error = rt.get().plan_error();
   out.cache_allowance = runtime::to_string(rt.get().plan_allowance());
   const allocator::stats st = session.allocator().get_stats();
@@ -362,6 +364,15 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   };
   row("budget", bytes(b.budget));
   row("predicted peak (the plan)", bytes(b.predicted_peak));
+  if (b.plan_cost.traced_s > 0) {
+    const auto share = [&](double s) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "+%.1f%%", 100.0 * s / b.plan_cost.traced_s);
+      return std::string(buf);
+    };
+    row("planned recompute (traced time)", share(b.plan_cost.added_s));
+    row("  recompute floor (no plan less)", share(b.plan_cost.floor_s));
+  }
   if (b.cache_allowance == "scaled") row("allocator's cache allowance", "scaled");
   if (b.budget_lifted > 0) row("iterations that ran over (lifted)", std::to_string(b.budget_lifted));
   row("peak mapped (planned iterations)", bytes(b.peak));
@@ -404,6 +415,9 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"budget", wl::json_string(o.budget)},
       {"budget_bytes", std::to_string(b.budget)},
       {"predicted_peak_bytes", std::to_string(b.predicted_peak)},
+      {"planned_recompute_s", num(b.plan_cost.added_s)},
+      {"recompute_floor_s", num(b.plan_cost.floor_s)},
+      {"traced_compute_s", num(b.plan_cost.traced_s)},
       {"peak_bytes", std::to_string(b.peak)},
       {"iter_s", num(b.iter_s)},
       {"time_ratio", num(b.time_ratio)},
