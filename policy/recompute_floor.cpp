@@ -23,12 +23,24 @@ std::size_t least_footprint(const buffer& b, std::size_t granularity) {
   return std::min(round_up(b.size, granularity), round_up(b.size, unplanned_rounding));
 }
 
+// A buffer freed before the position that a droppable buffer's writers read: its recipe
+// needs it back, so the plan either retains it (its bytes stay mapped during the
+// position) or rebuilds it in scratch (its writers run again).
+struct freed_input {
+  buffer_id buffer = none;
+  std::size_t bytes = 0;
+  launch_id first_reader = none;       // the earliest such writer reading it
+  std::span<const launch_id> writers;  // its writers before first_reader
+  bool rebuildable = true;             // every one of them replayable
+};
+
 // One buffer that could be out during the position, and the launches that must run again
 // if it is.
 struct droppable {
   buffer_id buffer = none;
   std::size_t bytes = 0;
   std::span<const launch_id> writers;  // empty: free to drop
+  std::vector<std::uint32_t> inputs;   // indices of its freed inputs
 };
 
 // An option of a group: free `bytes` (`units` of the knapsack) at `cost`.
@@ -58,9 +70,19 @@ class group_solver {
  public:
   group_solver(const iteration& it, const recompute_floor_options& o) : it_(&it), options_(&o) {}
 
-  void solve(const std::vector<const droppable*>& group, std::size_t unit, std::vector<std::vector<option>>& out) {
+  void solve(const std::vector<const droppable*>& group, const std::vector<freed_input>& freed, std::size_t unit,
+             std::vector<std::vector<option>>& out) {
+    std::vector<std::uint32_t> inputs;  // the group's freed inputs
+    for (const droppable* d : group) inputs.insert(inputs.end(), d->inputs.begin(), d->inputs.end());
+    std::sort(inputs.begin(), inputs.end());
+    inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
+    // Too many to enumerate their choices: leave them out, which only lowers the bound.
+    const bool with_inputs = group.size() + inputs.size() <= options_->exact_group + 2;
     std::vector<launch_id> launches;
     for (const droppable* d : group) launches.insert(launches.end(), d->writers.begin(), d->writers.end());
+    if (with_inputs) {
+      for (std::uint32_t x : inputs) launches.insert(launches.end(), freed[x].writers.begin(), freed[x].writers.end());
+    }
     std::sort(launches.begin(), launches.end());
     launches.erase(std::unique(launches.begin(), launches.end()), launches.end());
     const auto local = [&](launch_id l) {
@@ -83,27 +105,64 @@ class group_solver {
 
     const std::size_t k = group.size();
     std::vector<std::vector<std::size_t>> masks(k);  // per buffer, its writers' local indices
+    std::vector<std::vector<std::size_t>> needs(k);  // per buffer, its freed inputs' indices in `inputs`
     for (std::size_t i = 0; i < k; ++i) {
       for (launch_id l : group[i]->writers) masks[i].push_back(local(l));
+      if (!with_inputs) continue;
+      for (std::uint32_t x : group[i]->inputs) {
+        needs[i].push_back(static_cast<std::size_t>(std::lower_bound(inputs.begin(), inputs.end(), x) - inputs.begin()));
+      }
+    }
+    std::vector<std::vector<std::size_t>> input_masks(inputs.size());
+    if (with_inputs) {
+      for (std::size_t j = 0; j < inputs.size(); ++j) {
+        for (launch_id l : freed[inputs[j]].writers) input_masks[j].push_back(local(l));
+      }
     }
     std::vector<option> all;
     all.reserve(std::size_t{1} << k);
     std::vector<std::uint8_t> paid(launches.size());
+    std::vector<std::uint8_t> with(launches.size());
+    std::vector<std::size_t> needed;
+    const auto pay = [&](std::vector<std::uint8_t>& set, const std::vector<std::size_t>& mask, double& cost) {
+      for (std::size_t w : mask) {
+        if (set[w] == 0) {
+          set[w] = 1;
+          cost += it_->launches[launches[w]].cost_s;
+        }
+      }
+    };
     for (std::size_t subset = 1; subset < (std::size_t{1} << k); ++subset) {
       std::fill(paid.begin(), paid.end(), 0);
       std::size_t bytes = 0;
       double cost = 0.0;
+      needed.clear();
       for (std::size_t i = 0; i < k; ++i) {
         if ((subset >> i & 1U) == 0) continue;
         bytes += group[i]->bytes;
-        for (std::size_t w : masks[i]) {
-          if (paid[w] == 0) {
-            paid[w] = 1;
-            cost += it_->launches[launches[w]].cost_s;
+        pay(paid, masks[i], cost);
+        needed.insert(needed.end(), needs[i].begin(), needs[i].end());
+      }
+      std::sort(needed.begin(), needed.end());
+      needed.erase(std::unique(needed.begin(), needed.end()), needed.end());
+      // Each freed input retained (its bytes stay mapped) or rebuilt (its writers run).
+      for (std::size_t choice = 0; choice < (std::size_t{1} << needed.size()); ++choice) {
+        std::size_t kept = 0;
+        double c = cost;
+        with = paid;
+        bool possible = true;
+        for (std::size_t j = 0; j < needed.size(); ++j) {
+          const freed_input& x = freed[inputs[needed[j]]];
+          if ((choice >> j & 1U) != 0) {
+            kept += x.bytes;
+          } else if (x.rebuildable) {
+            pay(with, input_masks[needed[j]], c);
+          } else {
+            possible = false;
           }
         }
+        if (possible && kept < bytes) all.push_back({units_of(bytes - kept), c, bytes - kept});
       }
-      all.push_back({units_of(bytes), cost, bytes});
     }
     // Keep the Pareto front: for more units, strictly less cost is never possible, so
     // keep each option that frees more than every cheaper one.
@@ -252,6 +311,10 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
 
   group_solver solver(it, options);
   std::vector<droppable> drops;
+  std::vector<freed_input> freed;
+  std::vector<std::uint32_t> input_epoch(it.buffers.size(), 0);
+  std::vector<std::uint32_t> input_index(it.buffers.size(), 0);
+  std::uint32_t epoch = 0;
   std::vector<std::vector<option>> groups;
   double floor = -1.0;
   for (const auto& [need_bytes, t] : deficits) {
@@ -274,8 +337,37 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       const bool replayable = std::all_of(writers.begin(), writers.end(),
                                           [&](launch_id l) { return it.launches[l].replayable; });
       if (!replayable) continue;
-      drops.push_back({b, bytes, writers});
+      drops.push_back({b, bytes, writers, {}});
       possible += bytes;
+    }
+    // The freed inputs of the droppable buffers' writers (Note [Recipe closure]: a recipe
+    // rebuilds in scratch what it reads that is no longer allocated, unless the plan
+    // retains it).
+    freed.clear();
+    ++epoch;
+    for (droppable& d : drops) {
+      for (launch_id l : d.writers) {
+        for (buffer_id x : it.launches[l].touched) {
+          const buffer& xb = it.buffers[x];
+          if (xb.persistent() || xb.free_at > t || df.writes(l, x)) continue;
+          if (input_epoch[x] != epoch) {
+            input_epoch[x] = epoch;
+            input_index[x] = static_cast<std::uint32_t>(freed.size());
+            freed.push_back({x, least_footprint(xb, g), l, {}, true});
+          }
+          freed_input& fx = freed[input_index[x]];
+          fx.first_reader = std::min(fx.first_reader, l);
+          d.inputs.push_back(input_index[x]);
+        }
+      }
+      std::sort(d.inputs.begin(), d.inputs.end());
+      d.inputs.erase(std::unique(d.inputs.begin(), d.inputs.end()), d.inputs.end());
+    }
+    for (freed_input& fx : freed) {
+      const buffer& xb = it.buffers[fx.buffer];
+      fx.writers = df.writers_in(fx.buffer, xb.alloc_at, fx.first_reader);
+      fx.rebuildable = std::all_of(fx.writers.begin(), fx.writers.end(),
+                                   [&](launch_id l) { return it.launches[l].replayable; });
     }
     if (possible < need_bytes) {
       out.feasible = false;
@@ -289,10 +381,12 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
     if (free_bytes < need_bytes) {
       const std::size_t rest = need_bytes - free_bytes;
       const std::size_t unit = std::max<std::size_t>(1, (rest + options.units - 1) / std::max<std::size_t>(1, options.units));
-      // Groups: buffers joined through shared writers.
-      union_find joined(n);
+      // Groups: buffers joined through shared writers and shared freed inputs (node n + i
+      // for freed input i).
+      union_find joined(n + freed.size());
       for (const droppable& d : drops) {
         for (launch_id l : d.writers) joined.join(l, d.writers.front());
+        for (std::uint32_t x : d.inputs) joined.join(static_cast<std::uint32_t>(n) + x, d.writers.front());
       }
       std::vector<std::pair<std::uint32_t, const droppable*>> keyed;
       keyed.reserve(drops.size());
@@ -305,7 +399,7 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       for (std::size_t i = 0; i < keyed.size(); ++i) {
         group.push_back(keyed[i].second);
         if (i + 1 == keyed.size() || keyed[i + 1].first != keyed[i].first) {
-          solver.solve(group, unit, groups);
+          solver.solve(group, freed, unit, groups);
           group.clear();
         }
       }

@@ -15,12 +15,18 @@
 //   not freed just after t, and not touched by t. It is free to drop if it has no use
 //   after t or no writer before t; otherwise it comes back through a recipe that replays
 //   all its writers since its allocation (Note [Recipe closure]), so its writers must
-//   all be replayable and each of them runs again at least once. The least cost of
+//   all be replayable and each of them runs again at least once. What those writers read
+//   and the program freed before t (a dropout output a residual sum read) the recipe
+//   needs too: the plan either retains it, so its bytes stay mapped during t, or rebuilds
+//   it in scratch, so its writers run again (one level deep; deeper ones are left out,
+//   which only lowers the bound). The least cost of
 //   freeing D(t) is then a covering problem over buffers whose price is the union of
-//   their writer sets: buffers that share a writer (attention's probabilities and output,
-//   a convolution and its in-place bias) form a group, solved exactly by enumerating its
-//   subsets (up to 12 buffers; a larger group gives each buffer an equal share of each
-//   writer it shares, which never overstates a subset's price); the groups meet in a
+//   their writer sets: buffers that share a writer or a freed input (attention's
+//   probabilities and output, a convolution and its in-place bias) form a group, solved
+//   exactly by enumerating its subsets and, for each, every choice of retaining or
+//   rebuilding its freed inputs (up to 12 buffers and 14 buffers and inputs together; a
+//   larger group gives each buffer an equal share of each writer it shares and leaves
+//   its inputs out, which never overstates a subset's price); the groups meet in a
 //   multiple-choice knapsack over bytes in units of at most 1/2048 of D(t), weights
 //   rounded up, so the knapsack's optimum never exceeds the true one. That rounding
 //   loosens it where many small groups meet (ResNet-434's trace: +2% of its compute at

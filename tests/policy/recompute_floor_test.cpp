@@ -124,6 +124,39 @@ TEST(RecomputeFloor, ACoarseKnapsackIsCorrectedByItsRelaxationInBytes) {
   }
 }
 
+// A residual sum m = d + r whose input d (a dropout output) is freed right after: m's own
+// writer costs 0.1, but a recipe for m needs d back, so the plan either keeps d (its page
+// stays mapped, and dropping m frees nothing) or replays d's writer (5) as well.
+TEST(RecomputeFloor, AFreedInputOfTheRecipeIsRetainedOrRebuilt) {
+  test::hand_iteration h(page);
+  const buffer_id in = h.persistent(page);
+  const buffer_id r = h.persistent(page);
+  const buffer_id loss = h.persistent(page);
+  const buffer_id x = h.transient(page, 0, 2);
+  const buffer_id d = h.transient(page, 1, 3);
+  const buffer_id m = h.transient(page, 2, 8);
+  const buffer_id w = h.transient(2 * page, 3, 4);
+  h.launch({in}, {x}, 1.0);      // 0
+  h.launch({x}, {d}, 5.0);       // 1: dropout
+  h.launch({d, r}, {m}, 0.1);    // 2: the residual add; d is freed after it
+  h.launch({in}, {w}, 1.0);      // 3: the peak
+  h.launch({in}, {}, 1.0);       // 4
+  h.launch({m}, {loss}, 1.0);    // 5
+  h.launch({m}, {}, 1.0);        // 6
+  h.launch({in}, {}, 1.0);       // 7
+  const iteration it = h.finish(3);
+  const recompute_floor f = find_recompute_floor(it, 5 * page);
+  ASSERT_TRUE(f.feasible);
+  EXPECT_EQ(f.at, 3u);
+  EXPECT_DOUBLE_EQ(f.added_s, 5.1) << "m's writer and d's";
+  for (std::string_view name : planner_names()) {
+    const std::optional<double> cost = planned_cost(name, it, 5 * page);
+    if (cost) {
+      EXPECT_GE(*cost, f.added_s) << name;
+    }
+  }
+}
+
 TEST(RecomputeFloor, ProvesABudgetInfeasibleWhenTooLittleCanBeOut) {
   // Five pages out during launch 4: only x, a, b, c (four) can be.
   const iteration it = shared_writer(5);

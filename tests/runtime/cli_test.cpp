@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,7 +23,10 @@
 #include "benchmarks/workloads/models/registry.hpp"
 #include "benchmarks/workloads/training.hpp"
 #include "runtime/tight_session.hpp"
+#include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
+#include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/host/host_collector.hpp"
 #include "tracer/recorder.hpp"
@@ -483,6 +487,43 @@ TEST(PlanPreviewReport, ShowsTheRecomputeFloorThatNoPlannerGoesBelow) {
   EXPECT_FALSE(roomy.floor.bound);
   EXPECT_EQ(roomy.floor.added_s, 0.0);
   EXPECT_NE(render_plan_preview(roomy).find("recompute floor: none"), std::string::npos);
+}
+
+// Note [Recompute floor] on recorded iterations of every host workload, where recipes meet
+// freed inputs, in-place updates, workspaces and side outputs that synthetic graphs only
+// approximate: no planner adds less, and none meets a budget the floor proves infeasible.
+TEST(RecomputeFloorOnTraces, NoPlannerGoesBelowItOnAnyWorkload) {
+  std::size_t compared = 0;
+  std::size_t binding = 0;
+  for (model_kind kind : {model_kind::mlp, model_kind::resnet, model_kind::densenet, model_kind::lstm,
+                          model_kind::transformer}) {
+    const recorded_iteration rec = record_first_iteration(kind);
+    const tracer::analysed_iteration an = tracer::analyse_last_iteration(rec.trace);
+    const policy::iteration& g = an.graph;
+    const std::size_t peak = policy::simulate(g, policy::plan{}).peak;
+    for (double fraction : {0.5, 0.8}) {
+      const auto budget = static_cast<std::size_t>(fraction * static_cast<double>(peak));
+      SCOPED_TRACE(std::string(workloads::models::to_string(kind)) + " at " + std::to_string(fraction));
+      const policy::recompute_floor f = policy::find_recompute_floor(g, budget);
+      if (f.feasible && f.added_s > 0) ++binding;
+      for (const char* name : {"chen", "chain", "tiered", "reforward", "greedy", "dtr"}) {
+        std::optional<double> cost;
+        try {
+          cost = policy::make_planner(name)->make_plan(g, budget).added_compute_s;
+        } catch (const policy::infeasible_budget&) {
+        }
+        if (!f.feasible) {
+          EXPECT_FALSE(cost.has_value()) << name << " met a budget the floor proves infeasible";
+          continue;
+        }
+        if (!cost) continue;
+        EXPECT_LE(f.added_s, *cost * (1 + 1e-9)) << name;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 30u) << compared;
+  EXPECT_GT(binding, 5u) << binding;
 }
 
 TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
