@@ -63,9 +63,10 @@ class union_find {
   std::vector<std::uint32_t> parent_;
 };
 
-// Options of one group of buffers that share writers: the Pareto front of (units freed,
-// cost of the union of writers) over its subsets, or, for a large group, one option per
-// buffer at its share of each writer (returned as separate groups).
+// Options of one group of buffers that share writers or freed inputs: the Pareto front of
+// (bytes freed, cost of the union of writers) over its subsets and their inputs' choices
+// (retained: bytes kept; rebuilt: writers paid), or, for a large group, one option per
+// buffer at its share of each writer, inputs left out (returned as separate groups).
 class group_solver {
  public:
   group_solver(const iteration& it, const recompute_floor_options& o) : it_(&it), options_(&o) {}
