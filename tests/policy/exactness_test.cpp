@@ -53,16 +53,7 @@ iteration small_dag(std::uint64_t seed, std::size_t layers) {
   return synthetic::build(synthetic::random_dag(spec, seed));
 }
 
-// Budgets spread between the floor and the unplanned peak.
-std::vector<std::size_t> budgets_for(const iteration& it, std::size_t count) {
-  const dataflow df(it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
-  const std::size_t hi = simulate(it, plan{}).peak;
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(lo + (hi - lo) * i / (count - 1));
-  return out;
-}
+using test::budgets_for;
 
 TEST(Exactness, ChainEqualsBruteForceOnSmallChains) {
   std::size_t compared = 0;

@@ -99,4 +99,16 @@ inline reference brute_force(const iteration& it, std::size_t budget) {
   return out;
 }
 
+// `count` budgets spread evenly from the least any plan can map (candidate_set's lower
+// bound) to the unplanned peak.
+inline std::vector<std::size_t> budgets_for(const iteration& it, std::size_t count) {
+  const dataflow df(it);
+  const candidate_set cs(df);
+  const std::size_t lo = cs.lower_bound_bytes();
+  const std::size_t hi = simulate(it, plan{}).peak;
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < count; ++i) out.push_back(lo + (hi - lo) * i / (count - 1));
+  return out;
+}
+
 }  // namespace sublinear::policy::test

@@ -237,15 +237,7 @@ std::vector<iteration> graphs() {
   return out;
 }
 
-std::vector<std::size_t> budgets_for(const iteration& it, std::size_t count) {
-  const dataflow df(it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
-  const std::size_t hi = simulate(it, plan{}).peak;
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(lo + (hi - lo) * i / (count - 1));
-  return out;
-}
+using test::budgets_for;
 
 TEST(RecomputeFloor, NoPlannerAddsLessAndNoneMeetsABudgetItProvesInfeasible) {
   std::size_t compared = 0;
