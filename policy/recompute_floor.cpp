@@ -165,8 +165,8 @@ class group_solver {
         if (possible && kept < bytes) all.push_back({units_of(bytes - kept), c, bytes - kept});
       }
     }
-    // Keep the Pareto front: for more units, strictly less cost is never possible, so
-    // keep each option that frees more than every cheaper one.
+    // Keep the Pareto front: cheapest first, each option that frees more bytes than every
+    // cheaper one.
     std::sort(all.begin(), all.end(), [](const option& a, const option& b) {
       return a.cost != b.cost ? a.cost < b.cost : a.bytes > b.bytes;
     });
