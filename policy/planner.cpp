@@ -120,7 +120,7 @@ plan attempt_planner::search(context& ctx, std::size_t budget) const {
   if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
   // Two-level plans meet exactly the budgets from their least peak up; below it attempt()
   // answers from the cached least peak without repeating their grid.
-  const std::size_t two = deepens() ? two_level_least_peak(ctx) : 0;
+  const std::size_t two = deepens() ? multi_pass_least_peak(ctx) : 0;
   throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
     return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || attempt(ctx, b).has_value();
   });

@@ -17,6 +17,8 @@
 
 namespace sublinear::policy {
 
+class multi_level_table;  // planner_multilevel.cpp
+
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
  public:
@@ -53,6 +55,10 @@ class planner::context {
   // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
   // then answers every budget below it at once).
   std::optional<std::size_t> two_level_least;
+  // The multi-level dynamic program's table (filled on first use) and the peak of its
+  // least-memory plan, as for two_level_least.
+  std::shared_ptr<const multi_level_table> multi_level;
+  std::optional<std::size_t> multi_level_least;
   // solve_tiered's least peak, once a search of it found nothing (lower budgets are
   // answered at once).
   std::optional<std::size_t> tiered_least;
@@ -112,6 +118,18 @@ struct chain_segment {
 // The least peak over the same grid: solve_two_level meets a budget exactly when it is at
 // least this. 0 when it has no plan or ctx.multi_pass() is off.
 [[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
+
+// Multi-level schedules (Note [Multi-level schedules] in planner_multilevel.cpp): Rotor's
+// dynamic program over the chain's segments, its memory level bisected against the
+// simulator; the cheapest plan within `budget`, or nothing (also when ctx.multi_pass() is
+// off). It meets a budget exactly when it is at least multi_level_least_peak (0: no plan).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_multi_level(planner::context& ctx, std::size_t budget);
+[[nodiscard]] std::size_t multi_level_least_peak(planner::context& ctx);
+
+// Plans beyond drop sets: the cheaper of solve_two_level and solve_multi_level, and the
+// least budget either meets (0 when neither has a plan).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_multi_pass(planner::context& ctx, std::size_t budget);
+[[nodiscard]] std::size_t multi_pass_least_peak(planner::context& ctx);
 
 // Tiered drop sets (Note [Tiered drop sets] in planner_tiered.cpp): cheap internal
 // activations dropped everywhere, every k-th segment output kept, the cheapest segments

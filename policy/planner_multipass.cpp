@@ -127,4 +127,18 @@ std::size_t two_level_least_peak(planner::context& ctx) {
   return ctx.two_level_least.value_or(0);
 }
 
+std::optional<planner::context::evaluation> solve_multi_pass(planner::context& ctx, std::size_t budget) {
+  std::optional<planner::context::evaluation> two = solve_two_level(ctx, budget);
+  std::optional<planner::context::evaluation> many = solve_multi_level(ctx, budget);
+  if (!two || (many && many->sim.added_compute_s < two->sim.added_compute_s)) return many;
+  return two;
+}
+
+std::size_t multi_pass_least_peak(planner::context& ctx) {
+  const std::size_t two = two_level_least_peak(ctx);
+  const std::size_t many = multi_level_least_peak(ctx);
+  if (two == 0 || many == 0) return std::max(two, many);
+  return std::min(two, many);
+}
+
 }  // namespace sublinear::policy

@@ -304,7 +304,7 @@ class reforward_planner final : public attempt_planner {
     }
     if (!best) {
       // Note [Multi-pass]: no drop set fits; a two-level schedule may.
-      std::optional<context::evaluation> deeper = solve_two_level(ctx, budget);
+      std::optional<context::evaluation> deeper = solve_multi_pass(ctx, budget);
       if (!deeper) return std::nullopt;
       return std::move(deeper->result);
     }
@@ -317,7 +317,7 @@ class reforward_planner final : public attempt_planner {
     if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
     // Two-level schedules meet exactly the budgets from their least peak up (Note
     // [Multi-pass]); below it attempt() answers from the cached least peak at once.
-    const std::size_t two = two_level_least_peak(ctx);
+    const std::size_t two = multi_pass_least_peak(ctx);
     if (ctx.candidates().size() <= exact_candidates) {
       // The smallest feasible budget over drop sets is their least peak: search it
       // directly rather than bisecting with repeated searches.
