@@ -27,8 +27,9 @@
 //   segments per segment for the outputs not stored. solve_two_level tries a grid of
 //   (k, s), simulates each plan exactly and keeps the cheapest that fits; for each k it
 //   stops at the first s that fits, since larger s only recompute more.
-// Limitations: two levels and uniform spacing, not Rotor's optimal multi-level schedule;
-//   the planners use it only when no drop set meets the budget, where it is the only plan.
+// Limitations: two levels and uniform spacing. Rotor's multi-level dynamic program is
+//   Note [Multi-level schedules] (planner_multilevel.cpp); solve_multi_pass takes the
+//   cheaper of the two, and the planners use them only when no drop set meets the budget.
 #include <algorithm>
 #include <cstdint>
 #include <set>

@@ -22,6 +22,22 @@
 // Limitations: with more than 28 candidates, or when the node budget runs out, the
 //   result is the incumbent improved by a bounded pass that keeps candidates back (most
 //   expensive first) while the plan still fits: good, not proven optimal.
+//
+// Note [Blind searches]
+// Rationale: where no seed fits, the memory bound (optimistic footprints, no scratch)
+//   lets most leaves through and the simulator refuses them, so the search runs to its
+//   leaf limit without an answer. Refusing a budget made several such searches: one at
+//   the budget, one for the least peak, and one per step of the bisection for the
+//   smallest feasible budget. On the small traced Transformer (27 candidates) at 0.6x
+//   that took 11-14 s of `sublinear plan`'s reforward row (docs/reports.md, session 29).
+// Approach: until some drop set fits, a search simulates at most 4,000 leaves; once one
+//   does, the limit is the usual 40,000. The bisection asks only whether a budget is met
+//   (meets(): the seeds, then a search stopped at its first fitting leaf), which gives
+//   the same answer as attempt(): the seeds are deterministic and, with no incumbent,
+//   both searches visit the same leaves in the same order up to the first that fits.
+//   The same refusal now takes 1.4 s and reports the same smallest budget.
+// Limitations: a plan that only the search can find beyond 4,000 blind leaves is missed
+//   (it is found if a seed fits at that budget).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -77,10 +93,11 @@ class max_tree {
 
 class branch_and_bound {
  public:
-  enum class goal { least_compute, least_peak };
+  enum class goal { least_compute, least_peak, any_fit };
 
   // least_compute: the cheapest drop set within `budget`. least_peak: the drop set with
   // the smallest peak below `budget` (the budget is then tightened as better ones appear).
+  // any_fit: the first drop set found within `budget`.
   branch_and_bound(planner::context& ctx, std::size_t budget, goal g)
       : ctx_(ctx), cs_(ctx.candidates()), it_(ctx.graph()), budget_(static_cast<i64>(budget)), goal_(g) {}
 
@@ -204,8 +221,8 @@ class branch_and_bound {
   }
 
   void search(std::size_t depth) {
-    if (aborted_) return;
-    if (++nodes_ > node_limit || leaves_ > leaf_limit) {
+    if (aborted_ || found_) return;
+    if (++nodes_ > node_limit || leaves_ > (best_->has_value() ? leaf_limit : blind_leaf_limit)) {
       aborted_ = true;
       return;
     }
@@ -218,6 +235,9 @@ class branch_and_bound {
       if (goal_ == goal::least_peak) {
         budget_ = static_cast<i64>(e.sim.peak) - 1;  // from now on, only strictly lower peaks
         *best_ = std::move(e);
+      } else if (goal_ == goal::any_fit) {
+        *best_ = std::move(e);
+        found_ = true;
       } else if (e.sim.added_compute_s < best_cost_) {
         best_cost_ = e.sim.added_compute_s;
         *best_ = std::move(e);
@@ -238,12 +258,15 @@ class branch_and_bound {
   const iteration& it_;
   static constexpr std::size_t node_limit = 1'000'000;
   static constexpr std::size_t leaf_limit = 40'000;
+  // Leaves simulated while no drop set is known to fit (Note [Blind searches]).
+  static constexpr std::size_t blind_leaf_limit = 4'000;
 
   i64 budget_;
   goal goal_;
   std::size_t nodes_ = 0;
   std::size_t leaves_ = 0;
   bool aborted_ = false;
+  bool found_ = false;  // any_fit: done
   double best_cost_ = std::numeric_limits<double>::infinity();
   double cost_bound_ = 0.0;
   std::unique_ptr<max_tree> tree_;
@@ -329,9 +352,26 @@ class reforward_planner final : public attempt_planner {
         throw infeasible_budget(name(), budget, std::max(smallest, ctx.lower_bound()), ctx.lower_bound());
       }
     }
+    // Note [Blind searches]: whether a budget is met needs one plan, not the cheapest.
     throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
-      return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || attempt(ctx, b).has_value();
+      return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || meets(ctx, b);
     });
+  }
+
+ private:
+  // Whether attempt(ctx, budget) has a drop set: the same searches, stopped at the first
+  // plan that fits. The seeds are deterministic and the branch and bound sees the same
+  // leaves when no seed fits, so attempt() finds a plan exactly when this is true.
+  [[nodiscard]] static bool meets(context& ctx, std::size_t budget) {
+    if (solve_chain(ctx, budget) || solve_greedy(ctx, budget, greedy_rank::bytes_freed) ||
+        solve_greedy(ctx, budget, greedy_rank::footprint) || solve_chen(ctx, budget) || solve_tiered(ctx, budget)) {
+      return true;
+    }
+    if (ctx.candidates().size() > exact_candidates) return false;
+    std::optional<context::evaluation> any;
+    branch_and_bound search(ctx, budget, branch_and_bound::goal::any_fit);
+    (void)search.run(any);
+    return any.has_value();
   }
 };
 
