@@ -77,7 +77,7 @@ const std::vector<entry>& entries() {
         "Let plans keep small buffers the program frees alive until recipes have read them (docs/policy.md, \"Retention\"); 0 plans drop sets only.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.retention = parse_bool(n, v); }},
       {{"SUBLINEAR_MULTIPASS", "1", "1/true/yes/on or 0/false/no/off",
-        "Below every single-recomputation plan, let chain and reforward plan two-level schedules that recompute some buffers more than once (docs/policy.md, \"Multi-pass\"); 0 refuses such budgets.", true},
+        "Below every single-recomputation plan, let chain and reforward plan schedules that recompute some buffers more than once (two-level grids and Rotor-style multi-level schedules, docs/policy.md, \"Multi-pass\"); 0 refuses such budgets.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.multi_pass = parse_bool(n, v); }},
       {{"SUBLINEAR_SCALED_CACHE", "1", "1/true/yes/on or 0/false/no/off",
         "Below the smallest budget that keeping the traced allocator cache back allows, plan with that cache scaled to the budget; a planned iteration that still runs out of room finishes without the budget and sublinear falls back (docs/runtime.md, \"Budget arithmetic\"); 0 refuses such budgets.", true},
