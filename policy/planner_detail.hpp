@@ -55,9 +55,10 @@ class planner::context {
   // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
   // then answers every budget below it at once).
   std::optional<std::size_t> two_level_least;
-  // The multi-level dynamic program's table (filled on first use) and the peak of its
-  // least-memory plan, as for two_level_least.
-  std::shared_ptr<const multi_level_table> multi_level;
+  // The multi-level dynamic program's tables (filled on first use; index k has slots 2^k
+  // times the finest) and the peak of the finest table's least-memory plan, as for
+  // two_level_least.
+  std::vector<std::shared_ptr<const multi_level_table>> multi_level;
   std::optional<std::size_t> multi_level_least;
   // solve_tiered's least peak, once a search of it found nothing (lower budgets are
   // answered at once).

@@ -140,6 +140,67 @@ TEST(MultiLevel, ChainAndReforwardTakeTheCheaperOfTheTwoBelowEveryDropSet) {
   }
 }
 
+// Blocks whose internals include a sub-page buffer (BatchNorm's saved statistics): layer A
+// makes a page, S reads it and makes 512 bytes, B reads the block's input, A and S and
+// makes the block's output. A and S are internal to the block's segment.
+iteration blocks_with_statistics(std::size_t blocks) {
+  synthetic::network net;
+  net.granularity = kPage;
+  net.input_bytes = kPage;
+  std::uint32_t prev = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const auto id = static_cast<std::uint32_t>(net.layers.size() + 1);  // tensor id of A
+    net.layers.push_back({.inputs = {prev}, .output_bytes = kPage, .cost_s = 1e-3, .kernel = "a"});
+    net.layers.push_back({.inputs = {id}, .output_bytes = 512, .cost_s = 2e-4, .kernel = "s"});
+    net.layers.push_back({.inputs = {prev, id, id + 1}, .output_bytes = kPage, .cost_s = 1e-3, .kernel = "b"});
+    prev = id + 2;
+  }
+  return synthetic::build(net);
+}
+
+TEST(MultiLevel, KeepsSubPageInternalsResident) {
+  // Regenerated, a 512-byte buffer holds a 64 KiB page and its recipe re-runs its
+  // producer; kept, it holds 512 bytes. No multi-level plan drops one.
+  const iteration it = blocks_with_statistics(24);
+  const std::vector<std::size_t> budgets = budgets_below_drop_sets(it, 4);
+  ASSERT_FALSE(budgets.empty());
+  std::size_t evicted = 0;
+  for (std::size_t budget : budgets) {
+    SCOPED_TRACE(budget);
+    planner::context ctx(it);
+    const auto e = solve_multi_level(ctx, budget);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_LE(simulate(it, e->result).peak, budget);
+    for (const eviction& ev : e->result.evictions) {
+      ++evicted;
+      EXPECT_GT(it.buffers[ev.target].size, kPage / 16) << "buffer " << ev.target << " was dropped";
+    }
+  }
+  EXPECT_GT(evicted, 0u);
+}
+
+TEST(MultiLevel, CoarserTablesReachBudgetsAboveTheFinestTablesLevels) {
+  // 600 layers make 200 units of three; the finest table's levels then cover about 26
+  // pages, short of the drop sets. Above them the plans must keep getting cheaper as the
+  // budget grows, which only a coarser table can offer (with max_coarsenings at 0, the
+  // last two budgets here get the same plan).
+  const iteration it = synthetic::build(synthetic::chain(600, kPage, kPage));
+  const std::vector<std::size_t> budgets = budgets_below_drop_sets(it, 6);
+  ASSERT_EQ(budgets.size(), 7u);
+  planner::context ctx(it);  // the tables are filled once, for every budget
+  double previous = 0.0;
+  for (std::size_t k = 3; k < budgets.size(); ++k) {
+    SCOPED_TRACE(budgets[k]);
+    const auto e = solve_multi_level(ctx, budgets[k]);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_LE(e->sim.peak, budgets[k]);
+    if (k > 3) {
+      EXPECT_LT(e->sim.added_compute_s, previous) << "no cheaper plan with more room";
+    }
+    previous = e->sim.added_compute_s;
+  }
+}
+
 TEST(MultiLevel, IsOffWithMultiPassAndOnGraphsWithoutAChain) {
   const iteration it = synthetic::build(synthetic::chain(48, kPage, kPage));
   planner::context off(it, false);
