@@ -361,7 +361,11 @@ class chain_planner final : public attempt_planner {
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
     std::optional<context::evaluation> e = solve_chain(ctx, budget);
-    if (!e) e = solve_multi_pass(ctx, budget);  // Note [Multi-pass]: below every drop set
+    if (!e) {
+      e = solve_multi_pass(ctx, budget);  // Note [Multi-pass]: below every drop set
+    } else {
+      prefer_multi_level(ctx, budget, e);  // near the drop sets' least peak
+    }
     if (!e) return std::nullopt;
     return std::move(e->result);
   }

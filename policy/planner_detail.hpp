@@ -131,6 +131,9 @@ struct chain_segment {
 // least budget either meets (0 when neither has a plan).
 [[nodiscard]] std::optional<planner::context::evaluation> solve_multi_pass(planner::context& ctx, std::size_t budget);
 [[nodiscard]] std::size_t multi_pass_least_peak(planner::context& ctx);
+// Where `best` is a drop set that recomputes at least 3/4 of the forward pass, replaces it
+// with the multi-level schedule for `budget` if that recomputes less (Note [Multi-pass]).
+void prefer_multi_level(planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation>& best);
 
 // Tiered drop sets (Note [Tiered drop sets] in planner_tiered.cpp): cheap internal
 // activations dropped everywhere, every k-th segment output kept, the cheapest segments

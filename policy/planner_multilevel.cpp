@@ -291,9 +291,11 @@ namespace {
 // Bisects one table's levels for the cheapest simulated plan within `budget` (into
 // `best`); `least`, when given, receives the least level's peak (0: no plan). Returns
 // whether the table's top level fits: a coarser table may then reach further.
+// Levels below `from` are not tried (a finer table covered their memory).
 bool solve_on(planner::context& ctx, const multi_level_table& table, std::size_t budget,
-              std::optional<planner::context::evaluation>& best, std::optional<std::size_t>* least) {
-  std::size_t lo = 0;
+              std::optional<planner::context::evaluation>& best, std::optional<std::size_t>* least,
+              std::size_t from = 0) {
+  std::size_t lo = std::min(from, table.levels() - 1);
   while (lo < table.levels() && std::isinf(table.cost(lo))) ++lo;
   if (lo == table.levels()) {
     if (least) *least = 0;
@@ -347,7 +349,9 @@ std::optional<planner::context::evaluation> solve_multi_level(planner::context& 
   for (std::size_t k = 1; k <= max_coarsenings && top_fits && ctx.multi_level[k - 1]->capped(); ++k) {
     if (ctx.multi_level.size() <= k) ctx.multi_level.push_back(std::make_shared<const multi_level_table>(ctx, k));
     if (!ctx.multi_level[k]->usable()) break;
-    top_fits = solve_on(ctx, *ctx.multi_level[k], budget, best, nullptr);
+    const multi_level_table& finer = *ctx.multi_level[k - 1];
+    const std::size_t reached = finer.levels() * finer.slot_bytes() / ctx.multi_level[k]->slot_bytes();
+    top_fits = solve_on(ctx, *ctx.multi_level[k], budget, best, nullptr, reached > 0 ? reached - 1 : 0);
   }
   return best;
 }

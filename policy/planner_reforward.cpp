@@ -332,6 +332,7 @@ class reforward_planner final : public attempt_planner {
       return std::move(deeper->result);
     }
     if (!exact) keep_back(ctx, budget, *best);
+    prefer_multi_level(ctx, budget, best);
     return std::move(best->result);
   }
 

@@ -201,6 +201,38 @@ TEST(MultiLevel, CoarserTablesReachBudgetsAboveTheFinestTablesLevels) {
   }
 }
 
+TEST(MultiLevel, NearTheDropSetsLeastPeakReplacesADropSetThatRecomputesMore) {
+  // Just above the drop sets' least peak a drop set rebuilds most of the forward pass; a
+  // multi-level schedule may rebuild less (prefer_multi_level). Never more.
+  std::size_t cheaper = 0;
+  std::vector<shape> all = shapes();
+  all.push_back({"blocks with statistics", blocks_with_statistics(24)});
+  for (const shape& sh : all) {
+    const std::size_t drops = drop_set_least(sh.it, "reforward");
+    for (const std::string name : {"chain", "reforward"}) {
+      for (std::size_t step = 0; step < 4; ++step) {
+        const std::size_t budget = drops + drops / 40 * step;
+        SCOPED_TRACE(sh.name + ", " + name + ", " + std::to_string(budget));
+        planner::options off;
+        off.multi_pass = false;
+        const plan with = make_planner(name)->make_plan(sh.it, budget);
+        const plan without = make_planner(name)->make_plan(sh.it, budget, off);
+        EXPECT_LE(with.predicted_peak, budget);
+        EXPECT_LE(with.added_compute_s, without.added_compute_s);
+        if (with.added_compute_s < without.added_compute_s) {
+          ++cheaper;
+          // What replaced the drop set is the multi-level schedule for this budget.
+          planner::context ctx(sh.it);
+          const auto many = solve_multi_level(ctx, budget);
+          ASSERT_TRUE(many.has_value());
+          EXPECT_DOUBLE_EQ(with.added_compute_s, many->sim.added_compute_s);
+        }
+      }
+    }
+  }
+  EXPECT_GT(cheaper, 0u) << "no drop set was replaced on any shape";
+}
+
 TEST(MultiLevel, IsOffWithMultiPassAndOnGraphsWithoutAChain) {
   const iteration it = synthetic::build(synthetic::chain(48, kPage, kPage));
   planner::context off(it, false);

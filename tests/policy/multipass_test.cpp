@@ -124,8 +124,10 @@ TEST(MultiPass, ChainAndReforwardMeetBudgetsBelowEveryDropSet) {
   }
 }
 
-TEST(MultiPass, IsNotUsedWhereADropSetFits) {
-  // Above the drop sets' smallest budget the plans are unchanged: a second pass costs more.
+TEST(MultiPass, WhereADropSetFitsOnlyACheaperScheduleReplacesIt) {
+  // Where a drop set fits, the two-level grid is not tried; a multi-level schedule
+  // replaces the drop set only where it recomputes less (prefer_multi_level,
+  // MultiLevel.NearTheDropSetsLeastPeakReplacesADropSetThatRecomputesMore).
   for (const shape& sh : shapes()) {
     SCOPED_TRACE(sh.name);
     const std::size_t drop_sets = smallest_feasible(sh.it, "reforward", false);
@@ -133,8 +135,11 @@ TEST(MultiPass, IsNotUsedWhereADropSetFits) {
     off.multi_pass = false;
     const plan with = make_planner("reforward")->make_plan(sh.it, drop_sets);
     const plan without = make_planner("reforward")->make_plan(sh.it, drop_sets, off);
-    EXPECT_EQ(scratch_rebuilds(with), 0u);
-    EXPECT_EQ(with.added_compute_s, without.added_compute_s);
+    if (scratch_rebuilds(with) == 0) {
+      EXPECT_EQ(with.added_compute_s, without.added_compute_s);
+    } else {
+      EXPECT_LT(with.added_compute_s, without.added_compute_s);
+    }
   }
 }
 
