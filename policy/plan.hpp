@@ -55,11 +55,21 @@ struct retention {
   launch_id release_before = none;
 };
 
+// Evicted buffers smaller than a page that share one run of pages (Note [Packs] in
+// packs.hpp): the pages are mapped while any member is resident. Members are listed in
+// allocation order, each at its offset (a multiple of 512) from the pack's start.
+struct pack {
+  std::vector<buffer_id> members;
+  std::vector<std::size_t> offsets;
+  std::size_t bytes = 0;  // the members' extent; the pack takes round_up(bytes, granularity)
+};
+
 struct plan {
   std::string planner;
   std::size_t budget = 0;            // bytes the plan was made for
   std::vector<eviction> evictions;
   std::vector<retention> retentions;  // simulate on with_retentions(iteration, retentions)
+  std::vector<pack> packs;            // every member is some eviction's target
   // Filled by the simulator:
   std::size_t predicted_peak = 0;    // peak mapped bytes at page granularity
   double added_compute_s = 0.0;      // cost of every recipe launch

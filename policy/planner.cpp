@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "policy/packs.hpp"
 #include "policy/planner_detail.hpp"
 #include "policy/retention.hpp"
 
@@ -13,8 +14,8 @@ namespace sublinear::policy {
 
 // ---- context ----------------------------------------------------------------------------
 
-planner::context::context(const iteration& it, bool multi_pass)
-    : it_(&it), flow_(it), candidates_(flow_), sim_(it), drops_(candidates_), multi_pass_(multi_pass) {}
+planner::context::context(const iteration& it, bool multi_pass, bool packs)
+    : it_(&it), flow_(it), candidates_(flow_), sim_(it), drops_(candidates_), multi_pass_(multi_pass), packs_(packs) {}
 
 planner::context::evaluation planner::context::evaluate(std::span<const std::uint8_t> dropped,
                                                         std::span<const launch_id> horizons) {
@@ -28,6 +29,7 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
     return e;
   }
   e.result = std::move(built.result);
+  if (packs_) add_packs(*it_, e.result);
   e.sim = sim_.run(e.result);
   if (!e.sim.valid) {
     // A drop set always yields a valid plan; anything else is a bug worth a loud error.
@@ -78,7 +80,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     p.recomputed_launches = s.recomputed_launches;
     return p;
   };
-  context ctx(it, o.multi_pass);
+  context ctx(it, o.multi_pass, o.packs);
   std::optional<plan> best;
   std::optional<infeasible_budget> refused;
   try {
@@ -94,7 +96,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
   if (o.retention && !(best && best->evictions.empty())) offered = retention_options(ctx.candidates());
   if (!offered.empty()) {
     const iteration kept = with_retentions(it, offered);
-    context with(kept, o.multi_pass);
+    context with(kept, o.multi_pass, o.packs);
     try {
       plan q = search(with, budget);
       q.retentions = std::move(offered);

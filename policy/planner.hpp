@@ -56,6 +56,9 @@ class planner {
     // chain and reforward: when no drop set meets the budget, try two-level schedules that
     // recompute some buffers more than once (Note [Multi-pass] in planner_multipass.cpp).
     bool multi_pass = true;
+    // Let evicted buffers of at most half a page share pages (Note [Packs] in packs.hpp):
+    // every plan a search simulates is packed.
+    bool packs = true;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

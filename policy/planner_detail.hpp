@@ -22,7 +22,7 @@ class multi_level_table;  // planner_multilevel.cpp
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
  public:
-  explicit context(const iteration& it, bool multi_pass = true);
+  explicit context(const iteration& it, bool multi_pass = true, bool packs = true);
 
   struct evaluation {
     bool ok = false;  // the plan could be built (recipes exist) and is valid
@@ -34,7 +34,7 @@ class planner::context {
     [[nodiscard]] bool fits(std::size_t budget) const noexcept { return ok && sim.peak <= budget; }
   };
   // Builds and simulates the plan of a drop set (one entry per candidate index), with
-  // horizons when given (drop_plan_builder::build).
+  // horizons when given (drop_plan_builder::build), packed (add_packs) unless packs are off.
   [[nodiscard]] evaluation evaluate(std::span<const std::uint8_t> dropped, std::span<const launch_id> horizons = {});
   // evaluate(), and while a recipe is refused, again with that recipe's targets kept: for
   // the planners whose drop sets come from a rule, not a search (sqrtn, chen, tiered, the
@@ -52,6 +52,8 @@ class planner::context {
   [[nodiscard]] std::size_t lower_bound() const noexcept { return candidates_.lower_bound_bytes(); }
   // Whether plans beyond drop sets may be searched (planner::options::multi_pass).
   [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
+  // Whether plans are packed (planner::options::packs).
+  [[nodiscard]] bool packs() const noexcept { return packs_; }
   // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
   // then answers every budget below it at once).
   std::optional<std::size_t> two_level_least;
@@ -72,6 +74,7 @@ class planner::context {
   drop_plan_builder drops_;
   std::optional<std::size_t> unplanned_peak_;
   const bool multi_pass_;
+  const bool packs_;
 };
 
 // Planners that can be asked "can you meet budget b?" repeatedly: the search on failure

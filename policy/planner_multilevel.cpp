@@ -57,6 +57,7 @@
 #include <limits>
 #include <memory>
 
+#include "policy/packs.hpp"
 #include "policy/planner_detail.hpp"
 
 namespace sublinear::policy {
@@ -105,6 +106,7 @@ class multi_level_table {
       units_.push_back(std::move(u));
     }
     const iteration& it = ctx.graph();
+    const bool packed = ctx.packs() && packs_apply(it);
     launch_id previous_end = none;
     std::size_t widest = 0;
     for (unit& u : units_) {
@@ -120,6 +122,15 @@ class multi_level_table {
         u.out += cs_[c].bytes;
         u.out_kept += cs_[c].unplanned_bytes;
         if (u.internal.empty()) u.begins = std::min(u.begins, cs_[c].restore_before);
+      }
+      if (packed) {
+        // A regenerated tape is packed (Note [Packs] in packs.hpp).
+        std::vector<buffer_id> members;
+        for (std::uint32_t c : u.internal) members.push_back(cs_[c].buffer);
+        u.tape = packed_footprint(it, members);
+        members.clear();
+        for (std::uint32_t c : u.outputs) members.push_back(cs_[c].buffer);
+        u.out = packed_footprint(it, members);
       }
       for (std::uint32_t c : u.internal) lo = std::min(lo, cs_[c].produced_at), hi = std::max(hi, cs_[c].produced_at);
       for (std::uint32_t c : u.outputs) lo = std::min(lo, cs_[c].produced_at), hi = std::max(hi, cs_[c].produced_at);

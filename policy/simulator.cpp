@@ -27,6 +27,7 @@ struct simulator::prepared {
   std::vector<std::uint32_t> offsets;      // CSR per buffer: entries sorted by evict_after
   std::vector<std::uint32_t> by_buffer;
   std::vector<std::uint8_t> planned;       // per buffer
+  std::vector<std::uint32_t> pack_of;      // per buffer: its pack, or none
 
   // Entry of buffer b with the largest evict_after < t, or SIZE_MAX.
   [[nodiscard]] std::size_t entry_before(const plan& p, buffer_id b, launch_id t) const {
@@ -179,7 +180,129 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
     s.regenerated_at[j] = p.evictions[s.claimed_by[j]].restore_before;
     s.order[j] = s.claimed_by[j];
   }
+
+  // Packs: planned members, in allocation order, at offsets that do not overlap.
+  s.pack_of.assign(nb, none);
+  for (std::size_t j = 0; j < p.packs.size(); ++j) {
+    const pack& pk = p.packs[j];
+    const std::string who = "pack " + std::to_string(j);
+    if (pk.members.empty() || pk.offsets.size() != pk.members.size()) {
+      error = who + ": needs members, each with an offset";
+      return false;
+    }
+    std::size_t end = 0;
+    for (std::size_t i = 0; i < pk.members.size(); ++i) {
+      const buffer_id x = pk.members[i];
+      if (x >= nb || !s.planned[x]) {
+        error = who + ": member " + std::to_string(x) + " is not a buffer some eviction targets";
+        return false;
+      }
+      if (s.pack_of[x] != none) {
+        error = who + ": buffer " + std::to_string(x) + " is already in pack " + std::to_string(s.pack_of[x]);
+        return false;
+      }
+      if (i > 0 && it.buffers[x].alloc_index <= it.buffers[pk.members[i - 1]].alloc_index) {
+        error = who + ": members are not in allocation order (buffer " + std::to_string(x) + ")";
+        return false;
+      }
+      if (pk.offsets[i] % unplanned_rounding != 0 || pk.offsets[i] < end) {
+        error = who + ": buffer " + std::to_string(x) + " is at offset " + std::to_string(pk.offsets[i]) +
+                ", which is not a multiple of 512 at or after the previous member's end " + std::to_string(end);
+        return false;
+      }
+      end = pk.offsets[i] + round_up(it.buffers[x].size, unplanned_rounding);
+      s.pack_of[x] = static_cast<std::uint32_t>(j);
+    }
+    if (pk.bytes < end) {
+      error = who + ": " + std::to_string(pk.bytes) + " bytes do not hold its members (" + std::to_string(end) + ")";
+      return false;
+    }
+  }
   return true;
+}
+
+void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t>& during,
+                       std::vector<std::size_t>& restored_bytes, std::vector<std::uint64_t>& fresh_packs) const {
+  const iteration& it = *it_;
+  const std::size_t n = it.launches.size();
+  const std::size_t g = granularity_of(it);
+  const auto footprint = [&](buffer_id b) {
+    return round_up(it.buffers[b].size, s.planned[b] ? g : unplanned_rounding);
+  };
+  const auto span_of = [&](const buffer& buf) {
+    const std::size_t lo = std::min<std::size_t>(buf.alloc_at, n);
+    const std::size_t hi = buf.free_at == none ? n : std::min<std::size_t>(buf.free_at, n);
+    return std::pair{lo, hi};
+  };
+  std::vector<std::int64_t> delta(n + 1, 0);
+  restored_bytes.assign(n + 1, 0);
+  fresh_packs.clear();
+  for (buffer_id b = 0; b < it.buffers.size(); ++b) {
+    if (s.pack_of[b] != none) continue;
+    const auto [lo, hi] = span_of(it.buffers[b]);
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(footprint(b));
+    delta[lo] += sz;
+    delta[hi] -= sz;
+  }
+  for (std::size_t k = 0; k < p.evictions.size(); ++k) {
+    const eviction& ev = p.evictions[k];
+    if (s.pack_of[ev.target] != none) continue;
+    restored_bytes[s.regenerated_at[k]] += footprint(ev.target);
+    const std::size_t lo = static_cast<std::size_t>(ev.evict_after) + 1;
+    const std::size_t hi = s.regenerated_at[k];
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(footprint(ev.target));
+    delta[lo] -= sz;
+    delta[hi] += sz;
+  }
+  // A pack holds its pages wherever at least one member is resident (Note [Packs]).
+  std::vector<std::pair<std::size_t, int>> changes;  // (position, members gained or lost)
+  std::vector<std::size_t> regenerations;
+  for (std::size_t j = 0; j < p.packs.size(); ++j) {
+    changes.clear();
+    regenerations.clear();
+    for (buffer_id x : p.packs[j].members) {
+      const auto [lo, hi] = span_of(it.buffers[x]);
+      if (lo >= hi) continue;
+      changes.emplace_back(lo, 1);
+      changes.emplace_back(hi, -1);
+      for (std::uint32_t e = s.offsets[x]; e < s.offsets[x + 1]; ++e) {
+        const std::size_t k = s.by_buffer[e];
+        const std::size_t gap_lo = static_cast<std::size_t>(p.evictions[k].evict_after) + 1;
+        const std::size_t gap_hi = s.regenerated_at[k];
+        if (gap_lo >= gap_hi) continue;
+        changes.emplace_back(gap_lo, -1);
+        changes.emplace_back(gap_hi, 1);
+        regenerations.push_back(gap_hi);
+      }
+    }
+    std::sort(changes.begin(), changes.end());
+    std::sort(regenerations.begin(), regenerations.end());
+    const auto pages = static_cast<std::int64_t>(round_up(p.packs[j].bytes, g));
+    int count = 0;
+    for (std::size_t c = 0; c < changes.size();) {
+      const std::size_t at = changes[c].first;
+      const int before = count;
+      for (; c < changes.size() && changes[c].first == at; ++c) count += changes[c].second;
+      if (before == 0 && count > 0) delta[at] += pages;
+      if (before > 0 && count == 0) delta[at] -= pages;
+      // Members coming back at `at` find the pages unmapped: the recipes map them.
+      const auto [first, last] = std::equal_range(regenerations.begin(), regenerations.end(), at);
+      const auto back = static_cast<int>(last - first);
+      if (back > 0 && count - back == 0 && at < n) {
+        restored_bytes[at] += static_cast<std::size_t>(pages);
+        fresh_packs.push_back((static_cast<std::uint64_t>(at) << 32) | j);
+      }
+    }
+  }
+  std::sort(fresh_packs.begin(), fresh_packs.end());
+  during.assign(n, 0);
+  std::int64_t level = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    level += delta[i];
+    during[i] = static_cast<std::size_t>(level);
+  }
 }
 
 simulation simulator::run(const plan& p) const {
@@ -297,30 +420,10 @@ simulation simulator::run(const plan& p) const {
   auto footprint = [&](buffer_id b) {
     return round_up(it.buffers[b].size, s.planned[b] ? g : unplanned_rounding);
   };
-  std::vector<std::int64_t> delta(n + 1, 0);
-  for (buffer_id b = 0; b < nb; ++b) {
-    const buffer& buf = it.buffers[b];
-    const std::size_t lo = std::min<std::size_t>(buf.alloc_at, n);
-    const std::size_t hi = buf.free_at == none ? n : std::min<std::size_t>(buf.free_at, n);
-    if (lo >= hi) continue;
-    const auto sz = static_cast<std::int64_t>(footprint(b));
-    delta[lo] += sz;
-    delta[hi] -= sz;
-  }
-  for (std::size_t k = 0; k < ne; ++k) {
-    const eviction& ev = p.evictions[k];
-    const std::size_t lo = static_cast<std::size_t>(ev.evict_after) + 1;
-    const std::size_t hi = s.regenerated_at[k];
-    if (lo >= hi) continue;
-    const auto sz = static_cast<std::int64_t>(footprint(ev.target));
-    delta[lo] -= sz;
-    delta[hi] += sz;
-  }
-  std::vector<std::size_t> during(n, 0);
-  std::int64_t level = 0;
+  std::vector<std::size_t> during, restored_bytes;
+  std::vector<std::uint64_t> fresh_packs;
+  levels(p, s, during, restored_bytes, fresh_packs);
   for (std::size_t i = 0; i < n; ++i) {
-    level += delta[i];
-    during[i] = static_cast<std::size_t>(level);
     if (during[i] > out.peak) {
       out.peak = during[i];
       out.peak_at = static_cast<launch_id>(i);
@@ -329,7 +432,6 @@ simulation simulator::run(const plan& p) const {
   }
   // Recipe moments, in (restore point, plan order).
   std::vector<std::size_t> carriers;
-  std::vector<std::size_t> regen_bytes_at;  // parallel to moments below
   for (std::size_t k = 0; k < ne; ++k) {
     if (s.claimed_by[k] == SIZE_MAX) carriers.push_back(k);
   }
@@ -338,15 +440,25 @@ simulation simulator::run(const plan& p) const {
     const launch_id rb = p.evictions[b].restore_before;
     return ra != rb ? ra < rb : a < b;
   });
-  std::vector<std::size_t> restored_bytes(n, 0);
-  for (std::size_t k = 0; k < ne; ++k) restored_bytes[s.regenerated_at[k]] += footprint(p.evictions[k].target);
+  std::vector<std::uint32_t> mapped_here;  // packs the recipes at this restore point mapped so far
   for (std::size_t c = 0; c < carriers.size();) {
     const launch_id t = p.evictions[carriers[c]].restore_before;
     std::size_t running = during[t] - restored_bytes[t];
+    mapped_here.clear();
+    // What regenerating x adds: its pages, or its pack's the first time they are mapped here.
+    const auto adds = [&](buffer_id x) -> std::size_t {
+      const std::uint32_t j = s.pack_of[x];
+      if (j == none) return footprint(x);
+      if (!std::binary_search(fresh_packs.begin(), fresh_packs.end(), (static_cast<std::uint64_t>(t) << 32) | j) ||
+          std::find(mapped_here.begin(), mapped_here.end(), j) != mapped_here.end())
+        return 0;
+      mapped_here.push_back(j);
+      return round_up(p.packs[j].bytes, g);
+    };
     for (; c < carriers.size() && p.evictions[carriers[c]].restore_before == t; ++c) {
       const eviction& ev = p.evictions[carriers[c]];
-      running += footprint(ev.target);
-      for (buffer_id x : ev.also_regenerates) running += footprint(x);
+      running += adds(ev.target);
+      for (buffer_id x : ev.also_regenerates) running += adds(x);
       const std::size_t scratch = scratch_bytes(it, ev.recipe, ev.temporaries);
       if (running + scratch > out.peak) {
         out.peak = running + scratch;
@@ -366,38 +478,13 @@ simulation simulator::run(const plan& p) const {
 }
 
 std::vector<std::size_t> simulator::timeline(const plan& p) const {
-  const iteration& it = *it_;
   prepared s;
   std::string error;
   if (!prepare(p, s, error)) return {};
-  const std::size_t n = it.launches.size();
-  const std::size_t g = granularity_of(it);
-  std::vector<std::int64_t> delta(n + 1, 0);
-  for (buffer_id b = 0; b < it.buffers.size(); ++b) {
-    const buffer& buf = it.buffers[b];
-    const std::size_t lo = std::min<std::size_t>(buf.alloc_at, n);
-    const std::size_t hi = buf.free_at == none ? n : std::min<std::size_t>(buf.free_at, n);
-    if (lo >= hi) continue;
-    const auto sz = static_cast<std::int64_t>(round_up(buf.size, s.planned[b] ? g : unplanned_rounding));
-    delta[lo] += sz;
-    delta[hi] -= sz;
-  }
-  for (std::size_t k = 0; k < p.evictions.size(); ++k) {
-    const eviction& ev = p.evictions[k];
-    const std::size_t lo = static_cast<std::size_t>(ev.evict_after) + 1;
-    const std::size_t hi = s.regenerated_at[k];
-    if (lo >= hi) continue;
-    const auto sz = static_cast<std::int64_t>(round_up(it.buffers[ev.target].size, g));
-    delta[lo] -= sz;
-    delta[hi] += sz;
-  }
-  std::vector<std::size_t> out(n);
-  std::int64_t level = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    level += delta[i];
-    out[i] = static_cast<std::size_t>(level);
-  }
-  return out;
+  std::vector<std::size_t> during, restored_bytes;
+  std::vector<std::uint64_t> fresh_packs;
+  levels(p, s, during, restored_bytes, fresh_packs);
+  return during;
 }
 
 std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,

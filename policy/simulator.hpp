@@ -13,6 +13,10 @@
 //     evict_after and R the restore point of the recipe that regenerates it (its own
 //     restore_before, or its carrier's when it is listed in another entry's
 //     also_regenerates);
+//   - a pack (Note [Packs] in packs.hpp) occupies round_up(bytes, granularity) wherever
+//     at least one member is resident by the two rules above, and its members add
+//     nothing of their own; recipes that bring a member back to an unmapped pack map it
+//     once;
 //   - just before launch r, after the allocations and frees positioned before r, the
 //     recipes restoring at r run one after another in plan order; while one runs, its
 //     regenerated buffers, those of the recipes before it at r, and its temporaries are
@@ -27,6 +31,8 @@
 //   also_regenerates buffer has its own entry (empty recipe) whose gap contains the
 //   carrier's restore point; every recipe is closed (Note [Replay recipes]), replayable,
 //   ascending and before its restore point, and regenerates everything its entry lists.
+//   A pack's members are distinct evicted buffers, in allocation order, at offsets that
+//   are multiples of 512 and do not overlap, within its bytes.
 // Limitations: allocations and frees between two launches are taken to happen together,
 //   so a transient overlap of a free and the next allocation is not modelled (the
 //   allocator reuses the freed block in that case); recipe launches on different streams
@@ -75,6 +81,10 @@ class simulator {
  private:
   struct prepared;
   [[nodiscard]] bool prepare(const plan& p, prepared& out, std::string& error) const;
+  // Mapped bytes during each launch; bytes the recipes at each launch bring back; and the
+  // (launch << 32 | pack) moments where a pack's pages are mapped by those recipes.
+  void levels(const plan& p, const prepared& s, std::vector<std::size_t>& during,
+              std::vector<std::size_t>& restored_bytes, std::vector<std::uint64_t>& fresh_packs) const;
 
   const iteration* it_;
   dataflow df_;
