@@ -7,6 +7,8 @@
 //   live_         : allocated blocks ordered by address (find() and deallocate())
 //   address_space : free pieces of the reservation, lowest address first
 //   chunk_pool    : unmapped chunks kept for the next mapping of their size (Note [Chunk pool])
+//   pack          : a dedicated segment shared by several evictable blocks (Note [Packs]),
+//                   found by key in packs
 #include "allocator/caching_allocator.hpp"
 
 #include <algorithm>
@@ -36,6 +38,19 @@ enum class pool_kind : std::uint8_t { small, large, dedicated };
 
 struct block;
 
+// What makes a dedicated segment a pack (Note [Packs]).
+struct pack_info {
+  std::uint64_t key = 0;
+  std::size_t bytes = 0;  // as the pack was made (before rounding)
+  // Member ranges ever used, [offset, offset + size): never used again in this pack.
+  std::vector<std::pair<std::size_t, std::size_t>> used;
+  // The last uses of members no longer resident (evicting or freed): the latest event per
+  // stream, since a later event on a stream completes after every earlier one there.
+  std::vector<std::pair<stream_handle, event_handle>> events;
+  std::uint64_t unmap_id = 0;  // nonzero: the unmap is queued in pending_evictions under this id
+  bool pinned = false;         // being mapped: the pack must not end under the caller
+};
+
 struct segment {
   char* base = nullptr;
   std::size_t size = 0;
@@ -48,6 +63,7 @@ struct segment {
   // has completed the pages can be given back without waiting for the whole stream.
   event_handle free_event = nullptr;
   bool has_free_event = false;
+  std::unique_ptr<pack_info> pack;  // set while the segment is a pack (kind dedicated)
 };
 
 using set_hook = bi::set_member_hook<bi::link_mode<bi::safe_link>>;
@@ -63,6 +79,7 @@ struct block {
   stream_handle stream = nullptr;
   bool allocated = false;
   bool in_free_set = false;
+  bool filler = false;  // an unused piece of a pack (Note [Packs]): never allocated, never free
   residency state = residency::resident;
   std::uint64_t eviction_generation = 0;  // bumped to cancel a pending eviction
   std::vector<stream_handle> stream_uses;
@@ -89,11 +106,14 @@ struct stream_pool {
   free_set& of(pool_kind k) { return k == pool_kind::small ? small : k == pool_kind::large ? large : dedicated; }
 };
 
-// Events a block waits on before it can be reused (frees) or unmapped (evictions).
+// Events a block waits on before it can be reused (frees) or unmapped (evictions). A
+// pack's unmap (Note [Packs]) has no block: `pack_key` names the pack, `generation` is the
+// pack's unmap_id when queued, and the events are the pack's own.
 struct pending {
   block* b = nullptr;
   std::uint64_t generation = 0;
   std::vector<event_handle> events;
+  std::uint64_t pack_key = 0;
 };
 
 // The old address of a chunk handed to a new mapping while work queued on its stream may
@@ -137,6 +157,8 @@ struct caching_allocator::impl {
     stream_handle stream = nullptr;
   };
   std::optional<handed_chunk> handoff;  // set aside by hand_off for the next map_segment
+  std::map<std::uint64_t, segment*> packs;                 // live packs by key (Note [Packs])
+  std::uint64_t next_unmap_id = 0;
   caching_allocator::pressure_handler pressure;
   caching_allocator::overrun_handler overrun;
   std::size_t last_shortfall = 0;                          // bytes missing at the last budget failure
@@ -190,6 +212,13 @@ struct caching_allocator::impl {
     }
     for (auto& [base, seg] : segments) {
       if (seg->has_free_event) events.release(seg->free_event);
+      if (seg->pack) {
+        for (auto [s, e] : seg->pack->events) {
+          events.synchronize(e);
+          events.release(e);
+        }
+        seg->pack->events.clear();
+      }
       if (seg->mapped) {
         device.unmap(seg->base, seg->size);
         device.release_chunk(seg->handle);
@@ -277,7 +306,7 @@ struct caching_allocator::impl {
   void recycle(block* b) {
     b->stream_uses.clear();
     b->prev = b->next = nullptr;
-    b->allocated = b->in_free_set = false;
+    b->allocated = b->in_free_set = b->filler = false;
     b->state = residency::resident;
     spare_blocks.push_back(b);
   }
@@ -590,6 +619,7 @@ struct caching_allocator::impl {
     const stream_handle stream = *on;
     for (auto it = pending_evictions.begin(); it != pending_evictions.end(); ++it) {
       block* b = it->b;
+      if (b == nullptr) continue;  // a pack's unmap is never handed off (Note [Packs])
       if (b->eviction_generation != it->generation || b->state != residency::evicting) continue;
       if (b->seg->size != bytes || b->stream != stream) continue;
       if (std::any_of(b->stream_uses.begin(), b->stream_uses.end(), [&](stream_handle u) { return u != stream; }))
@@ -658,7 +688,22 @@ struct caching_allocator::impl {
   std::size_t process_pending_evictions(bool wait) {
     std::size_t unmapped = 0;
     std::vector<block*> done;
+    std::vector<segment*> done_packs;
     for (auto it = pending_evictions.begin(); it != pending_evictions.end();) {
+      if (it->b == nullptr) {
+        segment* seg = queued_pack(*it);
+        if (seg != nullptr && !pack_events_complete(*seg->pack, wait)) {
+          ++it;
+          continue;
+        }
+        if (seg != nullptr) {
+          release_pack_events(*seg->pack);
+          seg->pack->unmap_id = 0;
+          done_packs.push_back(seg);
+        }
+        it = pending_evictions.erase(it);
+        continue;
+      }
       block* b = it->b;
       bool cancelled = b->eviction_generation != it->generation || b->state != residency::evicting;
       if (!cancelled && !all_complete(events, *it, wait)) {
@@ -669,15 +714,27 @@ struct caching_allocator::impl {
       if (!cancelled) done.push_back(b);
       it = pending_evictions.erase(it);
     }
-    if (done.empty()) return 0;
+    if (done.empty() && done_packs.empty()) return 0;
     // Every eviction completed now goes in one device call (Note [Batched unmap]).
     std::vector<segment*> segs;
-    segs.reserve(done.size());
+    segs.reserve(done.size() + done_packs.size());
     for (block* b : done) segs.push_back(b->seg);
+    segs.insert(segs.end(), done_packs.begin(), done_packs.end());
     unmap_segments(segs, opts.pool_chunks);
     for (block* b : done) {
       note_evicted(b);
       unmapped += b->size;
+    }
+    for (segment* seg : done_packs) {
+      for (block* b = seg->first; b != nullptr; b = b->next) {
+        if (b->filler) continue;
+        if (b->allocated) {
+          note_evicted(b);
+        } else {
+          b->state = residency::evicted;  // freed, waiting for other streams: not counted
+        }
+      }
+      unmapped += seg->size;
     }
     return unmapped;
   }
@@ -1182,6 +1239,10 @@ struct caching_allocator::impl {
   // Puts a block no longer in use back in its pool, merging free neighbours.
   void return_to_pool(block* b) {
     segment* seg = b->seg;
+    if (seg->pack) {
+      leave_pack(b);
+      return;
+    }
     if (seg->kind == pool_kind::dedicated) {
       if (b->state == residency::evicting) cancel_eviction(b);
       if (b->state == residency::evicted) {
@@ -1248,6 +1309,9 @@ struct caching_allocator::impl {
     st.allocated -= b->size;
     st.requested -= b->requested;
     ++st.frees;
+    // A pack member's evicted bytes stop counting here: a member waiting in pending_frees
+    // is no longer allocated, and its pack's unmap may complete meanwhile (Note [Packs]).
+    if (b->seg->pack && b->state == residency::evicted) st.evicted -= b->size;
     if (!b->stream_uses.empty() && b->state != residency::evicted) {
       // Used on other streams: reuse must wait for their work (PyTorch's insert_events).
       pending p{b, 0, {}};
@@ -1285,6 +1349,14 @@ struct caching_allocator::impl {
   void evict(void* ptr) {
     block* b = evictable_block(ptr, "evict");
     if (b->state != residency::resident) return;
+    if (b->seg->pack) {
+      add_pack_event(*b->seg->pack, b->stream);
+      for (stream_handle s : b->stream_uses) add_pack_event(*b->seg->pack, s);
+      b->state = residency::evicting;
+      settle_pack(b->seg);
+      process_pending_evictions(false);
+      return;
+    }
     pending p{b, ++b->eviction_generation, {}};
     p.events.push_back(events.record(b->stream));
     for (stream_handle s : b->stream_uses) p.events.push_back(events.record(s));
@@ -1296,6 +1368,10 @@ struct caching_allocator::impl {
   void restore(void* ptr, std::optional<stream_handle> stream) {
     block* b = evictable_block(ptr, "restore");
     if (b->state == residency::resident) return;
+    if (b->seg->pack) {
+      restore_member(b, stream);
+      return;
+    }
     if (b->state == residency::evicting) {
       cancel_eviction(b);
       return;
@@ -1307,6 +1383,261 @@ struct caching_allocator::impl {
     st.evicted -= b->size;
     st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
     ++st.restores;
+  }
+
+  // ---- packs (Note [Packs]) -----------------------------------------------------------
+  // The pack a queued unmap belongs to, or nullptr if that unmap was cancelled (the pack
+  // ended, or a restore or a new member cancelled it).
+  segment* queued_pack(const pending& p) const {
+    auto it = packs.find(p.pack_key);
+    if (it == packs.end() || it->second->pack->unmap_id != p.generation) return nullptr;
+    return it->second;
+  }
+
+  bool pack_events_complete(const pack_info& pk, bool wait) {
+    for (auto [s, e] : pk.events) {
+      if (wait) {
+        events.synchronize(e);
+      } else if (!events.query(e)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void release_pack_events(pack_info& pk) {
+    for (auto [s, e] : pk.events) events.release(e);
+    pk.events.clear();
+  }
+
+  // Records the last use of a member on `s`: the latest event per stream covers the rest.
+  void add_pack_event(pack_info& pk, stream_handle s) {
+    event_handle e = events.record(s);
+    for (auto& [stream, old] : pk.events) {
+      if (stream == s) {
+        events.release(old);
+        old = e;
+        return;
+      }
+    }
+    pk.events.emplace_back(s, e);
+  }
+
+  // Cancels a queued unmap (the entry is dropped when next polled).
+  void cancel_pack_unmap(pack_info& pk) {
+    if (pk.unmap_id == 0) return;
+    pk.unmap_id = 0;
+    ++st.cancelled_evictions;
+  }
+
+  // After a member left or was evicted: ends the pack if no member is left, else queues
+  // its unmap if no member is resident and its pages are still mapped.
+  void settle_pack(segment* seg) {
+    pack_info& pk = *seg->pack;
+    if (pk.pinned) return;
+    std::size_t members = 0, resident = 0;
+    for (const block* b = seg->first; b != nullptr; b = b->next) {
+      if (b->filler) continue;
+      ++members;  // allocated, or freed and waiting in pending_frees
+      if (b->state == residency::resident) ++resident;
+    }
+    if (members == 0) {
+      end_pack(seg);
+      return;
+    }
+    if (resident == 0 && seg->mapped && pk.unmap_id == 0) {
+      pk.unmap_id = ++next_unmap_id;
+      pending p{nullptr, pk.unmap_id, {}, pk.key};
+      pending_evictions.push_back(std::move(p));
+    }
+  }
+
+  // No member is left: the segment becomes one free dedicated block, or goes if its pages
+  // were given back; the key may name a new pack.
+  void end_pack(segment* seg) {
+    pack_info& pk = *seg->pack;
+    cancel_pack_unmap(pk);
+    // Work on other streams completed before the members left (pending_frees), and reuse
+    // on the segment's own stream is ordered after what is queued there.
+    release_pack_events(pk);
+    packs.erase(pk.key);
+    seg->pack.reset();
+    block* first = seg->first;
+    for (block* b = first->next; b != nullptr;) {
+      block* next = b->next;
+      recycle(b);
+      b = next;
+    }
+    first->next = nullptr;
+    first->size = seg->size;
+    first->filler = false;
+    first->allocated = false;
+    first->requested = 0;
+    first->stream = seg->stream;
+    first->stream_uses.clear();
+    first->state = residency::resident;
+    if (seg->mapped) {
+      insert_free(first);
+      note_whole_free(first);
+    } else {
+      release_segment(first);
+    }
+  }
+
+  // A member no longer in use (freed, its other streams' work done) becomes a filler.
+  void leave_pack(block* b) {
+    pack_info& pk = *b->seg->pack;
+    if (b->state == residency::resident && b->seg->mapped) add_pack_event(pk, b->stream);
+    b->filler = true;
+    b->allocated = false;
+    b->requested = 0;
+    b->stream_uses.clear();
+    settle_pack(b->seg);
+  }
+
+  // The pack's pages are mapped again: members other than `except` were evicted and are
+  // now evicting (pages there, contents undefined).
+  void pack_remapped(segment* seg, const block* except) {
+    for (block* b = seg->first; b != nullptr; b = b->next) {
+      if (b->filler || b == except || b->state != residency::evicted) continue;
+      b->state = residency::evicting;
+      if (b->allocated) st.evicted -= b->size;
+    }
+    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
+  }
+
+  // Maps an unmapped pack under the budget, the pack pinned so that nothing the mapping
+  // polls can end it. Throws out_of_memory (after ending the pack if it was left empty).
+  void map_pack(segment* seg, std::size_t requested, std::optional<stream_handle> stream) {
+    seg->pack->pinned = true;
+    try {
+      map_under_budget(*seg, requested, stream);
+    } catch (...) {
+      seg->pack->pinned = false;
+      settle_pack(seg);
+      throw;
+    }
+    seg->pack->pinned = false;
+  }
+
+  void restore_member(block* b, std::optional<stream_handle> stream) {
+    segment* seg = b->seg;
+    pack_info& pk = *seg->pack;
+    if (seg->mapped) {
+      const bool queued = pk.unmap_id != 0;
+      cancel_pack_unmap(pk);
+      if (!queued) ++st.cancelled_evictions;  // this member's eviction, pages never given back
+      b->state = residency::resident;
+      if (queued) ++st.restores;
+      return;
+    }
+    const std::uint64_t handoffs_before = st.handoffs;
+    map_pack(seg, b->requested, stream);
+    if (st.handoffs != handoffs_before) ++st.restore_handoffs;
+    pack_remapped(seg, b);
+    b->state = residency::resident;
+    st.evicted -= b->size;
+    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
+    ++st.restores;
+  }
+
+  [[noreturn]] static void refuse_slot(const pack_slot& slot, std::size_t size, const char* why) {
+    char text[256];
+    std::snprintf(text, sizeof text, "sublinear: allocate_in_pack(%zu bytes, pack %llu of %zu bytes at offset %zu): %s", size,
+                  static_cast<unsigned long long>(slot.key), slot.bytes, slot.offset, why);
+    throw config_error(text);
+  }
+
+  void* allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot) {
+    if (size == 0) return nullptr;
+    poll();
+    const std::size_t rounded = round_size(size);
+    const std::size_t seg_size = round_up(std::max<std::size_t>(slot.bytes, 1), granularity);
+    if (slot.key == 0) refuse_slot(slot, size, "the pack key must be nonzero");
+    if (slot.bytes == 0) refuse_slot(slot, size, "a pack must have a size");
+    if (slot.offset % 512 != 0) refuse_slot(slot, size, "the offset is not a multiple of 512");
+    if (slot.offset > seg_size || rounded > seg_size - slot.offset)
+      refuse_slot(slot, size, "the member does not fit in the pack");
+    const std::size_t lo = slot.offset, hi = slot.offset + rounded;
+    segment* seg = nullptr;
+    block* f = nullptr;  // the filler holding [lo, hi)
+    if (auto it = packs.find(slot.key); it != packs.end()) {
+      seg = it->second;
+      const pack_info& pk = *seg->pack;
+      if (pk.bytes != slot.bytes) refuse_slot(slot, size, "the pack was made with a different size");
+      if (seg->stream != stream) refuse_slot(slot, size, "the pack belongs to another stream");
+      for (auto [ulo, uhi] : pk.used) {
+        if (lo < uhi && ulo < hi) refuse_slot(slot, size, "the range overlaps a member placed in the pack before");
+      }
+      // Never-used space lies in fillers that no member range ever split, so one holds it.
+      for (f = seg->first; f != nullptr; f = f->next) {
+        const auto from = static_cast<std::size_t>(f->ptr - seg->base);
+        if (from <= lo && lo < from + f->size) break;
+      }
+      if (f == nullptr || !f->filler || static_cast<std::size_t>(f->ptr - seg->base) + f->size < hi)
+        refuse_slot(slot, size, "the range is not free in the pack");
+      // Mapping (pinned) may turn freed members into fillers but never splits or merges.
+      if (!seg->mapped) {
+        map_pack(seg, size, stream);
+        pack_remapped(seg, nullptr);
+      } else {
+        cancel_pack_unmap(*seg->pack);
+      }
+    } else {
+      stream_pool& pool = pool_for(stream);
+      block* whole = nullptr;
+      auto it2 = pool.dedicated.lower_bound(by_size_key::type{seg_size, nullptr});
+      if (it2 != pool.dedicated.end() && it2->size == seg_size) {
+        whole = &*it2;
+        erase_free(whole);
+      } else {
+        whole = new_segment(seg_size, pool_kind::dedicated, stream, size);
+      }
+      seg = whole->seg;
+      f = whole;
+      whole->filler = true;
+      whole->state = residency::resident;
+      whole->stream = stream;
+      seg->pack = std::make_unique<pack_info>();
+      seg->pack->key = slot.key;
+      seg->pack->bytes = slot.bytes;
+      packs.emplace(slot.key, seg);
+      ++st.packs_created;
+    }
+    char* const at = seg->base + lo;
+    const auto split_off = [&](block* b, char* cut) {  // b keeps [b->ptr, cut); a new filler the rest
+      block* rest = new_block();
+      rest->ptr = cut;
+      rest->size = static_cast<std::size_t>(b->ptr + b->size - cut);
+      rest->seg = seg;
+      rest->stream = seg->stream;
+      rest->filler = true;
+      rest->state = b->state;
+      rest->prev = b;
+      rest->next = b->next;
+      if (b->next != nullptr) b->next->prev = rest;
+      b->next = rest;
+      b->size = static_cast<std::size_t>(cut - b->ptr);
+      return rest;
+    };
+    block* b = f;
+    if (b->ptr < at) b = split_off(b, at);
+    if (b->size > rounded) split_off(b, at + rounded);
+    seg->pack->used.emplace_back(lo, hi);
+    b->filler = false;
+    b->allocated = true;
+    b->requested = size;
+    b->stream = stream;
+    b->state = residency::resident;
+    b->stream_uses.clear();
+    live.insert(*b);
+    st.allocated += b->size;
+    st.allocated_peak = std::max(st.allocated_peak, st.allocated);
+    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
+    st.requested += size;
+    ++st.allocs;
+    ++st.pack_members;
+    return b->ptr;
   }
 
   void set_budget(std::size_t bytes) {
@@ -1329,6 +1660,7 @@ struct caching_allocator::impl {
 
   bool validate() const {
     std::size_t allocated = 0, mapped = 0, reserved = 0, evicted = 0, free_blocks = 0, live_blocks = 0;
+    std::size_t pack_segments = 0;
     for (const auto& [base, seg] : segments) {
       reserved += seg->size;
       if (seg->mapped) mapped += seg->size;
@@ -1352,12 +1684,38 @@ struct caching_allocator::impl {
           ++free_blocks;
           if (prev != nullptr && prev->in_free_set) return fail("two adjacent free blocks were not merged");
         }
+        if (seg->pack) {
+          // Note [Packs]: members and fillers tile it; evicting members may be either way.
+          if (b->filler) {
+            if (b->allocated || b->in_free_set) return fail("a pack's filler is allocated or free");
+            continue;
+          }
+          if (b->in_free_set) return fail("a block of a pack is in a free set");
+          const auto from = static_cast<std::size_t>(b->ptr - seg->base);
+          const auto& used = seg->pack->used;
+          if (std::find(used.begin(), used.end(), std::pair{from, from + b->size}) == used.end())
+            return fail("a pack member lies outside the ranges placed in the pack");
+          if (b->state == residency::evicted && seg->mapped) return fail("evicted pack member is still mapped");
+          if (b->state == residency::resident && !seg->mapped) return fail("resident pack member is not mapped");
+          if (b->state == residency::resident && seg->pack->unmap_id != 0)
+            return fail("a pack with a resident member has its unmap queued");
+          continue;
+        }
+        if (b->filler) return fail("a filler outside a pack");
         if (seg->kind == pool_kind::dedicated && b != seg->first) return fail("dedicated segment was split");
         if (b->state == residency::evicted && seg->mapped) return fail("evicted block is still mapped");
         if (b->state != residency::evicted && !seg->mapped) return fail("resident block is not mapped");
       }
       if (covered != seg->size) return fail("blocks do not cover their segment");
+      if (seg->pack) {
+        if (seg->kind != pool_kind::dedicated) return fail("a pack is not a dedicated segment");
+        auto it = packs.find(seg->pack->key);
+        if (it == packs.end() || it->second != seg.get()) return fail("a pack is missing from the pack keys");
+        if (seg->pack->unmap_id != 0 && !seg->mapped) return fail("an unmapped pack has its unmap queued");
+        ++pack_segments;
+      }
     }
+    if (pack_segments != packs.size()) return fail("pack keys name segments that are not packs");
     std::size_t pooled = 0;
     for (const auto& [size, handle] : chunk_pool) pooled += size;
     if (pooled != st.pooled) return fail("pooled statistic disagrees with a recount");
@@ -1467,11 +1825,24 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
   allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
   const bool asked_evictable = evictable;
   if (obs != nullptr && !evictable && size != 0) evictable = obs->place_evictable(size, stream);
+  // Note [Packs]: the observer may give the block a place in a pack.
+  std::optional<pack_slot> slot;
+  if (obs != nullptr && evictable && !asked_evictable) slot = obs->pack_slot_for(size, stream);
   void* ptr = nullptr;
   with_overrun([&] {
     try {
       with_pressure_valve([&] {
         std::lock_guard lock(impl_->mutex);
+        if (slot) {
+          try {
+            ptr = impl_->allocate_in_pack(size, stream, *slot);
+            return;
+          } catch (const config_error&) {
+            // An inconsistent slot changed nothing: pages of its own instead.
+            slot.reset();
+            ++impl_->st.pack_refusals;
+          }
+        }
         ptr = impl_->allocate(size, stream, evictable);
       });
     } catch (const out_of_memory&) {
@@ -1492,6 +1863,19 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
     }
   });
   if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, evictable);
+  return ptr;
+}
+
+void* caching_allocator::allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot) {
+  allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
+  void* ptr = nullptr;
+  with_overrun([&] {
+    with_pressure_valve([&] {
+      std::lock_guard lock(impl_->mutex);
+      ptr = impl_->allocate_in_pack(size, stream, slot);
+    });
+  });
+  if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, true);
   return ptr;
 }
 

@@ -90,6 +90,37 @@
 // requested, mapped, reserved, budget and the largest free block, and what the handler
 // could not do, unless an overrun handler lifts the budget and the request is tried once
 // more (set_overrun_handler).
+//
+// Note [Packs]
+// Rationale: an evictable block owns whole pages (Note [Evictable blocks]), and many
+//   activations the replay engine evicts are far smaller than a page: a 16 KiB block on
+//   the host device's 64 KiB pages holds four times its size mapped while resident.
+// Approach: a *pack* is a dedicated segment shared by several evictable blocks, its
+//   members, each at an offset the caller gives (allocate_in_pack, or the observer's
+//   pack_slot_for: the replay engine plans which buffers share a pack). A pack is named
+//   by a nonzero key; its segment is round_up(bytes, granularity) long, a free dedicated
+//   segment of that size if the stream has one, else a new one. The members and unused
+//   filler blocks tile the segment; a filler is never in a free set, and a range once
+//   used by a member is not used again while the pack lives. The pages are mapped while
+//   any member is resident. evict() of a member records its last-use events (its stream
+//   and every record_stream stream; the pack keeps the latest per stream) and marks it
+//   evicting. Once no member is resident, the segment's unmap is queued as for an
+//   evictable block (Note [Deferred unmap]) and waits for every member's events; when it
+//   is done every member is evicted. A freed member leaves the pack (its last use on its
+//   stream recorded) once the work of the other streams it was used on has completed,
+//   as for any free; until then it holds the pages like a resident one. restore() of a member cancels a queued unmap, or
+//   maps the segment again under the budget (handoff and pool included), the other
+//   members then evicting (pages there, contents undefined); a new member placed in a
+//   pack whose pages are gone maps them the same way. When the last member is freed the
+//   pack ends: a mapped segment becomes one free dedicated block (reused by exact size,
+//   by an evictable block or a new pack), an unmapped one is released, and the key may
+//   name a new pack. The observer path of allocate() places a request in its slot;
+//   an inconsistent slot gets pages of its own (stats::pack_refusals), and no room under
+//   the budget ends in the shared placement of Note [Strict budget].
+// Limitations: the caller plans offsets; nothing compacts a pack or reuses a freed
+//   member's range. A pending pack unmap is never handed off (Note [Stream-ordered
+//   handoff]): a mapping waits for it like for other work. The pages stay mapped until
+//   every member is evicted or freed, so one long-lived member holds them all.
 #pragma once
 
 #include <cstddef>
@@ -174,6 +205,9 @@ struct stats {
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
   std::uint64_t shared_placements = 0; // observer-evictable requests placed in a shared segment (Note [Strict budget])
+  std::uint64_t packs_created = 0;   // pack segments opened (Note [Packs])
+  std::uint64_t pack_members = 0;    // blocks placed in packs
+  std::uint64_t pack_refusals = 0;   // observer pack slots refused as inconsistent: given pages of their own
   std::uint64_t segment_trims = 0;   // free pages cut out of segments by remapping their live parts (Note [Segment trim])
   std::size_t trimmed_bytes = 0;
   std::uint64_t idle_releases = 0;   // free exact large segments given back before a new one (Note [Exact large segments])
@@ -186,6 +220,13 @@ struct stats {
 };
 
 enum class residency : std::uint8_t { resident, evicting, evicted };
+
+// A place in a pack (Note [Packs]): several evictable blocks sharing one dedicated segment.
+struct pack_slot {
+  std::uint64_t key = 0;     // identifies the pack; nonzero; unique among live packs
+  std::size_t bytes = 0;     // the pack's segment size before rounding (rounded up to the granularity)
+  std::size_t offset = 0;    // the member's offset in the segment; a multiple of 512
+};
 
 struct block_info {
   void* base = nullptr;
@@ -206,6 +247,9 @@ class allocation_observer {
   // return true to place it as evictable (Note [Evictable blocks]). Under a budget with no
   // room for its pages it may still be placed shared; on_allocate's `evictable` says.
   virtual bool place_evictable(std::size_t /*size*/, stream_handle /*stream*/) { return false; }
+  // After place_evictable returned true: a slot in a pack for this block, or nullopt for
+  // pages of its own (Note [Packs]).
+  virtual std::optional<pack_slot> pack_slot_for(std::size_t /*size*/, stream_handle /*stream*/) { return std::nullopt; }
   virtual void on_allocate(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/, bool /*evictable*/) {}
   virtual void on_free(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/) {}
   // Before a free the caller asked for: return true to keep the block allocated (its
@@ -227,6 +271,14 @@ class caching_allocator {
   // Returns a block of at least `size` bytes, 512-byte aligned (granularity-aligned when
   // evictable), usable on `stream`. Throws out_of_memory. size 0 returns nullptr.
   void* allocate(std::size_t size, stream_handle stream, bool evictable = false);
+  // Places a block of `size` bytes at slot.offset of pack slot.key (creating the pack's
+  // segment of round_up(slot.bytes, granularity) on first use, mapping it again if its
+  // pages were given back). Throws config_error if the slot is inconsistent (offset not a
+  // multiple of 512, offset+size beyond the pack, overlapping a live or previously used member
+  // range of this pack, a different `bytes` than the pack was made with, a different stream than
+  // the pack's), out_of_memory if the budget cannot be met (same strict-budget path as a normal
+  // evictable allocation, pressure handler included). Note [Packs]. size 0 returns nullptr.
+  void* allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot);
   // Returns a block for reuse on its stream. nullptr is ignored; an unknown pointer is a
   // programming error reported on stderr (never throws: frees run at shutdown).
   void deallocate(void* ptr) noexcept;
