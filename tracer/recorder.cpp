@@ -134,6 +134,11 @@ bool recorder::place_evictable(std::size_t size, allocator::stream_handle stream
   return next != nullptr && next->place_evictable(size, stream);
 }
 
+std::optional<allocator::pack_slot> recorder::pack_slot_for(std::size_t size, allocator::stream_handle stream) {
+  allocation_observer* next = next_.load(std::memory_order_acquire);
+  return next != nullptr ? next->pack_slot_for(size, stream) : std::nullopt;
+}
+
 bool recorder::defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) {
   allocation_observer* next = next_.load(std::memory_order_acquire);
   return next != nullptr && next->defer_free(ptr, size, stream);

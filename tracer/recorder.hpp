@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -82,6 +83,7 @@ class recorder final : public allocator::allocation_observer {
 
   // ---- allocation_observer (install with caching_allocator::set_observer) ----
   bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle stream) override;
   void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
   void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
   bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;

@@ -167,6 +167,8 @@ struct engine::impl {
   std::size_t budget_bytes = 0;
   std::vector<std::uint32_t> transient_buffers;          // k-th allocation of an iteration -> buffer
   std::vector<std::uint8_t> buffer_evictable;            // buffer -> placed evictable
+  std::vector<std::uint32_t> pack_of;                    // buffer -> plan.packs index, or none (Note [Packs])
+  std::vector<std::size_t> pack_offset;                  // buffer -> its offset in that pack
   std::vector<std::vector<std::size_t>> evict_at;        // position -> plan entries
   std::vector<std::vector<std::size_t>> restore_at;      // position -> plan entries
   std::vector<std::int32_t> entry_of;                    // buffer -> plan entry carrying it, or -1
@@ -200,6 +202,7 @@ struct engine::impl {
   std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
   std::uint64_t waits_at_begin = 0;                      // the allocator's budget + release waits when it began
   std::uint64_t handoffs_at_begin = 0;                   // and its handoffs
+  std::uint64_t pack_members_at_begin = 0;               // and its pack members
   std::vector<std::uint8_t> held;                        // buffer -> freed by the program, kept by the engine
   std::size_t held_count = 0;                            // of `held`: set now
   std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
@@ -379,6 +382,7 @@ struct engine::impl {
       policy::planner::options po;
       po.retention = opts.config.retention;
       po.multi_pass = opts.config.multi_pass;
+      po.packs = opts.config.packs;
       return policy::make_planner(opts.config.policy)
           ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, po);
     };
@@ -521,6 +525,16 @@ struct engine::impl {
       for (buffer_id b : plan.evictions[i].also_regenerates)
         if (entry_of[b] < 0 || plan.evictions[static_cast<std::size_t>(entry_of[b])].recipe.empty())
           entry_of[b] = static_cast<std::int32_t>(i);
+    pack_of.assign(g.buffers.size(), none);
+    pack_offset.assign(g.buffers.size(), 0);
+    if (opts.config.packs) {
+      for (std::size_t j = 0; j < plan.packs.size(); ++j) {
+        for (std::size_t i = 0; i < plan.packs[j].members.size(); ++i) {
+          pack_of[plan.packs[j].members[i]] = static_cast<std::uint32_t>(j);
+          pack_offset[plan.packs[j].members[i]] = plan.packs[j].offsets[i];
+        }
+      }
+    }
     retain_until.assign(g.buffers.size(), none);
     release_at.assign(n + 1, {});
     for (const policy::retention& r : plan.retentions) {
@@ -599,6 +613,7 @@ struct engine::impl {
     const allocator::stats at_begin = alloc.get_stats();
     waits_at_begin = at_begin.budget_waits + at_begin.release_waits;
     handoffs_at_begin = at_begin.handoffs;
+    pack_members_at_begin = at_begin.pack_members;
     iteration_started_s = dev.now_s();
   }
 
@@ -614,6 +629,7 @@ struct engine::impl {
     current.peak_mapped = s.mapped_peak;
     current.allocator_waits = static_cast<std::size_t>(s.budget_waits + s.release_waits - waits_at_begin);
     current.handoffs = static_cast<std::size_t>(s.handoffs - handoffs_at_begin);
+    current.packed = static_cast<std::size_t>(s.pack_members - pack_members_at_begin);
     current.wall_s = dev.now_s() - iteration_started_s;
     current.diverged = diverged;
     reports.push_back(current);
@@ -1745,6 +1761,22 @@ bool engine::place_evictable(std::size_t size, allocator::stream_handle) {
     return false;
   }
   return m.buffer_evictable[b] != 0;
+}
+
+std::optional<allocator::pack_slot> engine::pack_slot_for(std::size_t size, allocator::stream_handle) {
+  if (inside_engine) return std::nullopt;
+  std::lock_guard lock(impl_->mutex);
+  auto& m = *impl_;
+  // Called right after place_evictable said yes for this allocation: the same buffer.
+  if (!m.active() || m.alloc_count >= m.transient_buffers.size()) return std::nullopt;
+  const buffer_id b = m.transient_buffers[m.alloc_count];
+  if (m.graph().buffers[b].size != size || b >= m.pack_of.size() || m.pack_of[b] == none) return std::nullopt;
+  // Keys are unique across iterations: a pack's segment goes once its members are freed.
+  allocator::pack_slot slot;
+  slot.key = (static_cast<std::uint64_t>(m.iteration_index + 1) << 32) | (m.pack_of[b] + 1);
+  slot.bytes = m.plan.packs[m.pack_of[b]].bytes;
+  slot.offset = m.pack_offset[b];
+  return slot;
 }
 
 void engine::on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) {

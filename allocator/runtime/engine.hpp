@@ -233,6 +233,7 @@ struct iteration_report {
                                     // release waits: each one drains that stream's queue)
   std::size_t handoffs = 0;         // mappings that took a chunk still in use by queued work of their
                                     // stream instead of waiting (Note [Stream-ordered handoff])
+  std::size_t packed = 0;           // planned buffers placed in a pack's shared pages (Note [Packs])
   bool budget_lifted = false;       // a plan made with the scaled cache allowance ran out of room and the
                                     // rest of this iteration ran without the budget (Note [Scaled cache allowance])
   bool diverged = false;
@@ -410,6 +411,7 @@ class engine final : public allocator::allocation_observer {
 
   // allocation_observer
   bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle stream) override;
   void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
   void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
   bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;

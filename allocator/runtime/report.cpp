@@ -171,6 +171,7 @@ report_totals totals(const run_report& r) {
     t.retained += it.retained;
     t.allocator_waits += it.allocator_waits;
     t.handoffs += it.handoffs;
+    t.packed += it.packed;
     t.evictions += it.evictions;
     t.evicted_bytes += it.evicted_bytes;
     t.recomputed_launches += it.recomputed_launches;
@@ -261,6 +262,7 @@ std::string to_json(const run_report& r) {
     w.member("offload_restores", it.offload_restores);
     w.member("allocator_waits", it.allocator_waits);
     w.member("handoffs", it.handoffs);
+    w.member("packed", it.packed);
     w.member("budget_lifted", it.budget_lifted);
     w.member("diverged", it.diverged);
     if (it.diverged) w.member("divergence", it.divergence);
@@ -395,6 +397,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.offload_restores = size_or(it, "offload_restores");
     ir.allocator_waits = size_or(it, "allocator_waits");
     ir.handoffs = size_or(it, "handoffs");
+    ir.packed = size_or(it, "packed");  // since session 32
     if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // since session 26
     ir.diverged = it.at("diverged").as_bool();
     if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
@@ -524,6 +527,8 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.allocator_waits > 0 || t.handoffs > 0)
     out << "  allocator          " << t.allocator_waits << " waits for a stream to make room, " << t.handoffs
         << " chunks taken from queued work without one\n";
+  if (t.packed > 0)
+    out << "  packed             " << t.packed << " evicted buffers placed in shared pages with others of their recipe\n";
   if (t.diverged > 0) out << "  diverged           " << t.diverged << " iterations differed from the trace and were traced again\n";
   if (t.validation_mismatches > 0)
     out << "  validation         " << t.validation_mismatches << " regenerated buffers differed; they are no longer evicted\n";

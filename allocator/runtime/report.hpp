@@ -124,6 +124,7 @@ struct report_totals {
   std::size_t retained = 0;             // frees deferred (Note [Retention])
   std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room
   std::size_t handoffs = 0;             // Note [Stream-ordered handoff]
+  std::size_t packed = 0;               // Note [Packs]
 };
 [[nodiscard]] report_totals totals(const run_report& r);
 

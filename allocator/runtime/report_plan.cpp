@@ -86,16 +86,18 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       // As the engine's make_plan: the whole traced cache first, then, where that leaves
       // the planner too little, the cache scaled to the budget.
       std::optional<policy::plan> made;
+      policy::planner::options po;
+      po.packs = options.packs;
       row.planner_budget = out.planner_budget;
       try {
-        made = policy::make_planner(name)->make_plan(g, out.planner_budget);
+        made = policy::make_planner(name)->make_plan(g, out.planner_budget, po);
       } catch (const policy::infeasible_budget&) {
         const std::size_t scaled = planning_overhead(out.budget, tm, cache_allowance_mode::scaled);
         if (scaled >= out.overhead) throw;  // no cache traced: the same share
         row.cache_allowance = to_string(cache_allowance_mode::scaled);
         row.planner_budget = out.budget > scaled ? out.budget - scaled : 0;
         try {
-          made = policy::make_planner(name)->make_plan(g, row.planner_budget);
+          made = policy::make_planner(name)->make_plan(g, row.planner_budget, po);
         } catch (const policy::infeasible_budget& again) {
           row.error = again.what();
           row.smallest_feasible = budget_for_planner_bytes(again.smallest_feasible(), tm, cache_allowance_mode::scaled);

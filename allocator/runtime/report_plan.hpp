@@ -37,6 +37,7 @@ struct plan_preview_options {
   std::vector<std::string> policies;   // planner names (policy::planner_names())
   std::size_t device_capacity = 0;     // bytes, for "%" budgets (0: unknown)
   std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)
+  bool packs = true;                   // as SUBLINEAR_PACKS (Note [Packs], policy/packs.hpp)
 };
 
 // One planned eviction, as `sublinear plan --evictions` lists it: which buffer, between which

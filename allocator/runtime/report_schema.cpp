@@ -103,6 +103,7 @@ std::string_view report_schema() {
           "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
           "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
           "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
+          "packed": {"$ref": "#/$defs/count", "description": "Planned buffers placed in a pack: shared pages with other evicted buffers of their recipe, mapped while any of them is resident. Absent before session 32."},
           "budget_lifted": {"type": "boolean", "description": "A plan made with the scaled cache allowance ran out of room in this iteration after the pressure valve: the rest of the iteration ran without the budget (its peak may exceed it) and the engine planned again with the whole traced cache. Absent before session 26."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},

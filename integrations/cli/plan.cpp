@@ -27,7 +27,7 @@ std::string planner_list() {
 
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
-         "                      [--mapped-peak BYTES] [--evictions] [--json PATH]\n"
+         "                      [--mapped-peak BYTES] [--no-packs] [--evictions] [--json PATH]\n"
          "\n"
          "Reads a trace file (SUBLINEAR_TRACE writes one), analyses its last iteration and runs\n"
          "the planners at the budget, exactly as the runtime would at the end of its traced\n"
@@ -52,6 +52,8 @@ std::string help_text() {
          "                        too little plans again with the cache scaled to the budget, as\n"
          "                        the runtime does (docs/runtime.md, \"Budget arithmetic\"); its\n"
          "                        row is marked *.\n"
+         "  --no-packs            plan as SUBLINEAR_PACKS=0 does: every evicted buffer on pages\n"
+         "                        of its own (docs/policy.md, \"Packs\")\n"
          "  --evictions           also list each plan's evictions: the buffer, the launches it is\n"
          "                        out between, and the launches replayed to bring it back\n"
          "  --json PATH           also write the figures as JSON (evictions included)\n"
@@ -102,6 +104,8 @@ plan_options parse(std::span<const std::string_view> args) {
       o.preview.device_capacity = parse_bytes(flag, next());
     } else if (flag == "--mapped-peak") {
       o.preview.traced_mapped_peak = parse_bytes(flag, next());
+    } else if (flag == "--no-packs") {
+      o.preview.packs = false;
     } else if (flag == "--evictions") {
       o.evictions = true;
     } else if (flag == "--json") {
@@ -109,7 +113,8 @@ plan_options parse(std::span<const std::string_view> args) {
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
       bad("unknown argument '" + std::string(r.raw()) +
-          "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --evictions, --json");
+          "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, "
+          "--evictions, --json");
     }
   }
   if (o.trace.empty()) bad("--trace FILE is required");

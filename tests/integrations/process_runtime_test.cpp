@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -261,6 +262,23 @@ TEST(MarkerInbox, SublinearMarkIterationReachesTheEngineBeforeTheNextAllocation)
   EXPECT_EQ(t.iterations(), 1u) << "the allocation after the marker belongs to the next iteration";
   t.h.alloc.deallocate(p);
   EXPECT_EQ(t.iterations(), 1u);
+}
+
+TEST(MarkerInbox, PassesPackSlotsOnFromTheEngine) {
+  // The inbox stands in front of the engine's chain: the engine's pack slots (Note [Packs])
+  // must reach the allocator through it, or planned packs would get pages of their own.
+  struct slot_giver final : allocator::allocation_observer {
+    std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle) override {
+      return allocator::pack_slot{3, 2 * size, 0};
+    }
+  } next;
+  marker_inbox inbox{[] {}};
+  EXPECT_FALSE(inbox.pack_slot_for(1024, nullptr).has_value()) << "no next observer";
+  inbox.set_next(&next);
+  const std::optional<allocator::pack_slot> slot = inbox.pack_slot_for(1024, nullptr);
+  ASSERT_TRUE(slot.has_value());
+  EXPECT_EQ(slot->key, 3u);
+  EXPECT_EQ(slot->bytes, 2048u);
 }
 
 TEST(MarkerInbox, AFreeAlsoDeliversPendingMarkers) {

@@ -388,6 +388,28 @@ TEST(PlanPreviewReport, AnInfeasibleBudgetNamesTheSmallestFeasibleOne) {
   EXPECT_NE(text.find("needs at least"), std::string::npos) << text;
 }
 
+// `sublinear plan --no-packs` (Note [Packs]): the LSTM's few-KiB buffers on 64 KiB pages.
+// Packed, a plan's evicted buffers share pages; unpacked, each holds its own. Packing
+// never raises a plan's peak, and here it lowers sqrtn's.
+TEST(PlanPreviewReport, WithoutPacksEachEvictedBufferHoldsPagesOfItsOwn) {
+  const recorded_iteration rec = record_first_iteration(model_kind::lstm);
+  plan_preview_options po;
+  po.budget = "0.6x";
+  po.policies = {"sqrtn"};
+  po.traced_mapped_peak = rec.mapped_peak;
+  const plan_preview packed = preview_plans(rec.trace, po);
+  po.packs = false;
+  const plan_preview unpacked = preview_plans(rec.trace, po);
+  ASSERT_EQ(packed.rows.size(), 1u);
+  ASSERT_EQ(unpacked.rows.size(), 1u);
+  ASSERT_TRUE(packed.rows[0].feasible) << packed.rows[0].error;
+  if (!unpacked.rows[0].feasible) {
+    EXPECT_GT(unpacked.rows[0].smallest_feasible, packed.budget);
+    return;
+  }
+  EXPECT_LT(packed.rows[0].predicted_peak, unpacked.rows[0].predicted_peak);
+}
+
 // `sublinear plan --evictions`: each planned eviction with its window and its recipe, as
 // the GPU suite's traces need to be read (session 28).
 TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeReplays) {

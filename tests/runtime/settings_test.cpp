@@ -231,11 +231,11 @@ TEST(DisableSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_DISABLE", v, "1, true, yes, on, 0, false, no, off");
 }
 
-TEST(DisableSetting, RetentionMultiPassAndScaledCacheAreTheOnlySwitches) {
+TEST(DisableSetting, RetentionMultiPassPacksAndScaledCacheAreTheOnlySwitches) {
   for (const auto& o : options_table()) {
     const std::string n = o.name;
     EXPECT_EQ(o.boolean, n == "SUBLINEAR_DISABLE" || n == "SUBLINEAR_RETENTION" || n == "SUBLINEAR_MULTIPASS" ||
-                             n == "SUBLINEAR_SCALED_CACHE")
+                             n == "SUBLINEAR_PACKS" || n == "SUBLINEAR_SCALED_CACHE")
         << n;
   }
 }
@@ -254,6 +254,14 @@ TEST(MultiPassSetting, IsOnByDefaultAndTakesTheBooleanForms) {
   for (const char* v : {"0", "false", "no", "off"}) EXPECT_FALSE(read({{"SUBLINEAR_MULTIPASS", v}}).multi_pass) << v;
   for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_MULTIPASS", v}}).multi_pass) << v;
   expect_refused("SUBLINEAR_MULTIPASS", "twice", "1, true, yes, on, 0, false, no, off");
+}
+
+TEST(PacksSetting, IsOnByDefaultAndTakesTheBooleanForms) {
+  EXPECT_TRUE(read({}).packs);
+  for (const char* v : {"0", "false", "no", "off"}) EXPECT_FALSE(read({{"SUBLINEAR_PACKS", v}}).packs) << v;
+  for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_PACKS", v}}).packs) << v;
+  expect_refused("SUBLINEAR_PACKS", "some", "1, true, yes, on, 0, false, no, off");
+  EXPECT_NE(describe(read({{"SUBLINEAR_PACKS", "0"}})).find("SUBLINEAR_PACKS=0"), std::string::npos);
 }
 
 TEST(RetentionSetting, IsOnByDefaultAndTakesTheBooleanForms) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -143,6 +144,36 @@ TEST(Recorder, RegistersEachKernelOnceAndRecordsUnpackedLaunchesPacked) {
                          t.params(*launches[1]).begin()));
   ctx.release_bytes(in, 64);
   ctx.release_bytes(out, 64);
+}
+
+// The next observer in the chain (the replay engine) decides placement; the recorder only
+// passes the questions on (Note [Packs] in allocator/caching_allocator.hpp).
+struct placing_observer final : allocator::allocation_observer {
+  int evictable_asked = 0, slot_asked = 0;
+  bool place_evictable(std::size_t, allocator::stream_handle) override {
+    ++evictable_asked;
+    return true;
+  }
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle) override {
+    ++slot_asked;
+    return allocator::pack_slot{7, 4 * size, size};
+  }
+};
+
+TEST(Recorder, ForwardsPlacementAndPackQuestionsToTheNextObserver) {
+  recorder rec;
+  EXPECT_FALSE(rec.place_evictable(512, nullptr)) << "no next observer: plain placement";
+  EXPECT_FALSE(rec.pack_slot_for(512, nullptr).has_value());
+  placing_observer next;
+  rec.set_next(&next);
+  EXPECT_TRUE(rec.place_evictable(512, nullptr));
+  const std::optional<allocator::pack_slot> slot = rec.pack_slot_for(512, nullptr);
+  ASSERT_TRUE(slot.has_value());
+  EXPECT_EQ(slot->key, 7u);
+  EXPECT_EQ(slot->bytes, 2048u);
+  EXPECT_EQ(slot->offset, 512u);
+  EXPECT_EQ(next.evictable_asked, 1);
+  EXPECT_EQ(next.slot_asked, 1);
 }
 
 TEST(Recorder, AnAllocationAtALiveAddressClosesTheOldBlockAndDropsItsLateFree) {

@@ -33,6 +33,11 @@ bool marker_inbox::place_evictable(std::size_t size, allocator::stream_handle st
   return next_ != nullptr && next_->place_evictable(size, stream);
 }
 
+std::optional<allocator::pack_slot> marker_inbox::pack_slot_for(std::size_t size, allocator::stream_handle stream) {
+  // No poll: place_evictable polled for this very allocation just before.
+  return next_ != nullptr ? next_->pack_slot_for(size, stream) : std::nullopt;
+}
+
 void marker_inbox::on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) {
   poll();
   if (next_ != nullptr) next_->on_allocate(ptr, size, stream, evictable);

@@ -46,6 +46,7 @@ class marker_inbox final : public allocator::allocation_observer {
   void set_next(allocation_observer* next) noexcept { next_ = next; }
   [[nodiscard]] allocation_observer* next() const noexcept { return next_; }
   bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle stream) override;
   void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
   void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
   bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
