@@ -23,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -91,14 +92,36 @@ std::map<std::string, std::string> read_dump(const std::string& path) {
   return tensors;
 }
 
+// One scratch folder per process. A temporary one goes when the process ends unless a test
+// failed (its files are then what to read); GPU_SUITE_ARTIFACTS's is always kept.
+class scratch_folder {
+ public:
+  scratch_folder() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "sublinear-gpu-resnet-XXXXXX").string();
+    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+  }
+  ~scratch_folder() {
+    if (path_.empty() || ::testing::UnitTest::GetInstance()->Failed()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  scratch_folder(const scratch_folder&) = delete;
+  scratch_folder& operator=(const scratch_folder&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
 std::filesystem::path artifacts() {
   if (const char* dir = std::getenv("GPU_SUITE_ARTIFACTS"); dir != nullptr && *dir != '\0') {
     std::filesystem::create_directories(dir);
     return dir;
   }
-  std::string pattern = (std::filesystem::temp_directory_path() / "sublinear-gpu-resnet-XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) return std::filesystem::temp_directory_path();
-  return pattern;
+  static const scratch_folder scratch;
+  if (scratch.path().empty()) throw std::runtime_error("cannot create a scratch folder under " +
+                                                       std::filesystem::temp_directory_path().string());
+  return scratch.path();
 }
 
 std::vector<std::string> trainer_arguments() {
