@@ -46,6 +46,8 @@ struct buffer {
                                     // before the iteration began
   launch_id alloc_at = 0;           // allocated before launch alloc_at (0 for persistent)
   launch_id free_at = none;         // freed before launch free_at; none: outlives the iteration
+  std::uint32_t stream = 0;         // dense stream index of its allocation (as launch::stream);
+                                    // packs hold buffers of one stream (Note [Packs])
   bool never_evict = false;         // reached by a never-replay launch, or failed validation
   bool unwritten_at_first_use = false;  // its first user found it as allocated: nothing
                                         // produces it, and nothing needs to (Note [Filled

@@ -7,17 +7,20 @@
 //   evicted, each holds a whole page while resident, and a regenerated segment holds four
 //   times its bytes. Planned as if pages were 512 bytes, the traced ResNet-434's 0.25x
 //   plan added 109 ms of compute instead of 134 ms.
-// Approach: evicted buffers of at most half a page that the same recipe regenerates
-//   share one page: taken in allocation order, as many as fit. The allocator maps a
-//   pack's page while any member is resident and gives it back once every member is
-//   evicted or freed. A pack never holds more than its members would alone (one page,
-//   where each resident member would hold one), so packing never raises a plan's peak;
+// Approach: evicted buffers of at most half a page that the same recipe regenerates,
+//   allocated on one stream, share one page: taken in allocation order, as many as fit.
+//   One stream, because the allocator maps a pack for one stream; a member asked for on
+//   another would get a page of its own that the plan did not count (buffer::stream
+//   records each buffer's allocating stream). The allocator maps a pack's page while
+//   any member is resident and gives it back once every member is evicted or freed. A
+//   pack never holds more than its members would alone (one page, where each resident
+//   member would hold one), so packing never raises a plan's peak;
 //   planner::context::evaluate packs every plan it simulates, so the searches can spend
 //   the room it makes on recomputing less.
-// Limitations: iterations on one stream only (the iteration does not say which stream
-//   allocates a buffer, and the allocator refuses a member on another stream than its
-//   pack's, giving it its own page, which the plan did not count). Regenerating one
-//   member maps the whole page. The grouping is by recipe and allocation order, not
+// Limitations: a program that allocates a buffer on another stream than the traced one
+//   diverges from the plan's packs: the allocator gives that member its own page and
+//   the pressure valve covers what the plan did not count. Regenerating one member maps
+//   the whole page. The grouping is by recipe and allocation order, not
 //   chosen to minimise the peak.
 #pragma once
 
@@ -29,11 +32,10 @@
 namespace sublinear::policy {
 
 // Replaces p.packs with packs of its evicted buffers of at most half a page (above).
-// Leaves p.packs empty where packing does not apply: one page is under 1 KiB, or the
-// iteration uses more than one stream.
+// Leaves p.packs empty where packing does not apply: one page is under 1 KiB.
 void add_packs(const iteration& it, plan& p);
 
-// Whether add_packs packs anything on this iteration (pages of 1 KiB or more, one stream).
+// Whether add_packs packs anything on this iteration (pages of 1 KiB or more).
 [[nodiscard]] bool packs_apply(const iteration& it);
 
 // Pages held by these buffers when all are resident, evicted and packed as add_packs

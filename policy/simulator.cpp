@@ -205,6 +205,12 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
         error = who + ": members are not in allocation order (buffer " + std::to_string(x) + ")";
         return false;
       }
+      if (it.buffers[x].stream != it.buffers[pk.members[0]].stream) {
+        error = who + ": buffer " + std::to_string(x) + " is allocated on stream " +
+                std::to_string(it.buffers[x].stream) + ", the pack's first member on stream " +
+                std::to_string(it.buffers[pk.members[0]].stream);
+        return false;
+      }
       if (pk.offsets[i] % unplanned_rounding != 0 || pk.offsets[i] < end) {
         error = who + ": buffer " + std::to_string(x) + " is at offset " + std::to_string(pk.offsets[i]) +
                 ", which is not a multiple of 512 at or after the previous member's end " + std::to_string(end);

@@ -207,6 +207,7 @@ class builder {
     }
     policy::buffer b;
     b.size = static_cast<std::size_t>(e.bytes);
+    b.stream = dense_stream(e.stream);
     if (in_iteration) {
       b.alloc_index = next_alloc_index_++;
       b.alloc_at = launch_count();

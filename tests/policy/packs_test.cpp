@@ -161,14 +161,31 @@ TEST(Packs, AddPacksGroupsSubPageBuffersOfOneRecipeInAllocationOrder) {
   EXPECT_EQ(p.packs[0].members, t.x);
   EXPECT_EQ(p.packs[0].offsets, (std::vector<std::size_t>{0, quarter, 2 * quarter, 3 * quarter}));
   EXPECT_EQ(p.packs[0].bytes, page);
-  // Another stream anywhere in the iteration: nothing is packed (the plan cannot say
-  // which stream allocates a member).
+  // Launches on another stream change nothing; buffers allocated on another stream never
+  // share a pack with this stream's (the allocator maps a pack for one stream).
   tape two = make_tape();
   two.it.launches[4].stream = 1;
-  EXPECT_FALSE(packs_apply(two.it));
+  EXPECT_TRUE(packs_apply(two.it));
   plan q = two.evicted;
   add_packs(two.it, q);
-  EXPECT_TRUE(q.packs.empty());
+  ASSERT_EQ(q.packs.size(), 1u);
+  EXPECT_EQ(q.packs[0].members, t.x);
+  two.it.buffers[t.x[1]].stream = 1;
+  two.it.buffers[t.x[2]].stream = 1;
+  add_packs(two.it, q);
+  ASSERT_EQ(q.packs.size(), 2u);
+  EXPECT_EQ(q.packs[0].members, (std::vector<buffer_id>{t.x[0], t.x[3]}));
+  EXPECT_EQ(q.packs[1].members, (std::vector<buffer_id>{t.x[1], t.x[2]}));
+  EXPECT_EQ(q.packs[1].offsets, (std::vector<std::size_t>{0, quarter}));
+  const simulation split = simulate(two.it, q);
+  ASSERT_TRUE(split.valid) << split.error;
+  // Two packs of a page each hold the tape now, and the footprint counts it so.
+  EXPECT_EQ(split.peak, 1024 + 2 * page);
+  EXPECT_EQ(packed_footprint(two.it, t.x), 2 * page);
+  // A pack that mixes streams is refused.
+  plan mixed = two.evicted;
+  mixed.packs = {whole_tape(t)};
+  EXPECT_THAT(simulate(two.it, mixed).error, HasSubstr("allocated on stream 1"));
   // Members over half a page keep their own pages.
   EXPECT_EQ(packed_footprint(t.it, t.x), page);
   EXPECT_EQ(packed_footprint(t.it, {t.x[0], t.c}), 2 * page + page);

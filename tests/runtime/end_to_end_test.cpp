@@ -354,6 +354,16 @@ TEST(EndToEndPacks, AnLstmsSmallEvictedBuffersSharePagesAndTrainBitIdentically) 
     EXPECT_EQ(run.pack_refusals, 0u);
     expect_exact_within_budget(run, baseline);
   }
+  // Two streams (the upload and the optimizer step on the second): packs hold buffers of
+  // the stream that allocated them, and none is refused.
+  {
+    SCOPED_TRACE("two streams");
+    const outcome two = train(config, "reforward", "0.3x", 2);
+    ASSERT_EQ(two.plan_error, "");
+    EXPECT_GT(two.packed, 0u);
+    EXPECT_EQ(two.pack_refusals, 0u);
+    expect_exact_within_budget(two, baseline);
+  }
   // SUBLINEAR_PACKS=0: each evicted buffer on pages of its own. sqrtn's segments then hold
   // a page per few-KiB buffer, and 0.3x is out of its reach (its smallest was 4.4 MiB
   // against 3.4 MiB); at 0.5x it trains to the same parameters without a pack.

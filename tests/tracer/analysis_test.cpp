@@ -249,6 +249,31 @@ TEST(Analysis, ABlockItsFirstUserFindsStillFilledNeedsNoProducer) {
   EXPECT_EQ(it.unproduced, std::vector<buffer_id>{Unseen});
 }
 
+TEST(Analysis, EachBufferKeepsTheStreamThatAllocatedIt) {
+  // Packs hold buffers of one stream (Note [Packs] in policy/packs.hpp), so the iteration
+  // says which stream allocated each buffer, in the launches' dense numbering.
+  traced_session s{observed_and_timed()};
+  auto ctx = s.ctx();
+  host::stream* side = s.dev().create_stream();
+  s.rec().mark_iteration();
+  auto* a = static_cast<float*>(ctx.bytes(4096));
+  void* b = s.alloc().allocate(4096, side);
+  testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, a, 1024});
+  s.dev().synchronize();  // the side stream's launch reads what the default stream's wrote
+  testing::launch(s.dev(), testing::scale_kernel(), testing::scale_params{a, static_cast<float*>(b), 1024}, side);
+  s.dev().synchronize();
+  s.alloc().deallocate(b);
+  ctx.release_bytes(a, 4096);
+  s.rec().mark_iteration();
+  const trace t = s.take();
+  const analysed_iteration it = analyse(t, t.marked_iterations().at(0));
+  ASSERT_EQ(it.graph.buffers.size(), 2u);
+  ASSERT_EQ(it.graph.launches.size(), 2u);
+  EXPECT_EQ(it.graph.buffers[0].stream, it.graph.launches[0].stream);
+  EXPECT_EQ(it.graph.buffers[1].stream, it.graph.launches[1].stream);
+  EXPECT_NE(it.graph.buffers[0].stream, it.graph.buffers[1].stream);
+}
+
 TEST(Analysis, CopiesAndSetsAreLaunchesAndHostCopiesAreNotReplayable) {
   traced_session s;
   auto ctx = s.ctx();
