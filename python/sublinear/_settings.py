@@ -36,12 +36,15 @@ SETTINGS: Dict[str, str] = {
     "SUBLINEAR_VALIDATE": "off, first, always",
     "SUBLINEAR_RETENTION": "1/true/yes/on or 0/false/no/off",
     "SUBLINEAR_MULTIPASS": "1/true/yes/on or 0/false/no/off",
+    "SUBLINEAR_PACKS": "1/true/yes/on or 0/false/no/off",
     "SUBLINEAR_SCALED_CACHE": "1/true/yes/on or 0/false/no/off",
     "SUBLINEAR_TRACE": "a file path",
     "SUBLINEAR_TRACE_ITERATIONS": "1 or 2",
     "SUBLINEAR_ITERATION": "marker, auto",
     "SUBLINEAR_DISABLE": "1/true/yes/on or 0/false/no/off",
 }
+# Settings that take a boolean.
+SWITCHES = ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_PACKS", "SUBLINEAR_SCALED_CACHE")
 # Environment variables of the build and test scripts, not settings (docs/settings.md).
 NOT_SETTINGS = ("SUBLINEAR_ROOT", "SUBLINEAR_SANITIZER", "SUBLINEAR_STRESS_OPS")
 # Settings whose default is unset: an empty value means unset.
@@ -122,7 +125,7 @@ def check(name: str, value: str) -> None:
     elif name == "SUBLINEAR_ITERATION":
         if lower not in ("marker", "auto"):
             raise _bad(name, value)
-    elif name in ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_SCALED_CACHE"):
+    elif name in SWITCHES:
         if lower not in BOOL_TRUE + BOOL_FALSE:
             raise _bad(name, value)
     # SUBLINEAR_REPORT, SUBLINEAR_TRACE: any non-empty path.
@@ -130,7 +133,7 @@ def check(name: str, value: str) -> None:
 
 def _as_text(name: str, value: Value) -> str:
     if isinstance(value, bool):
-        if name in ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_SCALED_CACHE"):
+        if name in SWITCHES:
             return "1" if value else "0"
         raise ValueError(f"sublinear: {name}={value!r} is not valid; accepted: {SETTINGS[name]}")
     if isinstance(value, int):
