@@ -941,6 +941,35 @@ struct engine::impl {
     return true;
   }
 
+  // Note [Recipe prefix]: a recipe whose later launches this iteration has not issued
+  // yet runs only the launches it has. That happens when a carrier's own target is still
+  // to come but buffers it regenerates on the way were evicted already, and the run
+  // diverges (restore everything) or a launch touches one of them (the safety net) before
+  // the target's restore point. Every write an evicted buffer got before its eviction was
+  // issued, so the launches seen so far bring it back as it was; what comes later had not
+  // happened yet either. A target evicted now that no seen launch writes cannot be
+  // regenerated, and the replay says so.
+  std::vector<launch_id> runnable_recipe(const policy::eviction& e, const std::vector<buffer_id>& targets) const {
+    std::size_t seen = 0;
+    while (seen < e.recipe.size() && saved[e.recipe[seen]].present) ++seen;
+    if (seen == e.recipe.size()) return e.recipe;
+    const auto& g = graph();
+    for (buffer_id b : targets) {
+      if (!evicted[b] || freed[b]) continue;
+      bool written = false;
+      for (std::size_t i = 0; i < seen && !written; ++i) {
+        const auto& w = g.launches[e.recipe[i]].written;
+        written = std::find(w.begin(), w.end(), b) != w.end();
+      }
+      if (!written) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
+    }
+    if (opts.config.log >= log_level::debug)
+      log_debug("iteration " + std::to_string(iteration_index) + ": the recipe of buffer " + std::to_string(e.target) +
+                " runs the " + std::to_string(seen) + " of its " + std::to_string(e.recipe.size()) +
+                " launches issued so far (Note [Recipe prefix])");
+    return {e.recipe.begin(), e.recipe.begin() + static_cast<std::ptrdiff_t>(seen)};
+  }
+
   void regenerate_now(std::size_t entry_index, allocator::stream_handle stream, int depth, bool prefetch) {
     const auto& e = plan.evictions[entry_index];
     std::vector<buffer_id> targets{e.target};
@@ -948,6 +977,7 @@ struct engine::impl {
     if (depth > 64) throw error("sublinear: replay recursion deeper than 64 recipes; the plan is cyclic");
     if (e.recipe.empty()) throw error("sublinear: an evicted buffer has no recipe to regenerate it");
     const auto& g = graph();
+    const std::vector<launch_id> recipe = runnable_recipe(e, targets);
     pin_scope pinned(pins, g, e);
     std::unordered_set<buffer_id> regenerated(targets.begin(), targets.end());
     std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
@@ -970,7 +1000,7 @@ struct engine::impl {
     // write observation every block a launch touches may be written, so a recipe's inputs
     // are temporaries too: the CUDA collector's case before session 22.
     std::unordered_set<buffer_id> written_so_far;
-    for (launch_id l : e.recipe) {
+    for (launch_id l : recipe) {
       for (buffer_id u : g.launches[l].touched) {
         if (regenerated.count(u) || !evicted[u] || freed[u]) continue;
         if (temps.count(u)) {
@@ -992,7 +1022,7 @@ struct engine::impl {
     }
     // What the recipe's own launches write of each live temporary (check_versions).
     std::unordered_map<buffer_id, std::uint64_t> recipe_writes;
-    for (launch_id l : e.recipe)
+    for (launch_id l : recipe)
       for (buffer_id w : g.launches[l].written)
         if (temps.count(w)) ++recipe_writes[w];
     const double started = dev.now_s();
@@ -1004,14 +1034,14 @@ struct engine::impl {
     // Scratch for temporaries, at other addresses (Note [Recipe scratch]). Blocks the
     // recipe writes that have been freed since (a regeneration the pressure valve moved
     // later than planned) get scratch too: their addresses may belong to others now.
-    for (launch_id l : e.recipe)
+    for (launch_id l : recipe)
       for (buffer_id w : g.launches[l].written)
         if (freed[w]) temps.insert(w);
     // The last recipe launch that touches each temporary: its scratch goes back to the
     // allocator, stream-ordered, once that launch is queued.
     std::unordered_map<buffer_id, std::size_t> last_use;
-    for (std::size_t i = 0; i < e.recipe.size(); ++i)
-      for (buffer_id t : g.launches[e.recipe[i]].touched)
+    for (std::size_t i = 0; i < recipe.size(); ++i)
+      for (buffer_id t : g.launches[recipe[i]].touched)
         if (temps.count(t)) last_use[t] = i;
     auto release_scratch = [&] {
       for (const auto& [t, s] : scratch_of) alloc.deallocate(s);
@@ -1029,7 +1059,7 @@ struct engine::impl {
     };
     // Before any page is mapped back: a failure past this point would leave the targets
     // mapped and marked resident with no valid bytes.
-    for (launch_id l : e.recipe)
+    for (launch_id l : recipe)
       if (!saved[l].present) throw error("sublinear: a recipe launch was not seen in this iteration before it is replayed");
     try {
       for (buffer_id b : targets) {
@@ -1045,8 +1075,8 @@ struct engine::impl {
       throw;
     }
     std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
-    for (std::size_t i = 0; i < e.recipe.size(); ++i) {
-      const launch_id l = e.recipe[i];
+    for (std::size_t i = 0; i < recipe.size(); ++i) {
+      const launch_id l = recipe[i];
       saved_op& so = saved[l];  // present: checked above
       try {
         check_versions(l, so, regenerated, temps, recipe_writes);
@@ -1115,7 +1145,7 @@ struct engine::impl {
       auto& r = record_for(b);
       ++r.times_recomputed;
       r.recompute_cost_s = 0;
-      for (launch_id l : e.recipe) r.recompute_cost_s += g.launches[l].cost_s;
+      for (launch_id l : recipe) r.recompute_cost_s += g.launches[l].cost_s;
       validate_regenerated(b, stream);
     }
     if (prefetch) {

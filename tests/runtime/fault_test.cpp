@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -349,12 +350,15 @@ struct twice {
   std::vector<iteration_report> reports;
 };
 twice train_twice(const std::string& budget, const std::string& policy, int iterations,
-                  const std::function<void(chain_model&, int)>& step) {
+                  const std::function<void(chain_model&, int)>& step, host_runtime_options ro = {},
+                  std::optional<log_level> log = std::nullopt) {
   twice out;
   for (bool with_engine : {false, true}) {
     chain_model m;
     std::unique_ptr<host_runtime> rt;
-    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(budget, policy));
+    engine_options o = options_for(budget, policy);
+    if (log) o.config.log = *log;
+    if (with_engine) rt = std::make_unique<host_runtime>(m.dev, m.alloc, o, ro);
     for (int it = 0; it < iterations; ++it) {
       step(m, it);
       if (rt) rt->mark_iteration();
@@ -377,6 +381,41 @@ TEST(EngineFaults, ABatchSizeChangeMidRunDivergesRetracesAndTrainsCorrectly) {
   EXPECT_NE(reports[4].divergence.find("has size"), std::string::npos) << "the report says why: " << reports[4].divergence;
   EXPECT_EQ(reports[5].state, engine_state::trace) << "and traced again";
   EXPECT_GT(reports[7].evictions, 0u) << "the new shape is planned too";
+  for (const auto& r : reports) {
+    if (r.state != engine_state::trace && !r.diverged) {
+      EXPECT_LE(r.peak_mapped, r.budget) << r.index;
+    }
+  }
+}
+
+TEST(EngineFaults, ADivergenceBeforeACarriersTargetRegeneratesWhatItEvictedSoFar) {
+  // 16 KiB activations on 64 KiB pages, planned by `chain` with costs from touched bytes
+  // (the same plan every run): the forward's evicted activations share packs (Note
+  // [Packs]), and the carrier that regenerates a segment is its last activation. At
+  // iteration 4 the chain has 38 layers instead of 64: the backward begins inside a
+  // segment, its first members evicted and their carrier not yet computed. Restoring
+  // everything runs the carrier's recipe up to the launches issued so far (Note [Recipe
+  // prefix]); it used to refuse the recipe, and the run failed. Then the new shape is
+  // traced and planned, packs and all, and the result equals the run without sublinear.
+  host_runtime_options ro;
+  ro.time_launches = false;
+  ::testing::internal::CaptureStderr();
+  const twice t = train_twice(
+      "0.5x", "chain", 8, [](chain_model& m, int it) { m.iteration(it < 4 ? 64 : 38, kFloats / 16, false); }, ro,
+      log_level::debug);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const auto& reports = t.reports;
+  EXPECT_EQ(t.with, t.without);
+  ASSERT_EQ(reports.size(), 8u);
+  EXPECT_GT(reports[2].evictions, 0u);
+  EXPECT_GT(reports[2].packed, 0u) << "the first shape's plan placed packs";
+  EXPECT_TRUE(reports[4].diverged);
+  EXPECT_GT(reports[4].packed, 0u) << "the divergence came after packs were placed";
+  EXPECT_GT(reports[4].evictions, 0u) << "and after evictions";
+  EXPECT_NE(log.find("launches issued so far (Note [Recipe prefix])"), std::string::npos)
+      << "no recipe ran cut short: the plan no longer has a carrier after the divergence";
+  EXPECT_EQ(reports[5].state, engine_state::trace);
+  EXPECT_GT(reports[7].packed, 0u) << "the new shape is packed too";
   for (const auto& r : reports) {
     if (r.state != engine_state::trace && !r.diverged) {
       EXPECT_LE(r.peak_mapped, r.budget) << r.index;

@@ -121,7 +121,7 @@ host_runtime::host_runtime(host::device& dev, allocator::caching_allocator& allo
   hook_ = std::make_unique<hook>(dev, *engine_);
   dev.add_hook(hook_.get());
   tracer::host_collector_options co;
-  co.time_launches = true;
+  co.time_launches = runtime.time_launches;
   co.observe_writes = runtime.observe_writes;
   collector_ = std::make_unique<tracer::host_collector>(dev, *recorder_, co);
 }

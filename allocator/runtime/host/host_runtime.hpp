@@ -46,6 +46,10 @@ struct host_runtime_options {
   // Off, the trace is what the CUPTI collector gives on a GPU: every touched block may
   // have been written. The tests run both.
   bool observe_writes = true;
+  // Time each launch for the planners' costs. Off, a launch costs its touched bytes
+  // (tracer/analysis.cpp), so that plans do not move with the machine's timing: for
+  // tests that need one plan's shape every run.
+  bool time_launches = true;
 };
 
 class host_runtime {
