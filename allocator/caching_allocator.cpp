@@ -1164,20 +1164,25 @@ struct caching_allocator::impl {
   }
 
   // ---- allocate / free ----------------------------------------------------------------
+  // A whole dedicated segment of exactly `bytes` for `stream`: a free one of that size from
+  // its pool, else a new one (`requested`: what the caller asked for, for the error).
+  block* dedicated_segment(stream_pool& pool, std::size_t bytes, stream_handle stream, std::size_t requested) {
+    auto it = pool.dedicated.lower_bound(by_size_key::type{bytes, nullptr});
+    if (it != pool.dedicated.end() && it->size == bytes) {
+      block* b = &*it;
+      erase_free(b);
+      return b;
+    }
+    return new_segment(bytes, pool_kind::dedicated, stream, requested);
+  }
+
   void* allocate(std::size_t size, stream_handle stream, bool evictable) {
     if (size == 0) return nullptr;
     poll();
     stream_pool& pool = pool_for(stream);
     block* b = nullptr;
     if (evictable) {
-      std::size_t need = round_up(size, granularity);
-      auto it = pool.dedicated.lower_bound(by_size_key::type{need, nullptr});
-      if (it != pool.dedicated.end() && it->size == need) {
-        b = &*it;
-        erase_free(b);
-      } else {
-        b = new_segment(need, pool_kind::dedicated, stream, size);
-      }
+      b = dedicated_segment(pool, round_up(size, granularity), stream, size);
     } else {
       std::size_t rounded = round_size(size);
       pool_kind kind = rounded <= opts.small_size ? pool_kind::small : pool_kind::large;
@@ -1584,15 +1589,7 @@ struct caching_allocator::impl {
         cancel_pack_unmap(*seg->pack);
       }
     } else {
-      stream_pool& pool = pool_for(stream);
-      block* whole = nullptr;
-      auto it2 = pool.dedicated.lower_bound(by_size_key::type{seg_size, nullptr});
-      if (it2 != pool.dedicated.end() && it2->size == seg_size) {
-        whole = &*it2;
-        erase_free(whole);
-      } else {
-        whole = new_segment(seg_size, pool_kind::dedicated, stream, size);
-      }
+      block* whole = dedicated_segment(pool_for(stream), seg_size, stream, size);
       seg = whole->seg;
       f = whole;
       whole->filler = true;
