@@ -1229,6 +1229,12 @@ struct caching_allocator::impl {
         insert_free(rest);
       }
     }
+    return hand_out(b, size, stream);
+  }
+
+  // Marks `b` allocated for `size` bytes on `stream` and counts it: the last step of every
+  // allocation, packed or not.
+  void* hand_out(block* b, std::size_t size, stream_handle stream) {
     b->allocated = true;
     b->requested = size;
     b->stream = stream;
@@ -1622,19 +1628,10 @@ struct caching_allocator::impl {
     if (b->size > rounded) split_off(b, at + rounded);
     seg->pack->used.emplace_back(lo, hi);
     b->filler = false;
-    b->allocated = true;
-    b->requested = size;
-    b->stream = stream;
     b->state = residency::resident;
     b->stream_uses.clear();
-    live.insert(*b);
-    st.allocated += b->size;
-    st.allocated_peak = std::max(st.allocated_peak, st.allocated);
-    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
-    st.requested += size;
-    ++st.allocs;
     ++st.pack_members;
-    return b->ptr;
+    return hand_out(b, size, stream);
   }
 
   void set_budget(std::size_t bytes) {
