@@ -245,6 +245,7 @@ struct budgeted_run {
   std::size_t evictions = 0;
   std::size_t recomputed = 0;
   std::size_t retained = 0;  // frees deferred so that recipes read the block in place
+  std::size_t packed = 0;    // planned iterations: evicted buffers placed in shared pages (Note [Packs])
   std::size_t allocator_waits = 0;  // planned iterations: the allocator waited for a stream
   std::size_t handoffs = 0;         // planned iterations: chunks taken from queued work instead
   std::uint64_t segment_trims = 0;  // the allocator's last resort (Note [Segment trim])
@@ -334,6 +335,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
     if (r.state == runtime::engine_state::trace) continue;
     out.allocator_waits += r.allocator_waits;
     out.handoffs += r.handoffs;
+    out.packed += r.packed;
     out.peak = std::max(out.peak, r.peak_mapped);
     if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
   }
@@ -382,6 +384,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("evictions (all iterations)", std::to_string(b.evictions));
   row("recomputed launches", std::to_string(b.recomputed));
   if (b.retained > 0) row("frees deferred (retained)", std::to_string(b.retained));
+  if (b.packed > 0) row("evictions packed (shared pages)", std::to_string(b.packed));
   if (b.allocator_waits > 0 || b.handoffs > 0)
     row("allocator waits / handoffs (planned)", std::to_string(b.allocator_waits) + " / " + std::to_string(b.handoffs));
   if (b.segment_trims > 0)
@@ -423,6 +426,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"time_ratio", num(b.time_ratio)},
       {"evictions", std::to_string(b.evictions)},
       {"recomputed_launches", std::to_string(b.recomputed)},
+      {"packed", std::to_string(b.packed)},
       {"allocator_waits", std::to_string(b.allocator_waits)},
       {"handoffs", std::to_string(b.handoffs)},
       {"segment_trims", std::to_string(b.segment_trims)},
