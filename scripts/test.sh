@@ -9,6 +9,10 @@
 #                                       from PyPI, about 3 GB; CTest lists them as not run)
 #   extra arguments after -- go to ctest (e.g. -- -R caching)
 #
+# Environment: SUBLINEAR_BUILD_TYPE (CMake build type, default RelWithDebInfo) and
+# SUBLINEAR_BUILD_TARGETS (build only these targets, space-separated); the runtime's
+# settings check leaves both alone (docs/settings.md).
+#
 # Without a sanitizer, the Python tests run too: build/venv-python gets torch (PyPI's
 # wheel; the tests need only its CPU side), pytest and `pip install .`, and CTest runs
 # pytest as the test `python_package`.

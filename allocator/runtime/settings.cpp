@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <iterator>
 #include <sstream>
+#include <string_view>
 
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
@@ -145,12 +147,19 @@ const std::vector<option_info>& options_table() {
   return infos;
 }
 
+// The build and test scripts' own environment variables (docs/settings.md).
+constexpr std::string_view script_variables[] = {"SUBLINEAR_ROOT", "SUBLINEAR_SANITIZER", "SUBLINEAR_STRESS_OPS",
+                                                 "SUBLINEAR_BUILD_TYPE", "SUBLINEAR_BUILD_TARGETS"};
+
 settings read_settings(const env_lookup& lookup, const std::vector<std::string>& environ_names) {
   for (const auto& name : environ_names) {
     if (name.rfind("SUBLINEAR_", 0) != 0) continue;
     bool known = std::any_of(entries().begin(), entries().end(), [&](const entry& e) { return name == e.info.name; });
-    // Variables the test harness and the command line use for themselves are not settings.
-    if (!known && name != "SUBLINEAR_STRESS_OPS" && name != "SUBLINEAR_SANITIZER" && name != "SUBLINEAR_ROOT") {
+    // Variables the build and test scripts use for themselves are not settings: a user who
+    // runs `SUBLINEAR_BUILD_TYPE=Debug scripts/test.sh` passes them on to every test.
+    const bool script_variable = std::find(std::begin(script_variables), std::end(script_variables), name) !=
+                                 std::end(script_variables);
+    if (!known && !script_variable) {
       std::string all;
       for (const auto& e : entries()) all += (all.empty() ? "" : ", ") + std::string(e.info.name);
       throw config_error("sublinear: unknown setting " + name + "; the settings are: " + all);

@@ -46,7 +46,8 @@ SETTINGS: Dict[str, str] = {
 # Settings that take a boolean.
 SWITCHES = ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_PACKS", "SUBLINEAR_SCALED_CACHE")
 # Environment variables of the build and test scripts, not settings (docs/settings.md).
-NOT_SETTINGS = ("SUBLINEAR_ROOT", "SUBLINEAR_SANITIZER", "SUBLINEAR_STRESS_OPS")
+NOT_SETTINGS = ("SUBLINEAR_ROOT", "SUBLINEAR_SANITIZER", "SUBLINEAR_STRESS_OPS", "SUBLINEAR_BUILD_TYPE",
+                "SUBLINEAR_BUILD_TARGETS")
 # Settings whose default is unset: an empty value means unset.
 OPTIONAL = ("SUBLINEAR_BUDGET", "SUBLINEAR_REPORT", "SUBLINEAR_TRACE")
 

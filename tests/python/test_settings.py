@@ -109,6 +109,7 @@ def test_unknown_environment_variable_lists_the_settings():
 
 def test_script_variables_are_not_settings():
     _settings.check_environment({"SUBLINEAR_ROOT": "/src", "SUBLINEAR_SANITIZER": "x", "SUBLINEAR_STRESS_OPS": "7"})
+    _settings.check_environment({"SUBLINEAR_BUILD_TYPE": "Debug", "SUBLINEAR_BUILD_TARGETS": "sublinear_cli"})
 
 
 def test_variables_without_the_prefix_are_ignored():

@@ -283,6 +283,8 @@ TEST(UnknownSetting, OtherPrefixesAndTheHarnessVariablesAreNotSettings) {
   EXPECT_EQ(error_for({{"SUBLINEARX", "1"}, {"MY_SUBLINEAR_BUDGET", "1"}, {"PATH", "/bin"}}), "(accepted)");
   EXPECT_EQ(error_for({{"SUBLINEAR_ROOT", "/src"}, {"SUBLINEAR_SANITIZER", "address"}, {"SUBLINEAR_STRESS_OPS", "9"}}),
             "(accepted)");
+  // scripts/lib/deps.sh reads these; set for a test run, they reach every test's environment.
+  EXPECT_EQ(error_for({{"SUBLINEAR_BUILD_TYPE", "Debug"}, {"SUBLINEAR_BUILD_TARGETS", "sublinear_cli"}}), "(accepted)");
 }
 
 TEST(UnknownSetting, IsOnlyCheckedWhenTheEnvironmentsNamesAreGiven) {
