@@ -147,9 +147,20 @@ const std::vector<option_info>& options_table() {
   return infos;
 }
 
+namespace {
+
+// The error for a SUBLINEAR_* name that is no setting: it lists the settings.
+config_error unknown_setting(const std::string& name) {
+  std::string all;
+  for (const auto& e : entries()) all += (all.empty() ? "" : ", ") + std::string(e.info.name);
+  return config_error("sublinear: unknown setting " + name + "; the settings are: " + all);
+}
+
 // The build and test scripts' own environment variables (docs/settings.md).
 constexpr std::string_view script_variables[] = {"SUBLINEAR_ROOT", "SUBLINEAR_SANITIZER", "SUBLINEAR_STRESS_OPS",
                                                  "SUBLINEAR_BUILD_TYPE", "SUBLINEAR_BUILD_TARGETS"};
+
+}  // namespace
 
 settings read_settings(const env_lookup& lookup, const std::vector<std::string>& environ_names) {
   for (const auto& name : environ_names) {
@@ -159,11 +170,7 @@ settings read_settings(const env_lookup& lookup, const std::vector<std::string>&
     // runs `SUBLINEAR_BUILD_TYPE=Debug scripts/test.sh` passes them on to every test.
     const bool script_variable = std::find(std::begin(script_variables), std::end(script_variables), name) !=
                                  std::end(script_variables);
-    if (!known && !script_variable) {
-      std::string all;
-      for (const auto& e : entries()) all += (all.empty() ? "" : ", ") + std::string(e.info.name);
-      throw config_error("sublinear: unknown setting " + name + "; the settings are: " + all);
-    }
+    if (!known && !script_variable) throw unknown_setting(name);
   }
   settings s;
   for (const auto& e : entries()) {
@@ -249,11 +256,7 @@ run_environment compose_run_environment(const std::vector<std::string>& inherite
   const auto& table = entries();
   for (const auto& [name, value] : overrides) {
     const bool known = std::any_of(table.begin(), table.end(), [&](const entry& e) { return name == e.info.name; });
-    if (!known) {
-      std::string all;
-      for (const auto& e : table) all += (all.empty() ? "" : ", ") + std::string(e.info.name);
-      throw config_error("sublinear: unknown setting " + name + "; the settings are: " + all);
-    }
+    if (!known) throw unknown_setting(name);
   }
   if (library.empty()) throw config_error("sublinear: no preload library given");
 
