@@ -7,6 +7,7 @@
 #include <string>
 
 #include "allocator/default_allocator.hpp"
+#include "common/text.hpp"
 #include "sublinear/sublinear.h"
 
 namespace {

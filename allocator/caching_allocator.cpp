@@ -10,6 +10,8 @@
 //   pack          : a dedicated segment shared by several evictable blocks (Note [Packs]),
 //                   found by key in packs
 #include "allocator/caching_allocator.hpp"
+#include "common/round_up.hpp"
+#include "common/text.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -31,7 +33,6 @@ namespace {
 
 namespace bi = boost::intrusive;
 
-std::size_t round_up(std::size_t n, std::size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 std::size_t round_down(std::size_t n, std::size_t multiple) { return n / multiple * multiple; }
 
 enum class pool_kind : std::uint8_t { small, large, dedicated };

@@ -7,7 +7,7 @@
 // Note [Default allocator factory]
 // Rationale: a program that only calls the C API (PyTorch's pluggable allocator, a C++
 //   trainer) never installs an allocator, yet its first sublinear_alloc must get the CUDA
-//   process runtime (allocator/runtime/cuda/). The allocator library must not depend on
+//   process runtime (runtime/cuda/). The allocator library must not depend on
 //   the runtime that sits above it.
 // Approach: the runtime registers a factory (a static initializer in its CUDA sources,
 //   linked whole into libsublinear.so and libsublinear_preload.so). When no default is

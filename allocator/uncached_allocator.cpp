@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/text.hpp"
 #include "sublinear/error.hpp"
 
 namespace sublinear::allocator {

@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 
-#include "allocator/vmm.hpp"
+#include "allocator/device_types.hpp"
 
 namespace sublinear::allocator {
 

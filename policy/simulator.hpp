@@ -43,16 +43,13 @@
 #include <string>
 #include <vector>
 
+#include "common/round_up.hpp"
 #include "policy/plan.hpp"
 #include "policy/recipe.hpp"
 
 namespace sublinear::policy {
 
 inline constexpr std::size_t unplanned_rounding = 512;
-
-[[nodiscard]] constexpr std::size_t round_up(std::size_t bytes, std::size_t unit) noexcept {
-  return unit <= 1 ? bytes : (bytes + unit - 1) / unit * unit;
-}
 
 struct simulation {
   bool valid = false;

@@ -29,7 +29,7 @@ std::atomic<recorder*> g_default{nullptr};
 struct recorder::impl {
   struct live_info {
     std::uint64_t size = 0;
-    allocator::stream_handle stream = nullptr;
+    device::stream_handle stream = nullptr;
     bool evictable = false;
   };
 
@@ -49,8 +49,8 @@ struct recorder::impl {
   std::uint64_t last_handle = ~std::uint64_t{0};
   std::uint32_t last_kernel = 0;
 
-  std::unordered_map<allocator::stream_handle, std::uint32_t> stream_index;
-  allocator::stream_handle last_stream = nullptr;
+  std::unordered_map<device::stream_handle, std::uint32_t> stream_index;
+  device::stream_handle last_stream = nullptr;
   std::uint32_t last_stream_index = 0;
 
   std::unordered_map<std::uint64_t, live_info> live;
@@ -60,7 +60,7 @@ struct recorder::impl {
   std::unordered_map<std::uint64_t, std::uint32_t> orphan_frees;
 
   // Precondition: mutex held.
-  std::uint32_t stream_of(allocator::stream_handle s) {
+  std::uint32_t stream_of(device::stream_handle s) {
     if (s == last_stream) return last_stream_index;
     auto [it, fresh] = stream_index.try_emplace(s, static_cast<std::uint32_t>(current.streams.size()));
     if (fresh) current.streams.push_back(address_of(s));
@@ -70,7 +70,7 @@ struct recorder::impl {
   }
 
   // Precondition: mutex held and recording.
-  event& append(event_kind kind, allocator::stream_handle s) {
+  event& append(event_kind kind, device::stream_handle s) {
     event& e = current.events.emplace_back();
     e.seq = next_seq++;
     e.time_ns = now_ns();
@@ -129,22 +129,22 @@ recorder::~recorder() {
 
 // ---- allocation observer -------------------------------------------------------------------
 
-bool recorder::place_evictable(std::size_t size, allocator::stream_handle stream) {
+bool recorder::place_evictable(std::size_t size, device::stream_handle stream) {
   allocation_observer* next = next_.load(std::memory_order_acquire);
   return next != nullptr && next->place_evictable(size, stream);
 }
 
-std::optional<allocator::pack_slot> recorder::pack_slot_for(std::size_t size, allocator::stream_handle stream) {
+std::optional<allocator::pack_slot> recorder::pack_slot_for(std::size_t size, device::stream_handle stream) {
   allocation_observer* next = next_.load(std::memory_order_acquire);
   return next != nullptr ? next->pack_slot_for(size, stream) : std::nullopt;
 }
 
-bool recorder::defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) {
+bool recorder::defer_free(void* ptr, std::size_t size, device::stream_handle stream) {
   allocation_observer* next = next_.load(std::memory_order_acquire);
   return next != nullptr && next->defer_free(ptr, size, stream);
 }
 
-void recorder::on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) {
+void recorder::on_allocate(void* ptr, std::size_t size, device::stream_handle stream, bool evictable) {
   {
     std::lock_guard lock(impl_->mutex);
     const std::uint64_t base = address_of(ptr);
@@ -175,7 +175,7 @@ void recorder::on_allocate(void* ptr, std::size_t size, allocator::stream_handle
   }
 }
 
-void recorder::on_free(void* ptr, std::size_t size, allocator::stream_handle stream) {
+void recorder::on_free(void* ptr, std::size_t size, device::stream_handle stream) {
   {
     std::lock_guard lock(impl_->mutex);
     const std::uint64_t base = address_of(ptr);
@@ -241,7 +241,7 @@ std::uint64_t recorder::record_launch(const launch_args& args, describe_kernel_f
 }
 
 std::uint64_t recorder::record_memcpy(const void* dst, const void* src, std::size_t bytes,
-                                      allocator::stream_handle stream, copy_kind kind) {
+                                      device::stream_handle stream, copy_kind kind) {
   if (!recording()) return no_seq;
   std::lock_guard lock(impl_->mutex);
   if (!recording()) return no_seq;
@@ -260,7 +260,7 @@ std::uint64_t recorder::record_memcpy(const void* dst, const void* src, std::siz
 }
 
 std::uint64_t recorder::record_memset(const void* dst, int value, std::size_t bytes,
-                                      allocator::stream_handle stream) {
+                                      device::stream_handle stream) {
   if (!recording()) return no_seq;
   std::lock_guard lock(impl_->mutex);
   if (!recording()) return no_seq;
@@ -271,7 +271,7 @@ std::uint64_t recorder::record_memset(const void* dst, int value, std::size_t by
   return e.seq;
 }
 
-std::uint64_t recorder::record_event_record(std::uint64_t event_handle, allocator::stream_handle stream) {
+std::uint64_t recorder::record_event_record(std::uint64_t event_handle, device::stream_handle stream) {
   if (!recording()) return no_seq;
   std::lock_guard lock(impl_->mutex);
   if (!recording()) return no_seq;
@@ -280,7 +280,7 @@ std::uint64_t recorder::record_event_record(std::uint64_t event_handle, allocato
   return e.seq;
 }
 
-std::uint64_t recorder::record_event_wait(std::uint64_t event_handle, allocator::stream_handle stream) {
+std::uint64_t recorder::record_event_wait(std::uint64_t event_handle, device::stream_handle stream) {
   if (!recording()) return no_seq;
   std::lock_guard lock(impl_->mutex);
   if (!recording()) return no_seq;

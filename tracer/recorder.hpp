@@ -34,8 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "allocator/caching_allocator.hpp"
-#include "allocator/stream_events.hpp"
+#include "allocator/allocation_observer.hpp"
+#include "device/stream_events.hpp"
 #include "sublinear/export.h"
 #include "tracer/events.hpp"
 #include "tracer/pointer_scan.hpp"
@@ -54,7 +54,7 @@ struct launch_args {
   std::uint64_t kernel_handle = 0;
   dims grid, block;
   std::uint32_t shared_mem = 0;
-  allocator::stream_handle stream = nullptr;  // nullptr: the default stream
+  device::stream_handle stream = nullptr;  // nullptr: the default stream
   std::span<const std::byte> params;          // packed (see param_packing.hpp)
   std::uint64_t correlation = 0;
   std::uint8_t flags = 0;                     // extra event_flags (names_event)
@@ -82,11 +82,11 @@ class recorder final : public allocator::allocation_observer {
   recorder& operator=(const recorder&) = delete;
 
   // ---- allocation_observer (install with caching_allocator::set_observer) ----
-  bool place_evictable(std::size_t size, allocator::stream_handle stream) override;
-  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle stream) override;
-  void on_allocate(void* ptr, std::size_t size, allocator::stream_handle stream, bool evictable) override;
-  void on_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
-  bool defer_free(void* ptr, std::size_t size, allocator::stream_handle stream) override;
+  bool place_evictable(std::size_t size, device::stream_handle stream) override;
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, device::stream_handle stream) override;
+  void on_allocate(void* ptr, std::size_t size, device::stream_handle stream, bool evictable) override;
+  void on_free(void* ptr, std::size_t size, device::stream_handle stream) override;
+  bool defer_free(void* ptr, std::size_t size, device::stream_handle stream) override;
   // Another observer to forward every callback to (the runtime's placement). Not owned.
   void set_next(allocation_observer* next) noexcept { next_.store(next, std::memory_order_release); }
   // The allocator's page granularity, for traces recorded from now on (a recorder made
@@ -98,10 +98,10 @@ class recorder final : public allocator::allocation_observer {
   std::uint64_t record_launch(const launch_args& args, describe_kernel_fn describe, const void* context);
   // `kind` unknown: inferred from which side is a live block.
   std::uint64_t record_memcpy(const void* dst, const void* src, std::size_t bytes,
-                              allocator::stream_handle stream, copy_kind kind = copy_kind::unknown);
-  std::uint64_t record_memset(const void* dst, int value, std::size_t bytes, allocator::stream_handle stream);
-  std::uint64_t record_event_record(std::uint64_t event_handle, allocator::stream_handle stream);
-  std::uint64_t record_event_wait(std::uint64_t event_handle, allocator::stream_handle stream);
+                              device::stream_handle stream, copy_kind kind = copy_kind::unknown);
+  std::uint64_t record_memset(const void* dst, int value, std::size_t bytes, device::stream_handle stream);
+  std::uint64_t record_event_record(std::uint64_t event_handle, device::stream_handle stream);
+  std::uint64_t record_event_wait(std::uint64_t event_handle, device::stream_handle stream);
   // The explicit iteration marker: a new iteration begins here.
   std::uint64_t mark_iteration();
 

@@ -9,19 +9,19 @@
 #include <cstdlib>
 
 #include "allocator/caching_allocator.hpp"
-#include "allocator/host/host_vmm.hpp"
+#include "device/host/host_vmm.hpp"
 #include "allocator/uncached_allocator.hpp"
 
 namespace sublinear::allocator {
 namespace {
 
-host_vmm& device() {
-  static host_vmm d{host_vmm_options{64 * KiB, 8 * GiB}};
+device::host_vmm& device() {
+  static device::host_vmm d{device::host_vmm_options{64 * KiB, 8 * GiB}};
   return d;
 }
 
 void BM_caching_malloc_free(benchmark::State& state) {
-  immediate_events events;
+  device::immediate_events events;
   options o;
   o.reserve = 16 * GiB;
   caching_allocator a(device(), events, o);

@@ -14,14 +14,14 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "allocator/host/host_vmm.hpp"
+#include "device/host/host_vmm.hpp"
 
 namespace {
 
-using sublinear::allocator::chunk_handle;
-using sublinear::allocator::host_vmm;
-using sublinear::allocator::host_vmm_options;
-using sublinear::allocator::vmm_status;
+using sublinear::device::chunk_handle;
+using sublinear::device::host_vmm;
+using sublinear::device::host_vmm_options;
+using sublinear::device::vmm_status;
 
 constexpr std::size_t page = 4096;
 

@@ -26,9 +26,9 @@
 #include <string_view>
 #include <vector>
 
-#include "benchmarks/workloads/host_session.hpp"
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "sublinear/error.hpp"
 
 namespace {

@@ -1,6 +1,6 @@
 // remat_sweeps: the recomputation sweeps of issue 6 (memory against depth, LSTM length,
 // overhead against budget, a Re-forwarding-style table) as a figures program. The same
-// code runs as `sublinear bench`; Note [Remat sweeps] in remat_sweeps_lib.hpp says how
+// code runs as `sublinear bench`; Note [Remat sweeps] in sweeps.hpp says how
 // it measures.
 //
 //   remat_sweeps [--sweep depth|lstm|budget|reforward|all] [--quick] [--json PATH]
@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "benchmarks/figures/remat_sweeps_lib.hpp"
+#include "integrations/cli/bench/sweeps.hpp"
 
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);

@@ -26,7 +26,7 @@
 #include "policy/planner.hpp"
 #include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
-#include "policy/synthetic.hpp"
+#include "policy/testing/synthetic.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/trace_file.hpp"
@@ -85,7 +85,7 @@ double forward_cost(const iteration& it) {
 std::size_t persistent_bytes(const iteration& it) {
   std::size_t s = 0;
   for (const buffer& b : it.buffers) {
-    if (b.alloc_index == none) s += round_up(b.size, unplanned_rounding);
+    if (b.alloc_index == none) s += sublinear::round_up(b.size, unplanned_rounding);
   }
   return s;
 }

@@ -14,10 +14,10 @@
 #include <memory>
 #include <vector>
 
-#include "allocator/host/device.hpp"
-#include "benchmarks/workloads/host_session.hpp"
-#include "benchmarks/workloads/models/resnet.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "device/host/device.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/models/resnet.hpp"
+#include "workloads/training.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/host/host_collector.hpp"
 #include "tracer/iterations.hpp"
@@ -36,12 +36,12 @@ struct block_params {
 };
 
 template <std::size_t Bytes>
-void empty_body(const host::launch_config&, const block_params<Bytes>&) {}
+void empty_body(const device::host::launch_config&, const block_params<Bytes>&) {}
 
 template <std::size_t Bytes>
-const host::kernel& block_kernel() {
-  static const host::kernel& k = host::register_kernel<block_params<Bytes>, &empty_body<Bytes>>(
-      "bench_tracer.block_" + std::to_string(Bytes), {host::param_info{0, static_cast<std::uint32_t>(Bytes)}});
+const device::host::kernel& block_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<block_params<Bytes>, &empty_body<Bytes>>(
+      "bench_tracer.block_" + std::to_string(Bytes), {device::host::param_info{0, static_cast<std::uint32_t>(Bytes)}});
   return k;
 }
 
@@ -72,10 +72,10 @@ template <std::size_t Bytes>
 void BM_InterceptLaunch(benchmark::State& state) {
   recorder rec;
   const live_blocks blocks(rec, 10000);
-  host::device dev(host::device_options{true});
+  device::host::device dev(device::host::device_options{true});
   host_collector collector(dev, rec);
   const auto params = make_params<Bytes>(blocks.base, static_cast<std::size_t>(state.range(0)), 10000);
-  host::launch_record r;
+  device::host::launch_record r;
   r.fn = &block_kernel<Bytes>();
   r.config.grid = {64, 1, 1};
   r.on = dev.default_stream();
@@ -106,12 +106,12 @@ template <std::size_t Bytes>
 void BM_DeviceLaunch(benchmark::State& state) {
   recorder rec;
   const live_blocks blocks(rec, 10000);
-  host::device dev(host::device_options{true});
+  device::host::device dev(device::host::device_options{true});
   std::unique_ptr<host_collector> collector;
   if (state.range(0) != 0) collector = std::make_unique<host_collector>(dev, rec);
   const auto params = make_params<Bytes>(blocks.base, 8, 10000);
-  const host::kernel& k = block_kernel<Bytes>();
-  host::launch_config cfg;
+  const device::host::kernel& k = block_kernel<Bytes>();
+  device::host::launch_config cfg;
   std::int64_t n = 0;
   for (auto _ : state) {
     dev.launch(k, cfg, nullptr, &params);

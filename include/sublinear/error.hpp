@@ -51,11 +51,4 @@ class SUBLINEAR_API out_of_memory : public error {
   figures figures_;
 };
 
-// Formats a byte count for messages: "1.50 MiB", "512 B".
-SUBLINEAR_API std::string format_bytes(std::size_t bytes);
-
-// A JSON string literal for `s`: quotes included, quote, backslash and control characters
-// escaped (RFC 8259 §7). Reports, figures and the demo's JSON all write strings with it.
-SUBLINEAR_API std::string json_quote(std::string_view s);
-
 }  // namespace sublinear

@@ -1,5 +1,5 @@
 // One reader for every subcommand's `--flag value` and `--flag=value` arguments (the
-// subcommands here and the sweeps' program, benchmarks/figures/remat_sweeps_lib.cpp).
+// subcommands here and the sweeps' program, integrations/cli/bench/sweeps.cpp).
 #pragma once
 
 #include <cstddef>

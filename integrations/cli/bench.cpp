@@ -1,13 +1,13 @@
 // `sublinear bench`: the recomputation sweeps of issue 6 (memory against depth, LSTM
 // length, overhead against budget, a Re-forwarding-style table) on the host device.
 //
-// The sweeps live in benchmarks/figures/remat_sweeps_lib.{hpp,cpp} (Note [Remat sweeps]),
+// The sweeps live in integrations/cli/bench/sweeps.{hpp,cpp} (Note [Remat sweeps]),
 // shared with the `remat_sweeps` figures program, so the command and the program print
 // and write the same figures; docs/benchmarks.md shows what they measured.
 #include <span>
 #include <string_view>
 
-#include "benchmarks/figures/remat_sweeps_lib.hpp"
+#include "integrations/cli/bench/sweeps.hpp"
 #include "integrations/cli/commands.hpp"
 
 namespace sublinear::cli {

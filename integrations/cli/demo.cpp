@@ -11,7 +11,7 @@
 //   per-iteration table and the summary, one column (group) per run; write the same
 //   figures as JSON with write_figures_json. With a budget, the baseline trains beside
 //   the budgeted run, the two taking turns one iteration each (Note [Paired timing] in
-//   benchmarks/workloads/paired.hpp), and the time ratio is the median over the planned
+//   workloads/paired.hpp), and the time ratio is the median over the planned
 //   iterations of each one's ratio to the baseline's same iteration: this machine's speed
 //   drifts by up to 30% within minutes, which made two runs one after the other disagree
 //   by more than the overhead they measured.
@@ -29,14 +29,15 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/runtime/engine.hpp"
-#include "allocator/runtime/host/host_runtime.hpp"
-#include "benchmarks/workloads/host_session.hpp"
-#include "benchmarks/workloads/paired.hpp"
+#include "common/text.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/paired.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"

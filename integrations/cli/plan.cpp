@@ -1,14 +1,14 @@
 // `sublinear plan --trace FILE --budget B [--policy P|all]`: what a budget would cost, per
 // planner, on a recorded trace, before any training runs (Note [Plan preview] in
-// allocator/runtime/report_plan.hpp).
+// runtime/report/report_plan.hpp).
 #include <cstdio>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "allocator/runtime/report.hpp"
-#include "allocator/runtime/report_plan.hpp"
+#include "runtime/report/report.hpp"
+#include "runtime/report/report_plan.hpp"
 #include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "policy/budget.hpp"

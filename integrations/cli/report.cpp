@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "allocator/runtime/report.hpp"
+#include "runtime/report/report.hpp"
 #include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "allocator/runtime/settings.hpp"
+#include "runtime/settings.hpp"
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"
 

@@ -1,5 +1,5 @@
 // libsublinear_preload.so: the CUDA allocation entry points, interposed with LD_PRELOAD,
-// over the process runtime (allocator/runtime/cuda/process_runtime.hpp). The library also
+// over the process runtime (runtime/cuda/process_runtime.hpp). The library also
 // carries InitializeInjection (tracer/cupti/injection.cpp, linked whole), so the same file
 // is named by CUDA_INJECTION64_PATH; `sublinear run` sets both.
 //
@@ -43,10 +43,11 @@
 #include <exception>
 #include <string>
 
-#include "allocator/cuda/driver_api.hpp"
+#include "common/text.hpp"
+#include "device/cuda/driver_api.hpp"
 #include "allocator/default_allocator.hpp"
-#include "allocator/runtime/cuda/process_runtime.hpp"
-#include "allocator/runtime/settings.hpp"
+#include "runtime/cuda/process_runtime.hpp"
+#include "runtime/settings.hpp"
 #include "sublinear/error.hpp"
 #include "sublinear/export.h"
 
@@ -188,10 +189,10 @@ __attribute__((constructor)) void on_load() {
   }
   // Opened, not initialized: cuInit belongs to the program (it may never use CUDA, or fork
   // first). load_driver reuses the handle later.
-  if (::dlopen(sublinear::allocator::driver_library, RTLD_LAZY | RTLD_LOCAL) == nullptr) {
+  if (::dlopen(sublinear::device::driver_library, RTLD_LAZY | RTLD_LOCAL) == nullptr) {
     const char* detail = ::dlerror();
     say_inactive(std::string("sublinear: no NVIDIA GPU driver on this machine (") +
-                 sublinear::allocator::driver_library + " cannot be loaded: " +
+                 sublinear::device::driver_library + " cannot be loaded: " +
                  (detail != nullptr ? detail : "not found") + ")");
   }
 }

@@ -6,7 +6,7 @@ Rationale: the native library reads its settings when it creates its allocator, 
   PyTorch reports a failed pluggable allocation as an out-of-memory error, far from the
   call that set it. enable() therefore checks every value when it is called and raises
   ValueError naming the setting and the forms it accepts.
-Approach: the rules of options_table() (allocator/runtime/settings.cpp) and parse_budget()
+Approach: the rules of options_table() (runtime/settings.cpp) and parse_budget()
   (policy/budget.cpp) restated for the values a user passes; the messages use the same
   wording as docs/settings.md. The native library still checks everything itself.
 Limitations: two copies of the rules: tests/python/test_settings.py pins each form of

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
-#include "allocator/host/host_vmm.hpp"
+#include "device/host/host_vmm.hpp"
 #include "allocator/uncached_allocator.hpp"
 #if defined(SUBLINEAR_HAVE_CUDA)
-#include "allocator/cuda/cuda_events.hpp"
-#include "allocator/cuda/cuda_vmm.hpp"
+#include "device/cuda/cuda_events.hpp"
+#include "device/cuda/cuda_vmm.hpp"
 #endif
 
 namespace sublinear::allocator {
@@ -61,13 +61,13 @@ class caching_subject final : public subject {
 class uncached_subject final : public subject {
  public:
   explicit uncached_subject(std::size_t budget)
-      : device_(host_vmm_options{64 * KiB, 1 * GiB}), alloc_(device_, budget) {}
+      : device_(device::host_vmm_options{64 * KiB, 1 * GiB}), alloc_(device_, budget) {}
   void* allocate(std::size_t size) override { return alloc_.allocate(size); }
   void deallocate(void* p) override { alloc_.deallocate(p); }
   std::size_t mapped() override { return alloc_.mapped(); }
 
  private:
-  host_vmm device_;
+  device::host_vmm device_;
   uncached_allocator alloc_;
 };
 
@@ -75,8 +75,8 @@ constexpr std::size_t kBudget = 64 * MiB;
 
 struct caching_on_host {
   static std::unique_ptr<subject> make(std::string*) {
-    return std::make_unique<caching_subject>(std::make_unique<host_vmm>(host_vmm_options{64 * KiB, 1 * GiB}),
-                                             std::make_unique<immediate_events>(), kBudget, true);
+    return std::make_unique<caching_subject>(std::make_unique<device::host_vmm>(device::host_vmm_options{64 * KiB, 1 * GiB}),
+                                             std::make_unique<device::immediate_events>(), kBudget, true);
   }
 };
 struct uncached_on_host {
@@ -85,9 +85,9 @@ struct uncached_on_host {
 struct caching_on_cuda {
   static std::unique_ptr<subject> make(std::string* why) {
 #if defined(SUBLINEAR_HAVE_CUDA)
-    auto device = make_cuda_vmm(0, why);
+    auto device = device::make_cuda_vmm(0, why);
     if (!device) return nullptr;
-    return std::make_unique<caching_subject>(std::move(device), std::make_unique<cuda_events>(), kBudget, false);
+    return std::make_unique<caching_subject>(std::move(device), std::make_unique<device::cuda_events>(), kBudget, false);
 #else
     *why = "built without the CUDA backend";
     return nullptr;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
-#include "allocator/host/host_vmm.hpp"
+#include "device/host/host_vmm.hpp"
 #include "test_events.hpp"
 
 namespace sublinear::allocator {
@@ -19,7 +19,7 @@ using testing::manual_events;
 constexpr std::size_t kGranularity = 64 * KiB;
 
 struct fixture : ::testing::Test {
-  host_vmm device{host_vmm_options{kGranularity, 1 * GiB}};
+  device::host_vmm device{device::host_vmm_options{kGranularity, 1 * GiB}};
   manual_events events;
 
   caching_allocator make(std::size_t budget = 0) {
@@ -773,7 +773,7 @@ TEST_F(CachingAllocator, RestoringAHandedOffBlockSettlesItsOldMappingFirst) {
 }
 
 TEST_F(CachingAllocator, HandoffCanBeSwitchedOff) {
-  host_vmm dev{host_vmm_options{kGranularity, 1 * GiB}};
+  device::host_vmm dev{device::host_vmm_options{kGranularity, 1 * GiB}};
   options o;
   o.budget = 256 * KiB;
   o.reserve = 1 * GiB;
@@ -803,7 +803,7 @@ TEST_F(CachingAllocator, AnOutOfMemoryErrorSaysWhetherTheBudgetTheDeviceOrTheAdd
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   };
-  host_vmm small{host_vmm_options{kGranularity, 4 * MiB}};  // 4 MiB of physical memory
+  device::host_vmm small{device::host_vmm_options{kGranularity, 4 * MiB}};  // 4 MiB of physical memory
   options above;
   above.budget = 64 * MiB;  // above it: the device runs out first
   above.reserve = 1 * GiB;

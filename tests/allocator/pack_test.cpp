@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
-#include "allocator/host/host_vmm.hpp"
+#include "device/host/host_vmm.hpp"
 #include "test_events.hpp"
 
 namespace sublinear::allocator {
@@ -73,7 +73,7 @@ options make_options(std::size_t budget) {
 }
 
 struct fixture : ::testing::Test {
-  host_vmm device{host_vmm_options{kGranularity, 1 * GiB}};
+  device::host_vmm device{device::host_vmm_options{kGranularity, 1 * GiB}};
   manual_events events;
 
   caching_allocator make(std::size_t budget = 0) { return caching_allocator(device, events, make_options(budget)); }
@@ -586,7 +586,7 @@ TEST_F(Packs, RandomOperationsKeepTheInvariantsAndTheResidentContents) {
 }
 
 struct gated_fixture : ::testing::Test {
-  host_vmm device{host_vmm_options{kGranularity, 1 * GiB}};
+  device::host_vmm device{device::host_vmm_options{kGranularity, 1 * GiB}};
   stream_gated_events events;
   caching_allocator make() { return caching_allocator(device, events, make_options(0)); }
 };

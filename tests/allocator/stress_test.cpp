@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
-#include "allocator/host/host_vmm.hpp"
+#include "device/host/host_vmm.hpp"
 #include "test_events.hpp"
 
 namespace sublinear::allocator {
@@ -185,7 +185,7 @@ std::uint64_t operations() {
 }
 
 TEST(AllocatorStress, SingleThreadMatchesTheReferenceModel) {
-  host_vmm device{host_vmm_options{kGranularity, 1 * GiB, /*populate_on_access=*/false}};  // stamps 3 words per block
+  device::host_vmm device{device::host_vmm_options{kGranularity, 1 * GiB, /*populate_on_access=*/false}};  // stamps 3 words per block
   testing::countdown_events events(3);
   options o;
   o.budget = kBudget;
@@ -206,7 +206,7 @@ TEST(AllocatorStress, SingleThreadMatchesTheReferenceModel) {
 }
 
 TEST(AllocatorStress, FourThreadsOnTheirOwnStreamsShareOneBudget) {
-  host_vmm device{host_vmm_options{kGranularity, 1 * GiB, /*populate_on_access=*/false}};  // stamps 3 words per block
+  device::host_vmm device{device::host_vmm_options{kGranularity, 1 * GiB, /*populate_on_access=*/false}};  // stamps 3 words per block
   testing::countdown_events events(2);
   options o;
   o.budget = kBudget;

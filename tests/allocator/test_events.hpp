@@ -8,30 +8,30 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "allocator/stream_events.hpp"
+#include "device/stream_events.hpp"
 
 namespace sublinear::testing {
 
 // Events complete only when the test says so (complete_all), or when synchronized.
-class manual_events final : public allocator::stream_events {
+class manual_events final : public device::stream_events {
  public:
-  allocator::event_handle record(allocator::stream_handle) override {
+  device::event_handle record(device::stream_handle) override {
     std::lock_guard lock(mutex_);
     auto id = ++next_;
     done_[id] = false;
     ++recorded_;
-    return reinterpret_cast<allocator::event_handle>(id);
+    return reinterpret_cast<device::event_handle>(id);
   }
-  bool query(allocator::event_handle e) override {
+  bool query(device::event_handle e) override {
     std::lock_guard lock(mutex_);
     return done_.at(key(e));
   }
-  void synchronize(allocator::event_handle e) override {
+  void synchronize(device::event_handle e) override {
     std::lock_guard lock(mutex_);
     done_.at(key(e)) = true;
     ++synchronized_;
   }
-  void release(allocator::event_handle e) noexcept override {
+  void release(device::event_handle e) noexcept override {
     std::lock_guard lock(mutex_);
     done_.erase(key(e));
   }
@@ -47,7 +47,7 @@ class manual_events final : public allocator::stream_events {
   std::uint64_t synchronized() const { return synchronized_; }
 
  private:
-  static std::uintptr_t key(allocator::event_handle e) { return reinterpret_cast<std::uintptr_t>(e); }
+  static std::uintptr_t key(device::event_handle e) { return reinterpret_cast<std::uintptr_t>(e); }
   mutable std::mutex mutex_;
   std::uintptr_t next_ = 0;
   std::unordered_map<std::uintptr_t, bool> done_;
@@ -56,18 +56,18 @@ class manual_events final : public allocator::stream_events {
 
 // Each event completes after it has been queried `delay` times: work that finishes
 // "a little later", deterministically.
-class countdown_events final : public allocator::stream_events {
+class countdown_events final : public device::stream_events {
  public:
   explicit countdown_events(int delay) : delay_(delay) {}
-  allocator::event_handle record(allocator::stream_handle) override {
+  device::event_handle record(device::stream_handle) override {
     return new std::atomic<int>(delay_);
   }
-  bool query(allocator::event_handle e) override {
+  bool query(device::event_handle e) override {
     auto* left = static_cast<std::atomic<int>*>(e);
     return left->load() <= 0 || left->fetch_sub(1) <= 1;
   }
-  void synchronize(allocator::event_handle e) override { static_cast<std::atomic<int>*>(e)->store(0); }
-  void release(allocator::event_handle e) noexcept override { delete static_cast<std::atomic<int>*>(e); }
+  void synchronize(device::event_handle e) override { static_cast<std::atomic<int>*>(e)->store(0); }
+  void release(device::event_handle e) noexcept override { delete static_cast<std::atomic<int>*>(e); }
 
  private:
   int delay_;

@@ -1,4 +1,4 @@
-// The process runtime (allocator/runtime/cuda/) and the C API over it, as a program without
+// The process runtime (runtime/cuda/) and the C API over it, as a program without
 // a GPU meets them: creation fails with a device_error that says what to do, the C entry
 // points return NULL with that reason, the status says why sublinear is inactive. The
 // collector-to-engine adapter is checked on the host device. Tests that need a GPU skip
@@ -18,21 +18,21 @@
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/default_allocator.hpp"
-#include "allocator/host/device.hpp"
-#include "allocator/host/host_vmm.hpp"
-#include "allocator/runtime/engine.hpp"
-#include "allocator/runtime/host/host_runtime.hpp"
-#include "allocator/runtime/settings.hpp"
+#include "device/host/device.hpp"
+#include "device/host/host_vmm.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "runtime/settings.hpp"
 #include "sublinear/error.hpp"
 #include "sublinear/sublinear.h"
 #include "tracer/recorder.hpp"
 
 #if defined(SUBLINEAR_HAVE_CUDA)
-#include "allocator/cuda/driver_api.hpp"
-#include "allocator/runtime/cuda/collector_adapter.hpp"
-#include "allocator/runtime/cuda/cuda_replay_device.hpp"
-#include "allocator/runtime/cuda/marker_inbox.hpp"
-#include "allocator/runtime/cuda/process_runtime.hpp"
+#include "device/cuda/driver_api.hpp"
+#include "runtime/cuda/collector_adapter.hpp"
+#include "runtime/cuda/cuda_replay_device.hpp"
+#include "runtime/cuda/marker_inbox.hpp"
+#include "runtime/cuda/process_runtime.hpp"
 #endif
 
 namespace sublinear::runtime {
@@ -131,8 +131,8 @@ TEST(CApi, StatsBeforeAnythingIsCreatedIsAnErrorNotACreation) {
 
 TEST(CApi, AnAllocatorTheProgramInstalledIsUsedAndReportedAsSuch) {
   without_default_allocator clean;
-  host::device dev;
-  allocator::host_vmm vmm{allocator::host_vmm_options{64 * 1024, std::size_t{64} << 20}};
+  device::host::device dev;
+  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{64} << 20}};
   allocator::caching_allocator alloc{vmm, dev};
   const allocator::scoped_default_allocator installed(alloc);
   void* p = sublinear_alloc(4096, 0, nullptr);
@@ -155,7 +155,7 @@ TEST(CollectorAdapter, CarriesEveryFieldOfAKernelLaunch) {
   d.grid = {4, 5, 6};
   d.block = {32, 2, 1};
   d.shared_mem = 1024;
-  d.stream = reinterpret_cast<allocator::stream_handle>(0x1234);
+  d.stream = reinterpret_cast<device::stream_handle>(0x1234);
   d.params = bytes;
   const launch_view v = to_launch_view(d);
   EXPECT_EQ(v.what, launch_view::kind::kernel);
@@ -196,8 +196,8 @@ TEST(CollectorAdapter, CarriesACopyAndASet) {
 // An engine on the host device whose timeline shows what reached it: every kernel EXIT
 // takes a memory sample.
 struct host_engine {
-  host::device dev;
-  allocator::host_vmm vmm{allocator::host_vmm_options{64 * 1024, std::size_t{64} << 20}};
+  device::host::device dev;
+  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{64} << 20}};
   allocator::caching_allocator alloc{vmm, dev};
   host_replay_device replay{dev};
   tracer::recorder rec{tracer::recorder_options{}};
@@ -268,7 +268,7 @@ TEST(MarkerInbox, PassesPackSlotsOnFromTheEngine) {
   // The inbox stands in front of the engine's chain: the engine's pack slots (Note [Packs])
   // must reach the allocator through it, or planned packs would get pages of their own.
   struct slot_giver final : allocator::allocation_observer {
-    std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle) override {
+    std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, device::stream_handle) override {
       return allocator::pack_slot{3, 2 * size, 0};
     }
   } next;
@@ -360,7 +360,7 @@ constexpr const char* fill_ptx = R"(
 TEST(ProcessRuntimeOnGpu, TheReplayDeviceRelaunchesAKernelASetAndACopyThroughTheDriver) {
   if (!driver_present()) GTEST_SKIP() << "no CUDA driver (libcuda.so.1) on this machine";
   std::string why;
-  const allocator::driver_api* api = allocator::load_driver(&why);
+  const device::driver_api* api = device::load_driver(&why);
   if (api == nullptr) GTEST_SKIP() << why;
   void* lib = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr);

@@ -11,7 +11,7 @@
 #include "policy/oracle/milp.hpp"
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
-#include "policy/synthetic.hpp"
+#include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
 
 namespace sublinear::policy {

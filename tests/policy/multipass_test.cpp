@@ -11,7 +11,7 @@
 #include "policy/planner.hpp"
 #include "policy/recipe.hpp"
 #include "policy/simulator.hpp"
-#include "policy/synthetic.hpp"
+#include "policy/testing/synthetic.hpp"
 
 namespace sublinear::policy {
 namespace {

@@ -9,7 +9,7 @@
 #include "policy/candidates.hpp"
 #include "policy/planner_detail.hpp"
 #include "policy/simulator.hpp"
-#include "policy/synthetic.hpp"
+#include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
 
 namespace sublinear::policy {

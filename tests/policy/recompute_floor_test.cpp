@@ -13,7 +13,7 @@
 #include "policy/candidates.hpp"
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
-#include "policy/synthetic.hpp"
+#include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
 #include "policy/oracle/milp.hpp"
 

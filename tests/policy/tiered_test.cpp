@@ -9,7 +9,7 @@
 
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
-#include "policy/synthetic.hpp"
+#include "policy/testing/synthetic.hpp"
 
 namespace sublinear::policy {
 namespace {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "allocator/runtime/engine.hpp"
-#include "allocator/runtime/host/host_runtime.hpp"
-#include "benchmarks/workloads/host_session.hpp"
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "policy/planner.hpp"
 #include "policy/planner_detail.hpp"
 #include "tracer/analysis.hpp"

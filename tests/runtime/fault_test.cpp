@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
-#include "allocator/host/device.hpp"
-#include "allocator/host/host_vmm.hpp"
-#include "allocator/runtime/host/host_runtime.hpp"
-#include "allocator/runtime/report.hpp"
-#include "allocator/runtime/report_plan.hpp"
+#include "device/host/device.hpp"
+#include "device/host/host_vmm.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "runtime/report/report.hpp"
+#include "runtime/report/report_plan.hpp"
 #include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
@@ -30,7 +30,7 @@ struct fill_params {
   float value;
   std::int32_t use_counter;
 };
-void fill_body(const host::launch_config&, const fill_params& p) {
+void fill_body(const device::host::launch_config&, const fill_params& p) {
   const float base = p.use_counter != 0 ? p.counter[0] : 0.0f;
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.value + base + static_cast<float>(i % 7);
   if (p.use_counter != 0) p.counter[0] += 1.0f;
@@ -41,7 +41,7 @@ struct scale_params {
   std::int64_t n;
   float factor;
 };
-void scale_body(const host::launch_config&, const scale_params& p) {
+void scale_body(const device::host::launch_config&, const scale_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
 }
 // scale_body's arithmetic with `out` passed encoded, as an opaque descriptor carries it:
@@ -53,7 +53,7 @@ struct hidden_scale_params {
   std::int64_t n;
   float factor;
 };
-void hidden_scale_body(const host::launch_config&, const hidden_scale_params& p) {
+void hidden_scale_body(const device::host::launch_config&, const hidden_scale_params& p) {
   auto* out = reinterpret_cast<float*>(static_cast<std::uintptr_t>(p.out_code ^ kHiddenKey));
   for (std::int64_t i = 0; i < p.n; ++i) out[i] = p.in[i] * p.factor + 1.0f;
 }
@@ -66,7 +66,7 @@ struct scale_ws_params {
   std::int64_t n;
   float factor;
 };
-void scale_ws_body(const host::launch_config&, const scale_ws_params& p) {
+void scale_ws_body(const device::host::launch_config&, const scale_ws_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
 }
 // A layer that reads its input where another kernel staged it, in a workspace, and keeps
@@ -78,7 +78,7 @@ struct staged_scale_params {
   std::int64_t n;
   float factor;
 };
-void staged_scale_body(const host::launch_config&, const staged_scale_params& p) {
+void staged_scale_body(const device::host::launch_config&, const staged_scale_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.staged[i] * p.factor + 1.0f;
   p.staged[p.n] += 1.0f;
 }
@@ -91,7 +91,7 @@ struct scale_leftover_params {
   std::int64_t n;
   float factor;
 };
-void scale_leftover_body(const host::launch_config&, const scale_leftover_params& p) {
+void scale_leftover_body(const device::host::launch_config&, const scale_leftover_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
 }
 struct accumulate_params {
@@ -99,54 +99,54 @@ struct accumulate_params {
   const float* in;
   std::int64_t n;
 };
-void accumulate_body(const host::launch_config&, const accumulate_params& p) {
+void accumulate_body(const device::host::launch_config&, const accumulate_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.acc[i % 64] += p.in[i] * 0.001f;
 }
 
-const host::kernel& fill_kernel() {
-  static const host::kernel& k = host::register_kernel<fill_params, fill_body>(
+const device::host::kernel& fill_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<fill_params, fill_body>(
       "test_fault_fill", {SUBLINEAR_PARAM(fill_params, out), SUBLINEAR_PARAM(fill_params, counter),
                           SUBLINEAR_PARAM(fill_params, n), SUBLINEAR_PARAM(fill_params, value),
                           SUBLINEAR_PARAM(fill_params, use_counter)});
   return k;
 }
-const host::kernel& scale_kernel() {
-  static const host::kernel& k = host::register_kernel<scale_params, scale_body>(
+const device::host::kernel& scale_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<scale_params, scale_body>(
       "test_fault_scale", {SUBLINEAR_PARAM(scale_params, out), SUBLINEAR_PARAM(scale_params, in),
                            SUBLINEAR_PARAM(scale_params, n), SUBLINEAR_PARAM(scale_params, factor)});
   return k;
 }
-const host::kernel& hidden_scale_kernel() {
-  static const host::kernel& k = host::register_kernel<hidden_scale_params, hidden_scale_body>(
+const device::host::kernel& hidden_scale_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<hidden_scale_params, hidden_scale_body>(
       "test_fault_hidden_scale",
       {SUBLINEAR_PARAM(hidden_scale_params, in), SUBLINEAR_PARAM(hidden_scale_params, out_code),
        SUBLINEAR_PARAM(hidden_scale_params, n), SUBLINEAR_PARAM(hidden_scale_params, factor)});
   return k;
 }
-const host::kernel& scale_ws_kernel() {
-  static const host::kernel& k = host::register_kernel<scale_ws_params, scale_ws_body>(
+const device::host::kernel& scale_ws_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<scale_ws_params, scale_ws_body>(
       "test_fault_scale_ws", {SUBLINEAR_PARAM(scale_ws_params, out), SUBLINEAR_PARAM(scale_ws_params, in),
                               SUBLINEAR_PARAM(scale_ws_params, workspace), SUBLINEAR_PARAM(scale_ws_params, n),
                               SUBLINEAR_PARAM(scale_ws_params, factor)});
   return k;
 }
-const host::kernel& staged_scale_kernel() {
-  static const host::kernel& k = host::register_kernel<staged_scale_params, staged_scale_body>(
+const device::host::kernel& staged_scale_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<staged_scale_params, staged_scale_body>(
       "test_fault_staged_scale",
       {SUBLINEAR_PARAM(staged_scale_params, out), SUBLINEAR_PARAM(staged_scale_params, staged),
        SUBLINEAR_PARAM(staged_scale_params, n), SUBLINEAR_PARAM(staged_scale_params, factor)});
   return k;
 }
-const host::kernel& scale_leftover_kernel() {
-  static const host::kernel& k = host::register_kernel<scale_leftover_params, scale_leftover_body>(
+const device::host::kernel& scale_leftover_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<scale_leftover_params, scale_leftover_body>(
       "test_fault_scale_leftover",
       {SUBLINEAR_PARAM(scale_leftover_params, out), SUBLINEAR_PARAM(scale_leftover_params, in),
        SUBLINEAR_PARAM(scale_leftover_params, leftover), SUBLINEAR_PARAM(scale_leftover_params, n),
        SUBLINEAR_PARAM(scale_leftover_params, factor)});
   return k;
 }
-const host::kernel& accumulate_kernel() {
-  static const host::kernel& k = host::register_kernel<accumulate_params, accumulate_body>(
+const device::host::kernel& accumulate_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<accumulate_params, accumulate_body>(
       "test_fault_accumulate", {SUBLINEAR_PARAM(accumulate_params, acc), SUBLINEAR_PARAM(accumulate_params, in),
                                 SUBLINEAR_PARAM(accumulate_params, n)});
   return k;
@@ -154,28 +154,28 @@ const host::kernel& accumulate_kernel() {
 
 // The host VMM with fault injection: while `exhausted` is set, the device has no physical
 // memory left for anyone.
-class exhaustible_vmm final : public allocator::vmm {
+class exhaustible_vmm final : public device::vmm {
  public:
-  allocator::host_vmm inner{allocator::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
+  device::host_vmm inner{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
   bool exhausted = false;
 
   std::size_t granularity() const noexcept override { return inner.granularity(); }
   std::size_t physical_capacity() const noexcept override { return inner.physical_capacity(); }
-  allocator::vmm_status reserve(std::size_t size, void** a) noexcept override { return inner.reserve(size, a); }
-  allocator::vmm_status release(void* a, std::size_t size) noexcept override { return inner.release(a, size); }
-  allocator::vmm_status create_chunk(std::size_t size, allocator::chunk_handle* h) noexcept override {
-    return exhausted ? allocator::vmm_status::out_of_memory : inner.create_chunk(size, h);
+  device::vmm_status reserve(std::size_t size, void** a) noexcept override { return inner.reserve(size, a); }
+  device::vmm_status release(void* a, std::size_t size) noexcept override { return inner.release(a, size); }
+  device::vmm_status create_chunk(std::size_t size, device::chunk_handle* h) noexcept override {
+    return exhausted ? device::vmm_status::out_of_memory : inner.create_chunk(size, h);
   }
-  allocator::vmm_status release_chunk(allocator::chunk_handle h) noexcept override { return inner.release_chunk(h); }
-  allocator::vmm_status map(void* a, std::size_t size, allocator::chunk_handle h) noexcept override {
+  device::vmm_status release_chunk(device::chunk_handle h) noexcept override { return inner.release_chunk(h); }
+  device::vmm_status map(void* a, std::size_t size, device::chunk_handle h) noexcept override {
     return inner.map(a, size, h);
   }
-  allocator::vmm_status set_access(void* a, std::size_t size) noexcept override { return inner.set_access(a, size); }
-  allocator::vmm_status unmap(void* a, std::size_t size) noexcept override { return inner.unmap(a, size); }
-  allocator::vmm_status copy_to_host(void* h, const void* a, std::size_t size) noexcept override {
+  device::vmm_status set_access(void* a, std::size_t size) noexcept override { return inner.set_access(a, size); }
+  device::vmm_status unmap(void* a, std::size_t size) noexcept override { return inner.unmap(a, size); }
+  device::vmm_status copy_to_host(void* h, const void* a, std::size_t size) noexcept override {
     return inner.copy_to_host(h, a, size);
   }
-  allocator::vmm_status copy_to_device(void* a, const void* h, std::size_t size) noexcept override {
+  device::vmm_status copy_to_device(void* a, const void* h, std::size_t size) noexcept override {
     return inner.copy_to_device(a, h, size);
   }
   std::string name() const override { return "host"; }
@@ -185,7 +185,7 @@ class exhaustible_vmm final : public allocator::vmm {
 // ---- a chain "model": forward allocates L activations, backward consumes them in reverse ----
 struct chain_model {
   exhaustible_vmm vmm;
-  host::device dev;
+  device::host::device dev;
   allocator::caching_allocator alloc{vmm, dev, host_options()};
 
   // PyTorch's size classes scaled to a small host model (64 KiB pages).
@@ -297,7 +297,7 @@ struct chain_model {
         scale_leftover_params sp{next, acts.back(), leftover, n, factor};
         dev.launch(scale_leftover_kernel(), {}, nullptr, &sp);
       } else if (sized_shared) {
-        host::launch_config cfg;
+        device::host::launch_config cfg;
         cfg.shared_mem = static_cast<std::uint32_t>(layers - l) * 1024;
         dev.set_max_dynamic_shared(scale_kernel(), cfg.shared_mem);
         scale_params sp{next, acts.back(), n, factor};

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "allocator/runtime/engine.hpp"
+#include "runtime/engine.hpp"
 #include "policy/policy_support.hpp"
 
 namespace sublinear::runtime {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "allocator/runtime/report_plan.hpp"
+#include "runtime/report/report_plan.hpp"
 #include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {

@@ -19,14 +19,14 @@
 
 #include "allocator/caching_allocator.hpp"
 #include "allocator/default_allocator.hpp"
-#include "allocator/host/device.hpp"
-#include "allocator/host/host_vmm.hpp"
-#include "allocator/runtime/host/host_runtime.hpp"
-#include "allocator/runtime/report.hpp"
-#include "allocator/runtime/report_json.hpp"
-#include "benchmarks/workloads/memory.hpp"
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "device/host/device.hpp"
+#include "device/host/host_vmm.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "runtime/report/report.hpp"
+#include "runtime/report/report_json.hpp"
+#include "workloads/memory.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "runtime/tight_session.hpp"
 
 namespace sublinear::runtime {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "allocator/runtime/settings.hpp"
+#include "runtime/settings.hpp"
 
 namespace sublinear::runtime {
 namespace {

@@ -17,7 +17,7 @@
 #include <variant>
 #include <vector>
 
-#include "allocator/runtime/report.hpp"
+#include "runtime/report/report.hpp"
 #include "sublinear/error.hpp"
 
 namespace sublinear::runtime {

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "benchmarks/workloads/host_session.hpp"
+#include "workloads/host_session.hpp"
 
 namespace sublinear::runtime {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/workloads/models/lstm.hpp"
-#include "benchmarks/workloads/models/resnet.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/models/lstm.hpp"
+#include "workloads/models/resnet.hpp"
+#include "workloads/training.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/block_hashes.hpp"
@@ -254,7 +254,7 @@ TEST(Analysis, EachBufferKeepsTheStreamThatAllocatedIt) {
   // says which stream allocated each buffer, in the launches' dense numbering.
   traced_session s{observed_and_timed()};
   auto ctx = s.ctx();
-  host::stream* side = s.dev().create_stream();
+  device::host::stream* side = s.dev().create_stream();
   s.rec().mark_iteration();
   auto* a = static_cast<float*>(ctx.bytes(4096));
   void* b = s.alloc().allocate(4096, side);

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/models/resnet.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/models/resnet.hpp"
+#include "workloads/training.hpp"
 #include "tracer/iterations.hpp"
 #include "marked_training.hpp"
 #include "tracer_fixture.hpp"

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <random>
 
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "tracer/events.hpp"
 #include "tracer_fixture.hpp"
 
@@ -20,17 +20,17 @@ using workloads::models::model_kind;
 // step: an extra allocation and free, or a small launch. Deterministic for a seed.
 class noisy_memory final : public workloads::memory {
  public:
-  noisy_memory(workloads::memory& inner, host::device& dev, double probability, std::uint64_t seed)
+  noisy_memory(workloads::memory& inner, device::host::device& dev, double probability, std::uint64_t seed)
       : inner_(inner), dev_(dev), probability_(probability), rng_(seed) {}
-  void* alloc(std::size_t bytes, host::stream* s) override {
+  void* alloc(std::size_t bytes, device::host::stream* s) override {
     maybe_noise(s);
     return inner_.alloc(bytes, s);
   }
-  void free(void* p, std::size_t bytes, host::stream* s) override { inner_.free(p, bytes, s); }
+  void free(void* p, std::size_t bytes, device::host::stream* s) override { inner_.free(p, bytes, s); }
   [[nodiscard]] int injected() const { return injected_; }
 
  private:
-  void maybe_noise(host::stream* s) {
+  void maybe_noise(device::host::stream* s) {
     std::uniform_real_distribution<double> u(0.0, 1.0);
     if (u(rng_) >= probability_) return;
     ++injected_;
@@ -44,7 +44,7 @@ class noisy_memory final : public workloads::memory {
   }
 
   workloads::memory& inner_;
-  host::device& dev_;
+  device::host::device& dev_;
   double probability_;
   std::mt19937_64 rng_;
   int injected_ = 0;

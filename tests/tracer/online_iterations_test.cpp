@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "marked_training.hpp"
 
 namespace sublinear::tracer {

@@ -7,8 +7,8 @@
 #include <span>
 #include <vector>
 
-#include "benchmarks/workloads/kernels/elementwise.hpp"
-#include "benchmarks/workloads/kernels/optimizer.hpp"
+#include "workloads/kernels/elementwise.hpp"
+#include "workloads/kernels/optimizer.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/pointer_scan.hpp"

@@ -89,11 +89,11 @@ TEST(Recorder, BeginsATraceWithEveryBlockLiveWhenRecordingStarted) {
 TEST(Recorder, RecordsALaunchWithItsDimensionsStreamAndParameterBytes) {
   traced_session s;
   auto ctx = s.ctx();
-  host::stream* side = s.dev().create_stream();
+  device::host::stream* side = s.dev().create_stream();
   auto* in = static_cast<float*>(ctx.bytes(64));
   auto* out = static_cast<float*>(ctx.bytes(64));
   const testing::scale_params p{in, out, 16};
-  host::launch_config cfg;
+  device::host::launch_config cfg;
   cfg.grid = {3, 2, 1};
   cfg.block = {128, 1, 1};
   cfg.shared_mem = 256;
@@ -150,11 +150,11 @@ TEST(Recorder, RegistersEachKernelOnceAndRecordsUnpackedLaunchesPacked) {
 // passes the questions on (Note [Packs] in allocator/caching_allocator.hpp).
 struct placing_observer final : allocator::allocation_observer {
   int evictable_asked = 0, slot_asked = 0;
-  bool place_evictable(std::size_t, allocator::stream_handle) override {
+  bool place_evictable(std::size_t, device::stream_handle) override {
     ++evictable_asked;
     return true;
   }
-  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle) override {
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, device::stream_handle) override {
     ++slot_asked;
     return allocator::pack_slot{7, 4 * size, size};
   }
@@ -404,7 +404,7 @@ TEST(HostCollector, LaunchesFromSeveralThreadsAreAllRecordedInEachThreadsOrder) 
   auto* out = static_cast<float*>(ctx.bytes(64));
   constexpr int threads = 4;
   constexpr int per_thread = 200;
-  std::vector<host::stream*> streams;
+  std::vector<device::host::stream*> streams;
   for (int i = 0; i < threads; ++i) streams.push_back(s.dev().create_stream());
   std::vector<std::thread> workers;
   for (int i = 0; i < threads; ++i) {
@@ -413,7 +413,7 @@ TEST(HostCollector, LaunchesFromSeveralThreadsAreAllRecordedInEachThreadsOrder) 
         // n encodes (thread, k) so the order can be checked; n <= 16 keeps the body in bounds.
         testing::scale_params p{in, out, 0};
         p.n = 0;
-        host::launch_config cfg;
+        device::host::launch_config cfg;
         cfg.grid = {static_cast<std::uint32_t>(i + 1), static_cast<std::uint32_t>(k + 1), 1};
         s.dev().launch(testing::scale_kernel(), cfg, streams[static_cast<std::size_t>(i)], &p);
       }
@@ -430,7 +430,7 @@ TEST(HostCollector, LaunchesFromSeveralThreadsAreAllRecordedInEachThreadsOrder) 
     next[thread] = e->grid.y + 1;
     EXPECT_EQ(t.streams[e->stream], addr(streams[thread - 1]));
   }
-  for (host::stream* st : streams) s.dev().destroy_stream(st);
+  for (device::host::stream* st : streams) s.dev().destroy_stream(st);
   ctx.release_bytes(in, 64);
   ctx.release_bytes(out, 64);
 }
@@ -441,8 +441,8 @@ TEST(HostCollector, RecordsCopiesSetsAndEventsFromTheDeviceHooks) {
   auto* dev_a = static_cast<float*>(ctx.bytes(64));
   auto* dev_b = static_cast<float*>(ctx.bytes(64));
   float host_buf[16] = {};
-  host::stream* side = s.dev().create_stream();
-  host::event* ev = s.dev().create_event();
+  device::host::stream* side = s.dev().create_stream();
+  device::host::event* ev = s.dev().create_event();
   s.dev().memcpy_async(dev_a, host_buf, sizeof host_buf, nullptr);
   s.dev().memcpy_async(dev_b, dev_a, sizeof host_buf, nullptr);
   s.dev().memcpy_async(host_buf, dev_b, sizeof host_buf, nullptr);

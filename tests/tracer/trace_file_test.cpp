@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/workloads/kernels/elementwise.hpp"
+#include "workloads/kernels/elementwise.hpp"
 #include "tracer/trace_file.hpp"
 #include "tracer_fixture.hpp"
 

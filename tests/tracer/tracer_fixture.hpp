@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "allocator/host/device.hpp"
-#include "benchmarks/workloads/host_session.hpp"
+#include "device/host/device.hpp"
+#include "workloads/host_session.hpp"
 #include "tracer/events.hpp"
 #include "tracer/host/host_collector.hpp"
 #include "tracer/recorder.hpp"
@@ -38,11 +38,11 @@ class traced_session {
   traced_session(const traced_session&) = delete;
   traced_session& operator=(const traced_session&) = delete;
 
-  host::device& dev() { return session_.device(); }
+  device::host::device& dev() { return session_.device(); }
   allocator::caching_allocator& alloc() { return session_.allocator(); }
   recorder& rec() { return rec_; }
   host_collector& collector() { return *collector_; }
-  workloads::context ctx(host::stream* s = nullptr) { return session_.make_context(s); }
+  workloads::context ctx(device::host::stream* s = nullptr) { return session_.make_context(s); }
   // Every event so far, after the device has finished (durations and writes attached).
   trace take() {
     session_.device().synchronize();
@@ -75,11 +75,11 @@ struct scale_params {
   float* out;
   std::int64_t n;
 };
-inline void scale_body(const host::launch_config&, const scale_params& p) {
+inline void scale_body(const device::host::launch_config&, const scale_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = 2.0f * p.in[i];
 }
-inline const host::kernel& scale_kernel() {
-  static const host::kernel& k = host::register_kernel<scale_params, scale_body>(
+inline const device::host::kernel& scale_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<scale_params, scale_body>(
       "tracer_test.scale",
       {SUBLINEAR_PARAM(scale_params, in), SUBLINEAR_PARAM(scale_params, out), SUBLINEAR_PARAM(scale_params, n)});
   return k;
@@ -94,12 +94,12 @@ struct hidden_output_params {
   std::uint64_t out_code;  // address ^ kHiddenPointerKey
   std::int64_t n;
 };
-inline void hidden_output_body(const host::launch_config&, const hidden_output_params& p) {
+inline void hidden_output_body(const device::host::launch_config&, const hidden_output_params& p) {
   auto* out = reinterpret_cast<float*>(static_cast<std::uintptr_t>(p.out_code ^ kHiddenPointerKey));
   for (std::int64_t i = 0; i < p.n; ++i) out[i] = p.in[i] + 1.0f;
 }
-inline const host::kernel& hidden_output_kernel() {
-  static const host::kernel& k = host::register_kernel<hidden_output_params, hidden_output_body>(
+inline const device::host::kernel& hidden_output_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<hidden_output_params, hidden_output_body>(
       "tracer_test.hidden_output",
       {SUBLINEAR_PARAM(hidden_output_params, in), SUBLINEAR_PARAM(hidden_output_params, out_code),
        SUBLINEAR_PARAM(hidden_output_params, n)});
@@ -118,14 +118,14 @@ struct nested_params {
   float* list[4];
   std::uint64_t cookie;  // a scalar, never a pointer
 };
-inline void nested_body(const host::launch_config&, const nested_params& p) {
+inline void nested_body(const device::host::launch_config&, const nested_params& p) {
   for (std::int32_t i = 0; i < p.count; ++i) p.list[i][0] = p.pair.a[0] + p.pair.b[0];
 }
-inline const host::kernel& nested_kernel() {
+inline const device::host::kernel& nested_kernel() {
   // One "parameter" for the whole struct: what cuFuncGetParamInfo reports for a by-value
   // struct argument.
-  static const host::kernel& k = host::register_kernel<nested_params, nested_body>(
-      "tracer_test.nested", {host::param_info{0, static_cast<std::uint32_t>(sizeof(nested_params))}});
+  static const device::host::kernel& k = device::host::register_kernel<nested_params, nested_body>(
+      "tracer_test.nested", {device::host::param_info{0, static_cast<std::uint32_t>(sizeof(nested_params))}});
   return k;
 }
 
@@ -134,9 +134,9 @@ struct fake_collective_params {
   float* buffer;
   std::int64_t n;
 };
-inline void fake_collective_body(const host::launch_config&, const fake_collective_params&) {}
-inline const host::kernel& fake_collective_kernel() {
-  static const host::kernel& k = host::register_kernel<fake_collective_params, fake_collective_body>(
+inline void fake_collective_body(const device::host::launch_config&, const fake_collective_params&) {}
+inline const device::host::kernel& fake_collective_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<fake_collective_params, fake_collective_body>(
       "ncclDevKernel_AllReduce_Sum_f32_RING_LL_tracer_test",
       {SUBLINEAR_PARAM(fake_collective_params, buffer), SUBLINEAR_PARAM(fake_collective_params, n)});
   return k;
@@ -146,17 +146,17 @@ inline const host::kernel& fake_collective_kernel() {
 struct noop_params {
   std::int64_t tag;
 };
-inline void noop_body(const host::launch_config&, const noop_params&) {}
-inline const host::kernel& noop_kernel() {
-  static const host::kernel& k =
-      host::register_kernel<noop_params, noop_body>("tracer_test.log_noop", {SUBLINEAR_PARAM(noop_params, tag)});
+inline void noop_body(const device::host::launch_config&, const noop_params&) {}
+inline const device::host::kernel& noop_kernel() {
+  static const device::host::kernel& k =
+      device::host::register_kernel<noop_params, noop_body>("tracer_test.log_noop", {SUBLINEAR_PARAM(noop_params, tag)});
   return k;
 }
 
 template <class Params>
-void launch(host::device& dev, const host::kernel& k, const Params& p, host::stream* s = nullptr,
-            host::dim3 grid = {1, 1, 1}) {
-  host::launch_config cfg;
+void launch(device::host::device& dev, const device::host::kernel& k, const Params& p, device::host::stream* s = nullptr,
+            device::host::dim3 grid = {1, 1, 1}) {
+  device::host::launch_config cfg;
   cfg.grid = grid;
   dev.launch(k, cfg, s, &p);
 }

@@ -34,8 +34,8 @@
 #include <string>
 #include <vector>
 
-#include "allocator/host/device.hpp"
-#include "benchmarks/workloads/context.hpp"
+#include "device/host/device.hpp"
+#include "workloads/context.hpp"
 
 namespace sublinear::workloads::testkit {
 
@@ -54,7 +54,7 @@ class heap_memory final : public memory {
   heap_memory(const heap_memory&) = delete;
   heap_memory& operator=(const heap_memory&) = delete;
 
-  void* alloc(std::size_t bytes, host::stream* /*s*/) override {
+  void* alloc(std::size_t bytes, device::host::stream* /*s*/) override {
     std::lock_guard<std::mutex> lock(mu_);
     const std::size_t shift = (misalign_ + allocs_ * misalign_step_) % 64;
     const std::size_t total = (bytes + shift + 64) / 64 * 64;
@@ -68,7 +68,7 @@ class heap_memory final : public memory {
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
     return p;
   }
-  void free(void* ptr, std::size_t bytes, host::stream* /*s*/) override {
+  void free(void* ptr, std::size_t bytes, device::host::stream* /*s*/) override {
     if (ptr == nullptr) return;
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(ptr);
@@ -123,15 +123,15 @@ class heap_memory final : public memory {
 // allocator, for tests on an asynchronous device. `inner` must outlive the device's work.
 class stream_ordered_memory final : public memory {
  public:
-  stream_ordered_memory(host::device& dev, memory& inner) : dev_(dev), inner_(inner) {}
-  void* alloc(std::size_t bytes, host::stream* s) override { return inner_.alloc(bytes, s); }
-  void free(void* ptr, std::size_t bytes, host::stream* s) override {
+  stream_ordered_memory(device::host::device& dev, memory& inner) : dev_(dev), inner_(inner) {}
+  void* alloc(std::size_t bytes, device::host::stream* s) override { return inner_.alloc(bytes, s); }
+  void free(void* ptr, std::size_t bytes, device::host::stream* s) override {
     memory& inner = inner_;
     dev_.host_func(s, [&inner, ptr, bytes, s] { inner.free(ptr, bytes, s); });
   }
 
  private:
-  host::device& dev_;
+  device::host::device& dev_;
   memory& inner_;
 };
 
@@ -297,7 +297,7 @@ inline ::testing::AssertionResult gradcheck_discriminating(context& ctx, const t
 // memory and a context on the default stream.
 class workload_test : public ::testing::Test {
  protected:
-  workload_test() : dev_(host::device_options{true}), ctx_{dev_, nullptr, mem_} {}
+  workload_test() : dev_(device::host::device_options{true}), ctx_{dev_, nullptr, mem_} {}
 
   tensor upload(const std::vector<float>& values, std::vector<std::int64_t> shape) {
     return testkit::upload(ctx_, values, std::move(shape));
@@ -325,7 +325,7 @@ class workload_test : public ::testing::Test {
   void TearDown() override { EXPECT_EQ(mem_.bad_frees(), 0u) << "frees of unknown pointers or with wrong sizes"; }
 
   heap_memory mem_;
-  host::device dev_;
+  device::host::device dev_;
   context ctx_;
 };
 

@@ -14,16 +14,16 @@
 #include <random>
 #include <vector>
 
-#include "benchmarks/workloads/kernels/activation.hpp"
-#include "benchmarks/workloads/kernels/batchnorm.hpp"
-#include "benchmarks/workloads/kernels/conv2d.hpp"
-#include "benchmarks/workloads/kernels/dropout.hpp"
-#include "benchmarks/workloads/kernels/elementwise.hpp"
-#include "benchmarks/workloads/kernels/gemm.hpp"
-#include "benchmarks/workloads/kernels/linear.hpp"
-#include "benchmarks/workloads/kernels/loss.hpp"
-#include "benchmarks/workloads/kernels/optimizer.hpp"
-#include "benchmarks/workloads/kernels/pooling.hpp"
+#include "workloads/kernels/activation.hpp"
+#include "workloads/kernels/batchnorm.hpp"
+#include "workloads/kernels/conv2d.hpp"
+#include "workloads/kernels/dropout.hpp"
+#include "workloads/kernels/elementwise.hpp"
+#include "workloads/kernels/gemm.hpp"
+#include "workloads/kernels/linear.hpp"
+#include "workloads/kernels/loss.hpp"
+#include "workloads/kernels/optimizer.hpp"
+#include "workloads/kernels/pooling.hpp"
 #include "sublinear/error.hpp"
 #include "workloads/gradcheck.hpp"
 
@@ -924,7 +924,7 @@ TEST_F(kernels_part1, TrainingStepOnAnAsynchronousDeviceMatchesTheSynchronousOne
   testkit::heap_memory heap;
   std::vector<std::vector<float>> got;
   {
-    host::device async_dev(host::device_options{false});
+    device::host::device async_dev(device::host::device_options{false});
     testkit::stream_ordered_memory mem(async_dev, heap);
     context ctx{async_dev, async_dev.create_stream(), mem};
     got = training_step(ctx);

@@ -14,11 +14,11 @@
 #include <functional>
 #include <vector>
 
-#include "benchmarks/workloads/kernels/attention.hpp"
-#include "benchmarks/workloads/kernels/embedding.hpp"
-#include "benchmarks/workloads/kernels/layernorm.hpp"
-#include "benchmarks/workloads/kernels/lstm.hpp"
-#include "benchmarks/workloads/kernels/sequence.hpp"
+#include "workloads/kernels/attention.hpp"
+#include "workloads/kernels/embedding.hpp"
+#include "workloads/kernels/layernorm.hpp"
+#include "workloads/kernels/lstm.hpp"
+#include "workloads/kernels/sequence.hpp"
 #include "sublinear/error.hpp"
 #include "workloads/gradcheck.hpp"
 
@@ -37,12 +37,12 @@ std::size_t count(const std::vector<std::int64_t>& shape) {
 // overwrite its whole output, or the reference comparison fails.
 class poisoned_memory final : public memory {
  public:
-  void* alloc(std::size_t bytes, host::stream* s) override {
+  void* alloc(std::size_t bytes, device::host::stream* s) override {
     void* p = heap_.alloc(bytes, s);
     std::memset(p, 0xFF, bytes);
     return p;
   }
-  void free(void* ptr, std::size_t bytes, host::stream* s) override { heap_.free(ptr, bytes, s); }
+  void free(void* ptr, std::size_t bytes, device::host::stream* s) override { heap_.free(ptr, bytes, s); }
 
  private:
   testkit::heap_memory heap_;
@@ -51,7 +51,7 @@ class poisoned_memory final : public memory {
 // Runs `fn` against fresh heap memory whose i-th block sits (misalign + i * step) % 64
 // bytes past a 64-byte boundary, after `spacer` bytes of unrelated allocation, and
 // returns what it returns.
-std::vector<float> run_at(host::device& dev, std::size_t misalign, std::size_t step, std::size_t spacer,
+std::vector<float> run_at(device::host::device& dev, std::size_t misalign, std::size_t step, std::size_t spacer,
                           const std::function<std::vector<float>(context&)>& fn) {
   testkit::heap_memory mem(misalign, step);
   context ctx{dev, nullptr, mem};
@@ -816,27 +816,27 @@ std::vector<float> sequence_chain(context& ctx) {
 // temporary while kernels that use it are still queued.
 class stream_ordered_memory final : public memory {
  public:
-  stream_ordered_memory(host::device& dev, std::size_t misalign, std::size_t step)
+  stream_ordered_memory(device::host::device& dev, std::size_t misalign, std::size_t step)
       : dev_(dev), heap_(misalign, step) {}
-  void* alloc(std::size_t bytes, host::stream* s) override { return heap_.alloc(bytes, s); }
-  void free(void* ptr, std::size_t bytes, host::stream* s) override {
+  void* alloc(std::size_t bytes, device::host::stream* s) override { return heap_.alloc(bytes, s); }
+  void free(void* ptr, std::size_t bytes, device::host::stream* s) override {
     dev_.host_func(s, [this, ptr, bytes, s] { heap_.free(ptr, bytes, s); });
   }
 
  private:
-  host::device& dev_;
+  device::host::device& dev_;
   testkit::heap_memory heap_;
 };
 
 TEST(AttentionAndLstmChain, RunsOnAStreamWorkerWithTheSameBits) {
   testkit::heap_memory sync_mem;
-  host::device sync_dev(host::device_options{true});
+  device::host::device sync_dev(device::host::device_options{true});
   context sync_ctx{sync_dev, nullptr, sync_mem};
   const auto reference = sequence_chain(sync_ctx);
 
-  host::device async_dev;
+  device::host::device async_dev;
   stream_ordered_memory async_mem(async_dev, 8, 4);
-  host::stream* stream = async_dev.create_stream();
+  device::host::stream* stream = async_dev.create_stream();
   context async_ctx{async_dev, stream, async_mem};
   const auto on_worker = sequence_chain(async_ctx);
   async_dev.synchronize();

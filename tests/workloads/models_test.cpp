@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "benchmarks/workloads/host_session.hpp"
-#include "benchmarks/workloads/kernels/elementwise.hpp"
-#include "benchmarks/workloads/kernels/model_extras.hpp"
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/models/resnet.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/kernels/elementwise.hpp"
+#include "workloads/kernels/model_extras.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/models/resnet.hpp"
+#include "workloads/training.hpp"
 #include "sublinear/error.hpp"
 #include "workloads/gradcheck.hpp"
 

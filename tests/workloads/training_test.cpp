@@ -1,4 +1,4 @@
-// Tests for the training loop (benchmarks/workloads/training.hpp), the host session and
+// Tests for the training loop (workloads/training.hpp), the host session and
 // the C-entry-point memory it runs on, and the figures document `sublinear demo --json`
 // writes.
 #include <gtest/gtest.h>
@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "allocator/default_allocator.hpp"
-#include "benchmarks/workloads/host_session.hpp"
-#include "benchmarks/workloads/memory.hpp"
-#include "benchmarks/workloads/models/registry.hpp"
-#include "benchmarks/workloads/training.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/memory.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
 #include "sublinear/error.hpp"
 
 namespace sublinear::workloads {
@@ -43,21 +43,21 @@ bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::
 }
 
 // Remembers which stream every launch of a kernel went to.
-class stream_recorder final : public host::launch_hook {
+class stream_recorder final : public device::host::launch_hook {
  public:
-  void on_enter(const host::launch_record& rec) override {
+  void on_enter(const device::host::launch_record& rec) override {
     std::lock_guard<std::mutex> lock(mu_);
     streams_[rec.fn->name].insert(rec.on);
   }
-  void on_exit(const host::launch_record& /*rec*/) override {}
-  std::set<host::stream*> streams_of(const std::string& kernel) {
+  void on_exit(const device::host::launch_record& /*rec*/) override {}
+  std::set<device::host::stream*> streams_of(const std::string& kernel) {
     std::lock_guard<std::mutex> lock(mu_);
     return streams_[kernel];
   }
 
  private:
   std::mutex mu_;
-  std::map<std::string, std::set<host::stream*>> streams_;
+  std::map<std::string, std::set<device::host::stream*>> streams_;
 };
 
 class training_test : public ::testing::TestWithParam<model_kind> {

@@ -10,9 +10,9 @@
 #include <limits>
 #include <vector>
 
-#include "benchmarks/workloads/kernels/sequence.hpp"
-#include "benchmarks/workloads/kernels/sequence_detail.hpp"
-#include "benchmarks/workloads/kernels/vector_math.hpp"
+#include "workloads/kernels/sequence.hpp"
+#include "workloads/kernels/sequence_detail.hpp"
+#include "workloads/kernels/vector_math.hpp"
 #include "workloads/gradcheck.hpp"
 
 namespace sublinear::workloads {

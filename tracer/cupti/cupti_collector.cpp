@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "allocator/cuda/driver_api.hpp"
+#include "device/cuda/driver_api.hpp"
 #include "tracer/block_hashes.hpp"
 #include "tracer/param_packing.hpp"
 
@@ -119,7 +119,7 @@ void resolve_extras(void* h, loaded_driver& l) {
   resolve(h, "cuCtxSynchronize", l.api.ctx_synchronize, optional);
   resolve(h, "cuMemcpyDtoH_v2", l.api.memcpy_dtoh, optional);
   if (!missing.empty()) {
-    l.why = std::string(allocator::driver_library) + " lacks " + missing +
+    l.why = std::string(device::driver_library) + " lacks " + missing +
             " (a driver for CUDA 12.4 or later is required to read kernel parameter layouts)";
   }
 }
@@ -130,16 +130,16 @@ const loaded_driver& driver_library(bool inside_injection = false) {
   static const loaded_driver lib = [inside_injection] {
     loaded_driver l;
     if (inside_injection) {
-      if (void* h = dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
+      if (void* h = dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
         resolve_extras(h, l);
         return l;
       }
     }
-    if (allocator::load_driver(&l.why) == nullptr) return l;
+    if (device::load_driver(&l.why) == nullptr) return l;
     // load_driver keeps libcuda.so.1 open; take another reference to the same handle.
-    void* h = dlopen(allocator::driver_library, RTLD_NOW | RTLD_NOLOAD);
+    void* h = dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD);
     if (h == nullptr) {
-      l.why = std::string(allocator::driver_library) + " is not loaded although the driver initialized";
+      l.why = std::string(device::driver_library) + " is not loaded although the driver initialized";
       return l;
     }
     resolve_extras(h, l);
@@ -215,9 +215,9 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
 std::uint64_t as_u64(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
 // In a _ptsz call a null stream is the calling thread's default stream.
-allocator::stream_handle stream_of(CUstream s, bool per_thread) {
-  return s == nullptr && per_thread ? static_cast<allocator::stream_handle>(CU_STREAM_PER_THREAD)
-                                    : static_cast<allocator::stream_handle>(s);
+device::stream_handle stream_of(CUstream s, bool per_thread) {
+  return s == nullptr && per_thread ? static_cast<device::stream_handle>(CU_STREAM_PER_THREAD)
+                                    : static_cast<device::stream_handle>(s);
 }
 
 // A driver call decoded from its callback parameters.

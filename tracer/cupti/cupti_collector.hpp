@@ -7,7 +7,7 @@
 //   of cuLaunchKernel does not (research/cuda_mechanisms.md §1-3).
 // Approach: libcupti is opened with dlopen (libcupti.so, libcupti.so.13, then the toolkit's
 //   extras/CUPTI/lib64 under CUDA_HOME, CUDA_PATH or /usr/local/cuda), like the
-//   driver (allocator/cuda/driver_api.hpp), so the library loads on machines without
+//   driver (device/cuda/driver_api.hpp), so the library loads on machines without
 //   either and says what is missing. One subscriber enables single driver cbids:
 //   cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel (each with its _ptsz
 //   form), async copies (cuMemcpyAsync, HtoD/DtoH/DtoD) and sets (D8, D32), cuEventRecord,
@@ -33,7 +33,7 @@
 // Approach: an optional launch_listener sees every kernel launch, cuGraphLaunch (as a
 //   kernel with handle 0), async copy and set at ENTER and, when the driver accepted the
 //   call, at EXIT, described by a launch_description (the shape of runtime::launch_view;
-//   the runtime adapts one to the other in allocator/runtime/cuda/). A kernel's packed
+//   the runtime adapts one to the other in runtime/cuda/). A kernel's packed
 //   parameter block is built once at ENTER and reused for the EXIT record. Work the
 //   listener queues from its callbacks is not intercepted (the callback's thread_local
 //   guard); untraced_scope applies the same guard anywhere else (the runtime's event
@@ -87,7 +87,7 @@ struct launch_description {
   std::uint64_t kernel_handle = 0;            // the CUfunction (or CUkernel) value; 0: cuGraphLaunch
   dims grid, block;
   std::uint32_t shared_mem = 0;
-  allocator::stream_handle stream = nullptr;  // CUstream; nullptr: the legacy default stream
+  device::stream_handle stream = nullptr;  // CUstream; nullptr: the legacy default stream
   std::span<const std::byte> params;          // kernels: the packed parameter block
   void* dst = nullptr;                        // copies and sets
   const void* src = nullptr;
@@ -181,7 +181,7 @@ class cupti_collector {
 
 // ---- CUDA_INJECTION64_PATH (injection.cpp) --------------------------------------------------------
 
-// What InitializeInjection runs. The process runtime registers one (allocator/runtime/cuda/)
+// What InitializeInjection runs. The process runtime registers one (runtime/cuda/)
 // that starts its tracing side; without one, InitializeInjection records a trace only
 // (SUBLINEAR_TRACE). Called from inside cuInit (see cupti_options::inside_injection); must
 // not throw. Returns the previous handler.

@@ -13,12 +13,12 @@ namespace sublinear::tracer {
 namespace {
 
 kernel_info describe_host_kernel(const void* context) {
-  const auto* k = static_cast<const host::kernel*>(context);
+  const auto* k = static_cast<const device::host::kernel*>(context);
   kernel_info info;
   info.name = k->name;
   info.param_bytes = static_cast<std::uint32_t>(k->param_bytes);
   info.params.reserve(k->params.size());
-  for (const host::param_info& p : k->params) info.params.push_back({p.offset, p.size});
+  for (const device::host::param_info& p : k->params) info.params.push_back({p.offset, p.size});
   return info;
 }
 
@@ -96,7 +96,7 @@ thread_local std::vector<open_probe> t_open;
 
 }  // namespace
 
-host_collector::host_collector(host::device& dev, recorder& rec, host_collector_options options)
+host_collector::host_collector(device::host::device& dev, recorder& rec, host_collector_options options)
     : dev_(dev), rec_(rec), options_(options), default_stream_(dev.default_stream()) {
   dev_.add_hook(this);
 }
@@ -106,7 +106,7 @@ host_collector::~host_collector() {
   dev_.remove_hook(this);
 }
 
-void host_collector::on_enter(const host::launch_record& r) {
+void host_collector::on_enter(const device::host::launch_record& r) {
   launch_args a;
   a.kernel_handle = r.fn->id;
   a.grid = {r.config.grid.x, r.config.grid.y, r.config.grid.z};
@@ -149,7 +149,7 @@ host_collector::before_counts host_collector::before_hashes() const {
   return {hashed_.load(std::memory_order_relaxed), reused_.load(std::memory_order_relaxed)};
 }
 
-void host_collector::on_exit(const host::launch_record& r) {
+void host_collector::on_exit(const device::host::launch_record& r) {
   for (auto it = t_open.rbegin(); it != t_open.rend(); ++it) {
     if (it->owner == this && it->correlation == r.correlation_id) {
       std::shared_ptr<probe> p = std::move(it->state);
@@ -162,21 +162,21 @@ void host_collector::on_exit(const host::launch_record& r) {
 
 // Copies and sets are recorded at their ENTER, whoever issued them; the device has no EXIT
 // for them, so they are not timed (analysis estimates their cost from their bytes).
-void host_collector::on_memory_op(const host::memory_op_record& r) {
+void host_collector::on_memory_op(const device::host::memory_op_record& r) {
   if (options_.observe_writes && options_.reuse_hashes) {
     // Its destination's kept hashes go stale when it runs (Note [Hash reuse]).
     const auto dst = reinterpret_cast<std::uint64_t>(r.dst);
     dev_.host_func(r.on, [kept = &kept_, dst, bytes = static_cast<std::uint64_t>(r.bytes)] { kept->drop(dst, bytes); });
   }
-  if (r.op == host::memory_op_record::kind::copy) {
+  if (r.op == device::host::memory_op_record::kind::copy) {
     rec_.record_memcpy(r.dst, r.src, r.bytes, handle_of(r.on));
   } else {
     rec_.record_memset(r.dst, r.value, r.bytes, handle_of(r.on));
   }
 }
 
-void host_collector::on_event_op(const host::event_op_record& r) {
-  if (r.op == host::event_op_record::kind::record) {
+void host_collector::on_event_op(const device::host::event_op_record& r) {
+  if (r.op == device::host::event_op_record::kind::record) {
     rec_.record_event_record(reinterpret_cast<std::uintptr_t>(r.e), handle_of(r.on));
   } else {
     rec_.record_event_wait(reinterpret_cast<std::uintptr_t>(r.e), handle_of(r.on));

@@ -8,7 +8,7 @@
 //   bytes) into the recorder; nothing else happens on the default path, which is what the
 //   interception benchmark measures. Timing and write observation bracket the kernel
 //   with two host functions on its stream: one queued at on_enter (it runs just before
-//   the kernel, Note [Hook re-entrancy] in allocator/host/device.hpp) and one at on_exit
+//   the kernel, Note [Hook re-entrancy] in device/host/device.hpp) and one at on_exit
 //   (just after). They run on the stream's worker, so the interval is the kernel's own
 //   execution, whether the device is asynchronous or synchronous.
 //
@@ -58,7 +58,7 @@
 #include <map>
 #include <mutex>
 
-#include "allocator/host/device.hpp"
+#include "device/host/device.hpp"
 #include "tracer/block_hashes.hpp"
 #include "tracer/recorder.hpp"
 
@@ -72,21 +72,21 @@ struct host_collector_options {
   bool reuse_hashes = true;
 };
 
-class host_collector final : public host::launch_hook {
+class host_collector final : public device::host::launch_hook {
  public:
   // Registers itself as a hook of `dev`. `dev` and `rec` must outlive the collector.
-  host_collector(host::device& dev, recorder& rec, host_collector_options options = {});
+  host_collector(device::host::device& dev, recorder& rec, host_collector_options options = {});
   // Waits for every stream (pending measurements refer to this collector), then removes
   // the hook.
   ~host_collector() override;
   host_collector(const host_collector&) = delete;
   host_collector& operator=(const host_collector&) = delete;
 
-  void on_enter(const host::launch_record& rec) override;
-  void on_exit(const host::launch_record& rec) override;
+  void on_enter(const device::host::launch_record& rec) override;
+  void on_exit(const device::host::launch_record& rec) override;
   // Copies, sets and application event operations issued on the device, however issued.
-  void on_memory_op(const host::memory_op_record& rec) override;
-  void on_event_op(const host::event_op_record& rec) override;
+  void on_memory_op(const device::host::memory_op_record& rec) override;
+  void on_event_op(const device::host::event_op_record& rec) override;
 
   [[nodiscard]] const host_collector_options& options() const noexcept { return options_; }
   // Block hashes kept for reuse now (Note [Hash reuse]).
@@ -99,14 +99,14 @@ class host_collector final : public host::launch_hook {
   [[nodiscard]] before_counts before_hashes() const;
 
  private:
-  allocator::stream_handle handle_of(host::stream* s) const noexcept {
+  device::stream_handle handle_of(device::host::stream* s) const noexcept {
     return s == nullptr || s == default_stream_ ? nullptr : s;
   }
 
-  host::device& dev_;
+  device::host::device& dev_;
   recorder& rec_;
   host_collector_options options_;
-  host::stream* default_stream_;
+  device::host::stream* default_stream_;
   // Used by host functions on the streams; the destructor waits for them first.
   kept_hashes kept_;
   std::atomic<std::uint64_t> hashed_{0};  // blocks hashed just before a kernel

@@ -1,5 +1,5 @@
 // What the CUDA VMM calls cost by chunk size, through the allocator's CUDA backend
-// (allocator/cuda/cuda_vmm.hpp), printed as one JSON object.
+// (device/cuda/cuda_vmm.hpp), printed as one JSON object.
 //
 // Note [VMM call costs]
 // Rationale: the allocator's chunk size and its one-access-call-per-range rule
@@ -29,14 +29,14 @@
 #include <string>
 #include <vector>
 
-#include "allocator/cuda/cuda_vmm.hpp"
-#include "allocator/vmm.hpp"
+#include "device/cuda/cuda_vmm.hpp"
+#include "device/vmm.hpp"
 
 namespace {
 
-using sublinear::allocator::chunk_handle;
-using sublinear::allocator::cuda_vmm;
-using sublinear::allocator::vmm_status;
+using sublinear::device::chunk_handle;
+using sublinear::device::cuda_vmm;
+using sublinear::device::vmm_status;
 
 constexpr std::size_t mib = std::size_t{1} << 20;
 constexpr int skip_exit_code = 77;
@@ -80,7 +80,7 @@ std::string summary(std::vector<double> samples) {
 
 void check(cuda_vmm& device, vmm_status status, const char* call) {
   if (status != vmm_status::ok) {
-    throw failure{std::string(call) + " failed: " + sublinear::allocator::to_string(status) + ": " +
+    throw failure{std::string(call) + " failed: " + sublinear::device::to_string(status) + ": " +
                   device.last_error()};
   }
 }
@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
     }
   }
   std::string why;
-  const std::unique_ptr<cuda_vmm> device = sublinear::allocator::make_cuda_vmm(0, &why);
+  const std::unique_ptr<cuda_vmm> device = sublinear::device::make_cuda_vmm(0, &why);
   if (device == nullptr) {
     std::printf("{\"status\": \"skipped\", \"reason\": %s}\n", quoted("no CUDA driver: " + why).c_str());
     return skip_exit_code;

@@ -1,0 +1,109 @@
+// The host VMM backend: CUDA's virtual-memory semantics on the CPU, with real faults.
+//
+// Note [Host VMM]
+// Rationale: eviction is only proven if touching an evicted page kills the process, as
+//   an illegal address does on a GPU, and if releasing a chunk really gives the memory
+//   back. Anonymous memory cannot be mapped at two addresses or kept across an unmap,
+//   so physical memory has to live in a file.
+// Approach: one memfd per host_vmm, ftruncate'd (sparse) to the physical capacity.
+//   A chunk is a granularity-aligned offset range of that file, handed out first fit
+//   from a map of free ranges that coalesces on release; release_chunk punches a hole
+//   so the pages return to the OS. A reservation is PROT_NONE anonymous address space
+//   aligned to the granularity. map() places the chunk's file range there with
+//   MAP_FIXED and PROT_NONE (no access until set_access, as on CUDA); set_access is an
+//   mprotect; unmap() puts a fresh PROT_NONE anonymous mapping back, so the range is a
+//   plain reservation again and a stray access raises SIGSEGV. The preconditions of
+//   vmm.hpp are checked against a ledger before any system call (Note [VMM ledger]).
+//   set_access commits and pre-faults the range with one madvise(MADV_POPULATE_READ):
+//   a GPU's physical memory is committed by cuMemCreate and its page tables filled by
+//   the map call, so on the host too the cost lands on the thread that maps, not on the
+//   stream worker that first writes the range. Left to page faults, a fresh chunk cost
+//   the worker one fault per 4 KiB page (zero-filled): 4,400 per iteration, about 2% of
+//   its time, in `sublinear demo --depth 434` at 0.5x. A chunk mapped again after an
+//   unmap (Note [Chunk pool]) keeps its pages in the file and is only re-faulted.
+//   READ, not WRITE: a shared shmem mapping needs no write notification, so the entries
+//   a read fault installs are already writable (the first write faults no more; the
+//   test SetAccessCommitsEveryPageBeforeTheFirstWrite counts it), a read fault on a hole
+//   still allocates the page, and a read fault maps the neighbouring pages of the file
+//   with it (fault-around). Re-mapping a pooled chunk took 110-130 us/MiB against
+//   260-390 with WRITE (4 KiB pages, 256 KiB chunks); in `sublinear demo --model resnet
+//   --depth 152 --batch 64` at its smallest budget, populating had been 40% of the host
+//   thread's CPU.
+// Limitations: every mapping is a kernel VMA, so a process holds at most
+//   vm.max_map_count (65,530 by default) mappings in total. The file's capacity is
+//   address space, not a promise: creating a chunk succeeds even when the machine
+//   lacks the RAM, and the shortfall appears when pages are first touched.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "device/vmm.hpp"
+#include "device/vmm_ledger.hpp"
+
+namespace sublinear::device {
+
+struct host_vmm_options {
+  // A power of two and a multiple of the OS page size.
+  std::size_t granularity = std::size_t{64} << 10;
+  // Bytes of physical memory the device pretends to have; a multiple of the granularity.
+  std::size_t physical_capacity = std::size_t{16} << 30;
+  // set_access commits and pre-faults its range, as a GPU's map does (Note [Host VMM]).
+  // Off, pages are faulted in by the first write: for tests that map far more than they
+  // touch.
+  bool populate_on_access = true;
+};
+
+class host_vmm final : public vmm {
+ public:
+  // Throws sublinear::config_error for invalid options, sublinear::device_error if the
+  // memfd cannot be created.
+  explicit host_vmm(host_vmm_options options = {});
+  // Gives back every reservation, mapping and chunk still live.
+  ~host_vmm() override;
+  host_vmm(const host_vmm&) = delete;
+  host_vmm& operator=(const host_vmm&) = delete;
+
+  [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
+  [[nodiscard]] std::size_t physical_capacity() const noexcept override { return capacity_; }
+
+  vmm_status reserve(std::size_t size, void** address) noexcept override;
+  vmm_status release(void* address, std::size_t size) noexcept override;
+  vmm_status create_chunk(std::size_t size, chunk_handle* handle) noexcept override;
+  vmm_status release_chunk(chunk_handle handle) noexcept override;
+  vmm_status map(void* address, std::size_t size, chunk_handle handle) noexcept override;
+  vmm_status set_access(void* address, std::size_t size) noexcept override;
+  vmm_status unmap(void* address, std::size_t size) noexcept override;
+  vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept override;
+  vmm_status copy_to_host(void* host, const void* address, std::size_t bytes) noexcept override;
+  vmm_status copy_to_device(void* address, const void* host, std::size_t bytes) noexcept override;
+
+  [[nodiscard]] std::string name() const override { return "host"; }
+  [[nodiscard]] std::string last_error() const override;
+
+  // Bytes of live chunks (what create_chunk has handed out and not taken back).
+  [[nodiscard]] std::size_t chunk_bytes_in_use() const;
+  // Bytes the OS actually holds for the chunks' pages (touched and not punched out).
+  [[nodiscard]] std::size_t resident_bytes() const;
+
+ private:
+  // First fit from free_; returns false when no free range is large enough.
+  bool take_range(std::size_t size, std::size_t* offset);
+  void give_back_range(std::size_t offset, std::size_t size);
+  // copy_to_host / copy_to_device: `device_side` is the one of `dst`, `src` that must be mapped.
+  vmm_status copy(const char* what, void* dst, const void* src, const void* device_side, std::size_t bytes) noexcept;
+
+  std::size_t granularity_;
+  std::size_t capacity_;
+  bool populate_;
+  int fd_ = -1;
+
+  mutable std::mutex mutex_;
+  std::map<std::size_t, std::size_t> free_;  // memfd offset -> size, coalesced
+  detail::vmm_ledger ledger_;
+  chunk_handle next_handle_ = 1;
+};
+
+}  // namespace sublinear::device

@@ -1,0 +1,111 @@
+// The replay engine's device on a GPU: regenerated buffers are recomputed by the driver.
+//
+// Note [Replay through the driver]
+// Rationale: a recipe re-runs recorded launches verbatim (Note [Replay at the launch] in
+//   engine.hpp). The recorder keeps each kernel's parameters as one packed block in the
+//   device-side layout (tracer/param_packing.hpp), which is exactly what cuLaunchKernel
+//   takes through `extra`; no per-kernel knowledge is needed to launch it again.
+// Approach: kernels go back through cuLaunchKernel with the recorded handle (a CUfunction,
+//   or a CUkernel cast to one: the driver accepts both), dims, shared memory and stream,
+//   and the packed block as CU_LAUNCH_PARAM_BUFFER_POINTER / CU_LAUNCH_PARAM_BUFFER_SIZE.
+//   Copies go through cuMemcpyAsync (unified addressing resolves host or device sides),
+//   sets through cuMemsetD8Async. Validation's downloads and repairs synchronize the stream
+//   and copy synchronously. Every call runs under tracer::untraced_scope, so the CUPTI
+//   collector does not record the engine's own work, and in the device's primary context
+//   when the calling thread has none. Failures throw sublinear::device_error naming the
+//   call and the driver's error.
+//   When the driver refuses the packed block with CUDA_ERROR_INVALID_VALUE, the launch is
+//   tried once more in the kernelParams form (one pointer per parameter, at the offsets
+//   cuFuncGetParamInfo gives): on an H200 (session 22) cuDNN's
+//   bn_fw_tr_1C11_singleread kernel, whose one argument is a 376-byte struct, was refused
+//   through `extra`; in session 24 it was refused after the retry too (grid 64, block 512,
+//   32 KiB of dynamic shared memory). Why is not known: a refusal now throws with the
+//   driver's result for both forms, the launch's dimensions and the function's
+//   attributes (maximum threads per block, static and maximum dynamic shared memory,
+//   registers, PTX version, cluster requirements). Session 25's run showed the handle
+//   answers no cuFuncGetAttribute (CUDA_ERROR_INVALID_HANDLE) while cuKernelGetParamInfo
+//   knows it: a CUkernel. A refused CUkernel is now launched once more as the CUfunction
+//   cuKernelGetFunction gives for it in the current context, and the message says whether
+//   the handle is a CUfunction or a CUkernel and the attributes the driver gives for it.
+//   That message gave the cause: the kernel's maximum dynamic shared memory was 2 KiB
+//   while the launch replayed had used 8 KiB (32 KiB for another): cuDNN sets the limit
+//   to what each launch needs, and the last one set it lower. So a launch refused with
+//   CUDA_ERROR_INVALID_VALUE whose dynamic shared memory is above the function's limit
+//   is launched again with the limit raised to what it recorded, and the limit is put
+//   back at once (Note [Dynamic shared memory limit] in device/host/device.hpp: the
+//   host device has the same rule, and the engine's tests meet it there).
+// Limitations: launch attributes of cuLaunchKernelEx (clusters, cooperative, programmatic
+//   dependent launch) are not recorded, so a replay is a plain launch; the tracer records
+//   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the
+//   tracer marks it never-replay, so no plan asks). A launch the driver still refuses
+//   throws; the engine turns that into a validation mismatch while a copy exists (Note
+//   [Failed recipe] in engine.cpp).
+//
+// This header does not include <cuda.h>.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine.hpp"
+
+struct CUctx_st;  // CUcontext
+
+namespace sublinear::device {
+struct driver_api;
+}
+
+namespace sublinear::runtime {
+
+class cuda_replay_device final : public replay_device {
+ public:
+  // `api` is the loaded driver (device::load_driver); `context` the device's primary
+  // context, used on threads that have no current context.
+  cuda_replay_device(const device::driver_api& api, CUctx_st* context);
+
+  void replay(const launch_view& op, device::stream_handle stream) override;
+  void download(void* host_dst, const void* device_src, std::size_t bytes, device::stream_handle stream) override;
+  void upload(void* device_dst, const void* host_src, std::size_t bytes, device::stream_handle stream) override;
+  void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) override;
+  void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
+  double now_s() override;
+
+ private:
+  void enter();
+  // The parameter offsets of a kernel handle (a CUfunction, else a CUkernel); empty when
+  // the driver cannot say.
+  [[nodiscard]] std::vector<std::size_t> parameter_offsets(std::uint64_t handle) const;
+  // Offset and size of each parameter, as the driver gives them.
+  [[nodiscard]] std::vector<std::pair<std::size_t, std::size_t>> parameter_layout(std::uint64_t handle) const;
+  const device::driver_api& api_;
+  CUctx_st* context_;
+  void* func_param_info_ = nullptr;    // cuFuncGetParamInfo, when the driver has it
+  void* kernel_param_info_ = nullptr;  // cuKernelGetParamInfo
+  void* func_get_attribute_ = nullptr;  // cuFuncGetAttribute (for refusals' messages)
+  void* kernel_get_attribute_ = nullptr;  // cuKernelGetAttribute (idem, for CUkernel handles)
+  void* kernel_get_function_ = nullptr;  // cuKernelGetFunction: a CUkernel's CUfunction here
+  void* func_set_attribute_ = nullptr;   // cuFuncSetAttribute
+  void* kernel_set_attribute_ = nullptr;  // cuKernelSetAttribute
+  // One CUfunction_attribute of a kernel handle: asked as a CUfunction, else as a CUkernel
+  // on the current device. `kind` says which answered; `result` is the last CUresult.
+  enum class handle_kind : std::uint8_t { unknown, function, kernel };
+  struct attribute_answer {
+    int result = 0;
+    int value = 0;
+    handle_kind kind = handle_kind::unknown;
+  };
+  [[nodiscard]] attribute_answer attribute(std::uint64_t handle, int which) const;
+  // The handle's CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES; nothing when the driver
+  // answers neither query.
+  [[nodiscard]] std::optional<int> shared_limit(std::uint64_t handle) const;
+  // Sets it; the driver's result (a CUresult).
+  [[nodiscard]] int set_shared_limit(std::uint64_t handle, int bytes) const;
+  [[nodiscard]] std::string result_name(int result) const;
+  [[nodiscard]] std::string function_attributes(std::uint64_t handle) const;
+};
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,152 @@
+#include "runtime/host/host_runtime.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "runtime/report/report.hpp"
+
+namespace sublinear::runtime {
+
+namespace {
+device::host::stream* on(device::stream_handle s) { return device::host::device::from_handle(s); }
+}  // namespace
+
+void host_replay_device::replay(const launch_view& op, device::stream_handle stream) {
+  switch (op.what) {
+    case launch_view::kind::kernel: {
+      const device::host::kernel* k = device::host::kernels().by_id(static_cast<std::uint32_t>(op.kernel_handle));
+      if (k == nullptr) throw error("sublinear: replay of an unknown host kernel id " + std::to_string(op.kernel_handle));
+      if (refused_.count(k->name) != 0) {
+        ++refusals_;
+        throw device_error("host device: launch of " + k->name + " refused (invalid value)");
+      }
+      device::host::launch_config cfg{{op.grid.x, op.grid.y, op.grid.z}, {op.block.x, op.block.y, op.block.z}, op.shared_mem};
+      // Note [Dynamic shared memory limit] (device/host/device.hpp): the program may have
+      // lowered the kernel's limit since the recorded launch; raise it for this launch.
+      const std::uint32_t limit = dev_.max_dynamic_shared(*k);
+      if (op.shared_mem <= limit) {
+        dev_.launch(*k, cfg, on(stream), op.params.data());
+        break;
+      }
+      dev_.set_max_dynamic_shared(*k, op.shared_mem);
+      try {
+        dev_.launch(*k, cfg, on(stream), op.params.data());
+      } catch (...) {
+        dev_.set_max_dynamic_shared(*k, limit);
+        throw;
+      }
+      dev_.set_max_dynamic_shared(*k, limit);
+      ++raised_shared_limits_;
+      break;
+    }
+    case launch_view::kind::memcpy: dev_.memcpy_async(op.dst, op.src, op.bytes, on(stream)); break;
+    case launch_view::kind::memset: dev_.memset_async(op.dst, op.value, op.bytes, on(stream)); break;
+  }
+}
+
+void host_replay_device::download(void* host_dst, const void* device_src, std::size_t bytes,
+                                  device::stream_handle stream) {
+  dev_.synchronize(on(stream));
+  std::memcpy(host_dst, device_src, bytes);
+}
+
+void host_replay_device::upload(void* device_dst, const void* host_src, std::size_t bytes,
+                                device::stream_handle stream) {
+  dev_.synchronize(on(stream));
+  std::memcpy(device_dst, host_src, bytes);
+}
+
+void host_replay_device::copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) {
+  dev_.memcpy_async(dst, src, bytes, on(stream));
+}
+
+void host_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) {
+  dev_.memset_async_unobserved(dst, value, bytes, on(stream));
+  dev_.synchronize(on(stream));
+}
+
+double host_replay_device::now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+// Forwards the host device's interception points to the engine.
+class host_runtime::hook final : public device::host::launch_hook {
+ public:
+  hook(device::host::device& dev, engine& e) : dev_(dev), engine_(e) {}
+  void on_enter(const device::host::launch_record& rec) override { engine_.before_launch(view(rec)); }
+  void on_exit(const device::host::launch_record& rec) override { engine_.after_launch(view(rec)); }
+  void on_memory_op(const device::host::memory_op_record& rec) override {
+    launch_view v;
+    v.what = rec.op == device::host::memory_op_record::kind::copy ? launch_view::kind::memcpy : launch_view::kind::memset;
+    v.stream = handle(rec.on);
+    v.dst = rec.dst;
+    v.src = rec.src;
+    v.bytes = rec.bytes;
+    v.value = rec.value;
+    engine_.before_launch(v);
+  }
+
+ private:
+  device::stream_handle handle(device::host::stream* s) const { return s == dev_.default_stream() ? nullptr : s; }
+  launch_view view(const device::host::launch_record& rec) const {
+    launch_view v;
+    v.what = launch_view::kind::kernel;
+    v.kernel_handle = rec.fn->id;
+    v.grid = {rec.config.grid.x, rec.config.grid.y, rec.config.grid.z};
+    v.block = {rec.config.block.x, rec.config.block.y, rec.config.block.z};
+    v.shared_mem = rec.config.shared_mem;
+    v.stream = handle(rec.on);
+    v.params = {rec.params, rec.param_bytes};
+    return v;
+  }
+  device::host::device& dev_;
+  engine& engine_;
+};
+
+host_runtime::host_runtime(device::host::device& dev, allocator::caching_allocator& alloc, engine_options options,
+                           host_runtime_options runtime)
+    : dev_(dev), config_(options.config), granularity_(alloc.granularity()) {
+  if (!options.config.report.empty()) options.record_timeline = true;  // the report's timeline and plot
+  tracer::recorder_options ro;
+  ro.device = "host";
+  ro.granularity = alloc.granularity();
+  ro.start_recording = false;
+  recorder_ = std::make_unique<tracer::recorder>(ro);
+  replay_ = std::make_unique<host_replay_device>(dev);
+  engine_ = std::make_unique<engine>(alloc, *replay_, *recorder_, std::move(options));
+  // The engine's hook runs first: a block offloaded while tracing is restored before the
+  // collector hashes what the launch touches (Note [Offloading the traced iteration]).
+  hook_ = std::make_unique<hook>(dev, *engine_);
+  dev.add_hook(hook_.get());
+  tracer::host_collector_options co;
+  co.time_launches = runtime.time_launches;
+  co.observe_writes = runtime.observe_writes;
+  collector_ = std::make_unique<tracer::host_collector>(dev, *recorder_, co);
+}
+
+host_runtime::~host_runtime() {
+  dev_.synchronize();
+  if (!config_.report.empty()) {
+    try {
+      report_metadata meta;
+      meta.model = model_;
+      meta.device = "host";
+      meta.granularity = granularity_;
+      write_text_file(config_.report, to_json(make_report(*engine_, config_, meta)));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "sublinear: SUBLINEAR_REPORT: cannot write %s: %s\n", config_.report.c_str(), e.what());
+    }
+  }
+  dev_.remove_hook(hook_.get());
+  collector_.reset();
+  engine_.reset();
+}
+
+void host_runtime::mark_iteration() {
+  dev_.synchronize();  // durations and observed writes of the iteration arrive before it is analysed
+  engine_->mark_iteration();
+}
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,84 @@
+// sublinear on the host device: the recorder, the host collector, the replay engine and
+// the hooks that connect them, in one object.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_set>
+
+#include "allocator/caching_allocator.hpp"
+#include "device/host/device.hpp"
+#include "runtime/engine.hpp"
+#include "tracer/host/host_collector.hpp"
+#include "tracer/recorder.hpp"
+
+namespace sublinear::runtime {
+
+// Replays on the host device. Work queued from inside a launch hook is not intercepted.
+class host_replay_device final : public replay_device {
+ public:
+  explicit host_replay_device(device::host::device& dev) : dev_(dev) {}
+  void replay(const launch_view& op, device::stream_handle stream) override;
+  void download(void* host_dst, const void* device_src, std::size_t bytes, device::stream_handle stream) override;
+  void upload(void* device_dst, const void* host_src, std::size_t bytes, device::stream_handle stream) override;
+  void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) override;
+  void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
+  double now_s() override;
+
+  // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
+  // cannot run as a plain one (Note [Failed recipe] in engine.cpp): the fault tests use it.
+  void refuse_replay_of(std::string kernel_name) { refused_.insert(std::move(kernel_name)); }
+  // Replays refused so far.
+  [[nodiscard]] std::size_t refusals() const noexcept { return refusals_; }
+  // Replays that raised their kernel's dynamic shared memory limit for themselves (Note
+  // [Dynamic shared memory limit] in device/host/device.hpp).
+  [[nodiscard]] std::size_t raised_shared_limits() const noexcept { return raised_shared_limits_; }
+
+ private:
+  device::host::device& dev_;
+  std::unordered_set<std::string> refused_;
+  std::size_t refusals_ = 0;
+  std::size_t raised_shared_limits_ = 0;
+};
+
+struct host_runtime_options {
+  // Hash the blocks each kernel touches to learn which it wrote (Note [Write observation]).
+  // Off, the trace is what the CUPTI collector gives on a GPU: every touched block may
+  // have been written. The tests run both.
+  bool observe_writes = true;
+  // Time each launch for the planners' costs. Off, a launch costs its touched bytes
+  // (tracer/analysis.cpp), so that plans do not move with the machine's timing: for
+  // tests that need one plan's shape every run.
+  bool time_launches = true;
+};
+
+class host_runtime {
+ public:
+  // Installs itself on `alloc` (observer) and `dev` (launch hooks) and starts tracing.
+  host_runtime(device::host::device& dev, allocator::caching_allocator& alloc, engine_options options,
+               host_runtime_options runtime = {});
+  ~host_runtime();
+  host_runtime(const host_runtime&) = delete;
+  host_runtime& operator=(const host_runtime&) = delete;
+
+  void mark_iteration();
+  // Names the workload in the report written at exit (SUBLINEAR_REPORT).
+  void set_model_name(std::string name) { model_ = std::move(name); }
+  [[nodiscard]] engine& get() { return *engine_; }
+  [[nodiscard]] tracer::recorder& recorder() { return *recorder_; }
+  [[nodiscard]] host_replay_device& replay_device() { return *replay_; }
+
+ private:
+  class hook;
+  device::host::device& dev_;
+  settings config_;
+  std::size_t granularity_;
+  std::string model_;
+  std::unique_ptr<tracer::recorder> recorder_;
+  std::unique_ptr<host_replay_device> replay_;
+  std::unique_ptr<engine> engine_;
+  std::unique_ptr<tracer::host_collector> collector_;
+  std::unique_ptr<hook> hook_;
+};
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,626 @@
+// The report model, its JSON form and the text renderer (Note [Report model] in
+// report.hpp). The timeline renderers are in report_timeline.cpp and report_plot.cpp.
+#include "common/text.hpp"
+#include "runtime/report/report.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/report/report_json.hpp"
+#include "runtime/report/report_text.hpp"
+#include "sublinear/error.hpp"
+
+namespace sublinear::runtime {
+
+namespace {
+
+const char* kind_name(timeline_event::kind k) {
+  switch (k) {
+    case timeline_event::kind::memory: return "memory";
+    case timeline_event::kind::evict: return "evict";
+    case timeline_event::kind::regenerate: return "regenerate";
+    case timeline_event::kind::iteration: return "iteration";
+    case timeline_event::kind::allocate: return "allocate";
+    case timeline_event::kind::release: return "release";
+  }
+  return "?";
+}
+
+timeline_event::kind parse_kind(const std::string& s) {
+  if (s == "memory") return timeline_event::kind::memory;
+  if (s == "evict") return timeline_event::kind::evict;
+  if (s == "regenerate") return timeline_event::kind::regenerate;
+  if (s == "iteration") return timeline_event::kind::iteration;
+  if (s == "allocate") return timeline_event::kind::allocate;
+  if (s == "release") return timeline_event::kind::release;
+  throw config_error("report: unknown timeline event kind '" + s + "'");
+}
+
+engine_state parse_state(const std::string& s) {
+  for (engine_state st : {engine_state::trace, engine_state::validate, engine_state::steady, engine_state::disabled})
+    if (s == to_string(st)) return st;
+  throw config_error("report: unknown iteration state '" + s + "'");
+}
+
+// "NAME=value" lines of describe() as pairs.
+std::vector<std::pair<std::string, std::string>> settings_pairs(const settings& config) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream lines(describe(config));
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) out.emplace_back(line.substr(0, eq), line.substr(eq + 1));
+  }
+  return out;
+}
+
+// Assigns each event its iteration and, for memory samples, its launch number; drops the
+// memory samples that repeat the previous one of their iteration (keeping each
+// iteration's last sample, so a step curve still reaches the iteration's end).
+std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timeline,
+                                        const std::vector<iteration_report>& iterations, std::size_t& dropped) {
+  std::vector<report_event> out;
+  out.reserve(timeline.size());
+  std::size_t iteration_ordinal = 0;  // how many iteration events we have passed
+  auto index_of = [&](std::size_t ordinal) {
+    if (ordinal < iterations.size()) return iterations[ordinal].index;
+    if (!iterations.empty()) return iterations.back().index + 1 + (ordinal - iterations.size());
+    return ordinal;
+  };
+  std::size_t launch = 0;
+  bool have_last = false;
+  report_event last_dropped;
+  bool last_was_dropped = false;
+  std::size_t last_mapped = 0, last_allocated = 0;
+  dropped = 0;
+  for (const timeline_event& e : timeline) {
+    report_event r{e, index_of(iteration_ordinal), 0};
+    if (e.what == timeline_event::kind::memory) {
+      r.launch = ++launch;
+      if (have_last && e.mapped == last_mapped && e.allocated == last_allocated) {
+        last_dropped = r;
+        last_was_dropped = true;
+        ++dropped;
+        continue;
+      }
+      have_last = true;
+      last_was_dropped = false;
+      last_mapped = e.mapped;
+      last_allocated = e.allocated;
+      out.push_back(std::move(r));
+      continue;
+    }
+    if (e.what == timeline_event::kind::iteration) {
+      if (last_was_dropped) {
+        out.push_back(last_dropped);
+        --dropped;
+      }
+      out.push_back(std::move(r));
+      ++iteration_ordinal;
+      launch = 0;
+      have_last = false;
+      last_was_dropped = false;
+      continue;
+    }
+    out.push_back(std::move(r));
+  }
+  if (last_was_dropped) {
+    out.push_back(last_dropped);
+    --dropped;
+  }
+  return out;
+}
+
+}  // namespace
+
+run_report make_report(const settings& config, const report_metadata& meta, plan_summary plan,
+                       std::vector<iteration_report> iterations, std::vector<eviction_record> evictions,
+                       const std::vector<timeline_event>& timeline) {
+  run_report r;
+  r.generator = "sublinear 0.1.0";
+  r.model = meta.model;
+  r.device = meta.device;
+  r.granularity = meta.granularity;
+  r.settings = settings_pairs(config);
+  r.plan = std::move(plan);
+  if (r.plan.planner.empty()) r.plan.planner = config.policy;
+  r.baseline = meta.baseline;
+  r.timeline = thin_timeline(timeline, iterations, r.timeline_dropped);
+  r.iterations = std::move(iterations);
+  r.evictions = std::move(evictions);
+  return r;
+}
+
+run_report make_report(const engine& e, const settings& config, const report_metadata& meta) {
+  plan_summary plan;
+  plan.planner = config.policy;
+  plan.budget = e.budget();
+  plan.predicted_peak = e.predicted_peak();
+  plan.traced_mapped_peak = e.planning_mapped_peak();
+  plan.cache_allowance = to_string(e.plan_allowance());
+  const engine::plan_compute pc = e.planned_compute();
+  plan.added_compute_s = pc.added_s;
+  plan.floor_s = pc.floor_s;
+  plan.traced_compute_s = pc.traced_s;
+  plan.error = e.plan_error();
+  return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
+}
+
+report_totals totals(const run_report& r) {
+  report_totals t;
+  t.iterations = r.iterations.size();
+  for (const auto& it : r.iterations) {
+    const bool planned = (it.state == engine_state::validate || it.state == engine_state::steady) && it.budget > 0;
+    if (it.state == engine_state::trace) t.traced_peak = std::max(t.traced_peak, it.peak_mapped);
+    if (planned) {
+      ++t.planned_iterations;
+      t.budgeted_peak = std::max(t.budgeted_peak, it.peak_mapped);
+    }
+    // A traced iteration under an absolute budget (Note [Offloading the traced iteration])
+    // is held to it as well.
+    if (it.budget > 0 && it.peak_mapped > it.budget) t.within_budget = false;
+    t.offloads += it.offloads;
+    t.offloaded_bytes += it.offloaded_bytes;
+    t.prefetched += it.prefetched;
+    t.pressure_evictions += it.pressure_evictions;
+    t.kept_resident += it.kept_resident;
+    t.stray_pointers += it.stray_pointers;
+    t.budget_lifted += it.budget_lifted ? 1 : 0;
+    t.retained += it.retained;
+    t.allocator_waits += it.allocator_waits;
+    t.handoffs += it.handoffs;
+    t.packed += it.packed;
+    t.evictions += it.evictions;
+    t.evicted_bytes += it.evicted_bytes;
+    t.recomputed_launches += it.recomputed_launches;
+    t.recompute_s += it.recompute_s;
+    t.stall_s += it.stall_s;
+    t.diverged += it.diverged ? 1 : 0;
+    t.validation_mismatches += it.validation_mismatches;
+  }
+  return t;
+}
+
+// ---- JSON ----------------------------------------------------------------------------------------
+
+std::string to_json(const run_report& r) {
+  std::string out;
+  json::writer w(out);
+  w.begin_object();
+  w.member("schema", report_schema_name);
+  w.member("schema_version", report_schema_version);
+  w.member("generator", r.generator);
+  w.key("run");
+  w.begin_object();
+  w.member("model", r.model);
+  w.member("device", r.device);
+  w.member("granularity_bytes", r.granularity);
+  w.end_object();
+  w.key("settings");
+  w.begin_object();
+  for (const auto& [name, value] : r.settings) w.member(name, value);
+  w.end_object();
+  w.key("plan");
+  w.begin_object();
+  w.member("planner", r.plan.planner);
+  w.member("budget_bytes", r.plan.budget);
+  w.member("predicted_peak_bytes", r.plan.predicted_peak);
+  w.member("traced_mapped_peak_bytes", r.plan.traced_mapped_peak);
+  w.member("cache_allowance", r.plan.cache_allowance);
+  w.member("added_compute_s", r.plan.added_compute_s);
+  w.member("floor_s", r.plan.floor_s);
+  w.member("traced_compute_s", r.plan.traced_compute_s);
+  w.member("error", r.plan.error);
+  w.end_object();
+  w.key("baseline");
+  if (r.baseline) {
+    w.begin_object(true);
+    w.member("peak_mapped_bytes", r.baseline->peak_mapped);
+    w.member("iteration_s", r.baseline->iteration_s);
+    w.end_object();
+  } else {
+    w.null();
+  }
+  const report_totals t = totals(r);
+  w.key("summary");
+  w.begin_object();
+  w.member("iterations", t.iterations);
+  w.member("planned_iterations", t.planned_iterations);
+  w.member("traced_peak_bytes", t.traced_peak);
+  w.member("budgeted_peak_bytes", t.budgeted_peak);
+  w.member("within_budget", t.within_budget);
+  w.member("evictions", t.evictions);
+  w.member("evicted_bytes", t.evicted_bytes);
+  w.member("recomputed_launches", t.recomputed_launches);
+  w.member("recompute_s", t.recompute_s);
+  w.member("stall_s", t.stall_s);
+  w.member("diverged_iterations", t.diverged);
+  w.member("validation_mismatches", t.validation_mismatches);
+  w.end_object();
+  w.key("iterations");
+  w.begin_array();
+  for (const auto& it : r.iterations) {
+    w.begin_object(true);
+    w.member("index", it.index);
+    w.member("state", to_string(it.state));
+    w.member("peak_mapped_bytes", it.peak_mapped);
+    w.member("budget_bytes", it.budget);
+    w.member("evictions", it.evictions);
+    w.member("evicted_bytes", it.evicted_bytes);
+    w.member("recomputed_launches", it.recomputed_launches);
+    w.member("recompute_s", it.recompute_s);
+    w.member("stall_s", it.stall_s);
+    w.member("prefetched", it.prefetched);
+    w.member("pressure_evictions", it.pressure_evictions);
+    w.member("kept_resident", it.kept_resident);
+    w.member("stray_pointers", it.stray_pointers);
+    w.member("retained", it.retained);
+    w.member("offloads", it.offloads);
+    w.member("offloaded_bytes", it.offloaded_bytes);
+    w.member("offload_restores", it.offload_restores);
+    w.member("allocator_waits", it.allocator_waits);
+    w.member("handoffs", it.handoffs);
+    w.member("packed", it.packed);
+    w.member("budget_lifted", it.budget_lifted);
+    w.member("diverged", it.diverged);
+    if (it.diverged) w.member("divergence", it.divergence);
+    w.member("validation_mismatches", it.validation_mismatches);
+    w.member("engine_s", it.engine_s);
+    w.member("wall_s", it.wall_s);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("evictions");
+  w.begin_array();
+  for (const auto& e : r.evictions) {
+    w.begin_object(true);
+    w.member("size_bytes", e.size);
+    w.member("producer", e.producer);
+    w.member("times_evicted", e.times_evicted);
+    w.member("times_recomputed", e.times_recomputed);
+    w.member("recompute_cost_s", e.recompute_cost_s);
+    w.member("never_evict", e.never_evict);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("timeline");
+  w.begin_object();
+  w.member("dropped_repeats", r.timeline_dropped);
+  w.key("events");
+  w.begin_array();
+  for (const auto& re : r.timeline) {
+    const timeline_event& e = re.event;
+    w.begin_object(true);
+    w.member("kind", kind_name(e.what));
+    w.member("iteration", re.iteration);
+    w.member("begin_s", std::max(0.0, e.begin_s));
+    w.member("end_s", std::max(0.0, e.end_s));
+    switch (e.what) {
+      case timeline_event::kind::memory:
+        w.member("launch", re.launch);
+        w.member("mapped_bytes", e.mapped);
+        w.member("allocated_bytes", e.allocated);
+        break;
+      case timeline_event::kind::evict:
+      case timeline_event::kind::regenerate:
+      case timeline_event::kind::iteration:
+        w.member("bytes", e.bytes);
+        w.member("mapped_bytes", e.mapped);
+        w.member("allocated_bytes", e.allocated);
+        w.member("label", e.label);
+        if (e.address != 0) w.member("address", static_cast<std::size_t>(e.address));
+        break;
+      case timeline_event::kind::allocate:
+      case timeline_event::kind::release:
+        w.member("bytes", e.bytes);
+        w.member("address", static_cast<std::size_t>(e.address));
+        break;
+    }
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  w.end_object();
+  return out;
+}
+
+namespace {
+
+std::size_t size_or(const json::value& obj, std::string_view key, std::size_t otherwise = 0) {
+  const json::value* v = obj.find(key);
+  return v == nullptr ? otherwise : static_cast<std::size_t>(v->as_size());
+}
+
+}  // namespace
+
+run_report parse_report(std::string_view json_text, std::string_view source) {
+  const json::value doc = json::parse(json_text, source);
+  // Name the version problem first: it explains every other difference.
+  if (const json::value* v = doc.find("schema_version");
+      v != nullptr && v->is_number() && v->as_number() != report_schema_version) {
+    throw config_error(std::string(source) + ": report schema version " + json::number(v->as_number()) +
+                       " is not supported (this sublinear reads version " + std::to_string(report_schema_version) +
+                       ")");
+  }
+  static const json::value schema = json::parse(report_schema(), "report-schema.json");
+  const auto problems = json::validate(doc, schema);
+  if (!problems.empty()) {
+    std::string what = std::string(source) + ": not a valid sublinear report (docs/report-schema.json):";
+    for (const auto& p : problems) what += "\n  " + p;
+    throw config_error(what);
+  }
+  run_report r;
+  r.generator = doc.at("generator").as_string();
+  const auto& run = doc.at("run");
+  r.model = run.at("model").as_string();
+  r.device = run.at("device").as_string();
+  r.granularity = size_or(run, "granularity_bytes");
+  for (const auto& [name, value] : doc.at("settings").as_object()) r.settings.emplace_back(name, value.as_string());
+  const auto& plan = doc.at("plan");
+  r.plan.planner = plan.at("planner").as_string();
+  r.plan.budget = size_or(plan, "budget_bytes");
+  r.plan.predicted_peak = size_or(plan, "predicted_peak_bytes");
+  r.plan.traced_mapped_peak = size_or(plan, "traced_mapped_peak_bytes");
+  if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();  // since session 26
+  const auto seconds_or_zero = [&plan](std::string_view key) {  // since session 29
+    const json::value* v = plan.find(key);
+    return v != nullptr ? v->as_number() : 0.0;
+  };
+  r.plan.added_compute_s = seconds_or_zero("added_compute_s");
+  r.plan.floor_s = seconds_or_zero("floor_s");
+  r.plan.traced_compute_s = seconds_or_zero("traced_compute_s");
+  r.plan.error = plan.at("error").as_string();
+  if (const auto& b = doc.at("baseline"); b.is_object()) {
+    r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};
+  }
+  for (const auto& it : doc.at("iterations").as_array()) {
+    iteration_report ir;
+    ir.index = size_or(it, "index");
+    ir.state = parse_state(it.at("state").as_string());
+    ir.peak_mapped = size_or(it, "peak_mapped_bytes");
+    ir.budget = size_or(it, "budget_bytes");
+    ir.evictions = size_or(it, "evictions");
+    ir.evicted_bytes = size_or(it, "evicted_bytes");
+    ir.recomputed_launches = size_or(it, "recomputed_launches");
+    ir.recompute_s = it.at("recompute_s").as_number();
+    ir.stall_s = it.at("stall_s").as_number();
+    // Optional: reports written before these existed have none.
+    ir.prefetched = size_or(it, "prefetched");
+    ir.pressure_evictions = size_or(it, "pressure_evictions");
+    ir.kept_resident = size_or(it, "kept_resident");
+    ir.stray_pointers = size_or(it, "stray_pointers");
+    ir.retained = size_or(it, "retained");
+    ir.offloads = size_or(it, "offloads");
+    ir.offloaded_bytes = size_or(it, "offloaded_bytes");
+    ir.offload_restores = size_or(it, "offload_restores");
+    ir.allocator_waits = size_or(it, "allocator_waits");
+    ir.handoffs = size_or(it, "handoffs");
+    ir.packed = size_or(it, "packed");  // since session 32
+    if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // since session 26
+    ir.diverged = it.at("diverged").as_bool();
+    if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
+    ir.validation_mismatches = size_or(it, "validation_mismatches");
+    if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // since 2026-11-27
+    ir.wall_s = it.at("wall_s").as_number();
+    r.iterations.push_back(ir);
+  }
+  for (const auto& e : doc.at("evictions").as_array()) {
+    eviction_record er;
+    er.size = size_or(e, "size_bytes");
+    er.producer = e.at("producer").as_string();
+    er.times_evicted = size_or(e, "times_evicted");
+    er.times_recomputed = size_or(e, "times_recomputed");
+    er.recompute_cost_s = e.at("recompute_cost_s").as_number();
+    er.never_evict = e.at("never_evict").as_bool();
+    r.evictions.push_back(er);
+  }
+  const auto& tl = doc.at("timeline");
+  r.timeline_dropped = size_or(tl, "dropped_repeats");
+  for (const auto& e : tl.at("events").as_array()) {
+    report_event re;
+    re.event.what = parse_kind(e.at("kind").as_string());
+    re.iteration = size_or(e, "iteration");
+    re.launch = size_or(e, "launch");
+    re.event.begin_s = e.at("begin_s").as_number();
+    re.event.end_s = e.at("end_s").as_number();
+    re.event.bytes = size_or(e, "bytes");
+    re.event.mapped = size_or(e, "mapped_bytes");
+    re.event.allocated = size_or(e, "allocated_bytes");
+    if (const json::value* l = e.find("label")) re.event.label = l->as_string();
+    re.event.address = static_cast<std::uintptr_t>(size_or(e, "address"));
+    r.timeline.push_back(std::move(re));
+  }
+  return r;
+}
+
+// ---- text ----------------------------------------------------------------------------------------
+
+std::string render_eviction_table(const run_report& r, std::size_t top) {
+  std::vector<const eviction_record*> order;
+  for (const auto& e : r.evictions) order.push_back(&e);
+  // Most bytes given back first: those are the buffers the budget is met with.
+  std::stable_sort(order.begin(), order.end(), [](const eviction_record* a, const eviction_record* b) {
+    const std::size_t va = a->size * a->times_evicted, vb = b->size * b->times_evicted;
+    if (va != vb) return va > vb;
+    return a->recompute_cost_s * static_cast<double>(a->times_recomputed) >
+           b->recompute_cost_s * static_cast<double>(b->times_recomputed);
+  });
+  if (order.empty()) return "  (no buffer was evicted)\n";
+  std::vector<std::vector<std::string>> rows;
+  const std::size_t shown = std::min(top, order.size());
+  bool any_note = false;
+  for (std::size_t i = 0; i < shown; ++i) any_note = any_note || order[i]->never_evict;
+  for (std::size_t i = 0; i < shown; ++i) {
+    const eviction_record& e = *order[i];
+    rows.push_back({std::to_string(i + 1), format_bytes(e.size), e.producer.empty() ? "(unknown)" : e.producer,
+                    std::to_string(e.times_evicted), std::to_string(e.times_recomputed),
+                    text::seconds(e.recompute_cost_s),
+                    text::seconds(e.recompute_cost_s * static_cast<double>(e.times_recomputed)),
+                    e.never_evict ? "never evict (validation failed)" : ""});
+    if (!any_note) rows.back().pop_back();
+  }
+  std::vector<std::string> header = {"#", "size", "producer kernel", "evicted", "recomputed", "cost/regen", "total cost", "note"};
+  if (!any_note) header.pop_back();
+  std::string out = text::table(header, rows, {false, false, true, false, false, false, false, true});
+  if (order.size() > shown)
+    out += "  ... and " + std::to_string(order.size() - shown) + " more buffers (the JSON report lists every one)\n";
+  return out;
+}
+
+std::string render_text(const run_report& r, std::size_t top) {
+  const report_totals t = totals(r);
+  std::string budget_setting;
+  for (const auto& [name, value] : r.settings)
+    if (name == "SUBLINEAR_BUDGET") budget_setting = value;
+  std::ostringstream out;
+  out << "sublinear report: " << (r.model.empty() ? "(unnamed run)" : r.model) << " on the " << r.device
+      << " device, policy " << r.plan.planner << "\n\n";
+  if (r.plan.budget > 0) {
+    out << "  budget             " << format_bytes(r.plan.budget);
+    if (!budget_setting.empty()) out << " (SUBLINEAR_BUDGET=" << budget_setting << ")";
+    out << "\n  predicted peak     " << format_bytes(r.plan.predicted_peak) << " (the plan's live buffers)\n";
+    if (r.plan.cache_allowance == "scaled")
+      out << "  cache allowance    scaled to the budget: below the smallest budget the traced cache allows\n";
+    if (r.plan.traced_compute_s > 0) {
+      const auto share = [&](double s) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "+%.1f%%", 100.0 * s / r.plan.traced_compute_s);
+        return std::string(buf);
+      };
+      out << "  planned recompute  " << text::seconds(r.plan.added_compute_s) << " per iteration ("
+          << share(r.plan.added_compute_s) << " of the traced " << text::seconds(r.plan.traced_compute_s)
+          << "); no plan recomputes less than " << text::seconds(r.plan.floor_s) << " (" << share(r.plan.floor_s)
+          << ", the recompute floor)\n";
+    }
+  } else {
+    out << "  budget             none in force"
+        << (r.plan.error.empty() ? std::string() : ": " + r.plan.error) << "\n";
+  }
+  if (r.baseline) out << "  baseline peak      " << format_bytes(r.baseline->peak_mapped) << " mapped (run without a budget)\n";
+  if (t.traced_peak > 0) out << "  traced peak        " << format_bytes(t.traced_peak) << " mapped (traced iterations)\n";
+  if (t.offloads > 0)
+    out << "  offloaded          " << t.offloads << " blocks (" << format_bytes(t.offloaded_bytes)
+        << ") to host memory while tracing under the budget\n";
+  if (t.planned_iterations > 0) {
+    out << "  budgeted peak      " << format_bytes(t.budgeted_peak) << " mapped over " << t.planned_iterations
+        << " planned iterations, " << (t.within_budget ? "within the budget" : "ABOVE THE BUDGET") << "\n";
+  }
+  out << "  evictions          " << t.evictions << " (" << format_bytes(t.evicted_bytes) << " given back)\n"
+      << "  recomputed         " << t.recomputed_launches << " launches, " << text::seconds(t.recompute_s)
+      << " of recompute, " << text::seconds(t.stall_s) << " stalled\n";
+  if (t.prefetched > 0) out << "  prefetched         " << t.prefetched << " regenerations ahead of their consumer\n";
+  if (t.pressure_evictions > 0)
+    out << "  pressure valve     " << t.pressure_evictions << " evictions the plan did not foresee\n";
+  if (t.kept_resident > 0)
+    out << "  kept resident      " << t.kept_resident
+        << " planned evictions not made: no room for the buffer's own pages\n";
+  if (t.stray_pointers > 0)
+    out << "  stray pointers     " << t.stray_pointers
+        << " parameter words into evicted blocks that the traced launches did not hold: left alone\n";
+  if (t.budget_lifted > 0)
+    out << "  budget lifted      " << t.budget_lifted
+        << " iterations ran out of room with the cache scaled to the budget and finished without it\n";
+  if (t.retained > 0)
+    out << "  retained           " << t.retained << " frees deferred so that recipes read the block in place\n";
+  if (t.allocator_waits > 0 || t.handoffs > 0)
+    out << "  allocator          " << t.allocator_waits << " waits for a stream to make room, " << t.handoffs
+        << " chunks taken from queued work without one\n";
+  if (t.packed > 0)
+    out << "  packed             " << t.packed << " evicted buffers placed in shared pages with others of their recipe\n";
+  if (t.diverged > 0) out << "  diverged           " << t.diverged << " iterations differed from the trace and were traced again\n";
+  if (t.validation_mismatches > 0)
+    out << "  validation         " << t.validation_mismatches << " regenerated buffers differed; they are no longer evicted\n";
+
+  out << "\nper iteration\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& it : r.iterations) {
+    rows.push_back({std::to_string(it.index), std::string(to_string(it.state)) + (it.diverged ? " (diverged)" : ""),
+                    format_bytes(it.peak_mapped), it.budget ? format_bytes(it.budget) : "-",
+                    std::to_string(it.evictions), std::to_string(it.recomputed_launches), text::seconds(it.recompute_s),
+                    text::seconds(it.stall_s), text::seconds(it.wall_s)});
+  }
+  out << text::table({"iter", "state", "peak mapped", "budget", "evictions", "recomputed", "recompute", "stall", "wall"}, rows,
+               {false, true, false, false, false, false, false, false, false});
+  for (const auto& it : r.iterations) {
+    if (it.diverged && !it.divergence.empty()) out << "  iteration " << it.index << " diverged: " << it.divergence << "\n";
+  }
+  out << "\ntop evicted buffers (by bytes given back over the run)\n" << render_eviction_table(r, top);
+  return out.str();
+}
+
+// ---- files ----------------------------------------------------------------------------------------
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw error("cannot open '" + path + "': " + std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw error("cannot read '" + path + "'");
+  return s.str();
+}
+
+void write_text_file(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw error("cannot write '" + path + "': " + std::strerror(errno));
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw error("cannot write '" + path + "': " + std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw error("cannot write '" + path + "': " + why);
+  }
+}
+
+namespace text {
+
+std::string seconds(double s) {
+  char buf[32];
+  if (s == 0.0) return "0";
+  if (s < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  } else if (s < 1.0) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  }
+  return buf;
+}
+
+std::string table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                  const std::vector<bool>& left) {
+  std::vector<std::size_t> width(header.size());
+  for (std::size_t c = 0; c < header.size(); ++c) width[c] = header[c].size();
+  for (const auto& row : rows)
+    for (std::size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string l;
+    for (std::size_t c = 0; c < cells.size(); ++c) {
+      const std::string pad(width[c] - cells[c].size(), ' ');
+      if (c > 0) l += "  ";
+      l += left[c] ? cells[c] + pad : pad + cells[c];
+    }
+    while (!l.empty() && l.back() == ' ') l.pop_back();
+    out += "  " + l + "\n";
+  };
+  line(header);
+  std::vector<std::string> rule;
+  for (std::size_t w : width) rule.emplace_back(w, '-');
+  line(rule);
+  for (const auto& row : rows) line(row);
+  return out;
+}
+
+}  // namespace text
+
+}  // namespace sublinear::runtime

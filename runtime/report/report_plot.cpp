@@ -1,0 +1,298 @@
+// The memory-timeline plot of a report, as SVG written by hand.
+//
+// Note [Memory plot]
+// Rationale: the one picture that explains sublinear: the same training iteration with
+//   and without a budget, memory against progress through the iteration, the budget as a
+//   line the budgeted curve stays under. It must read without knowing the project: a
+//   title that says what is shown, axes with units, a legend that names each curve with
+//   its peak. SVG needs no plotting dependency and scales in any browser.
+// Approach: x is the launch number within the iteration (kernels, copies and sets in
+//   issue order), not time: the two iterations run the same launches, so the curves line
+//   up launch for launch, while their times differ (tracing is slow, recompute adds).
+//   y is mapped device memory, the budgeted quantity, in the binary unit that suits the
+//   largest value, with ticks at 1, 2, 2.5 or 5 times a power of ten. Each curve is a step
+//   line (memory changes at launches). Baseline: the last traced iteration (it runs
+//   without a budget); budgeted: the last planned iteration that did not diverge. Curves
+//   with more samples than twice the plot's width in pixels are reduced to the minimum,
+//   maximum and last value per pixel column, so peaks survive. Colours are from the
+//   Okabe-Ito palette (distinguishable with the common colour-vision deficiencies), and
+//   the budgeted curve is also drawn thicker so the two differ without colour.
+// Limitations: one iteration of each kind is drawn; a report without memory samples (the
+//   timeline was not recorded) gets a plot that says so.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/text.hpp"
+#include "runtime/report/report.hpp"
+
+namespace sublinear::runtime {
+
+namespace {
+
+constexpr const char* kBaselineColour = "#0072B2";  // blue
+constexpr const char* kBudgetedColour = "#D55E00";  // vermillion
+constexpr const char* kBudgetColour = "#222222";
+
+std::string xml_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string fmt(double v, int decimals = 1) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+struct point {
+  double x = 0;  // launch number
+  double y = 0;  // bytes
+};
+
+struct curve {
+  std::size_t iteration = 0;
+  std::vector<point> points;
+  std::size_t peak = 0;
+  std::size_t launches = 0;
+};
+
+std::optional<curve> samples_of(const run_report& r, std::size_t iteration) {
+  curve c;
+  c.iteration = iteration;
+  for (const auto& re : r.timeline) {
+    if (re.iteration != iteration || re.event.what != timeline_event::kind::memory) continue;
+    c.points.push_back({static_cast<double>(re.launch), static_cast<double>(re.event.mapped)});
+    c.peak = std::max(c.peak, re.event.mapped);
+    c.launches = std::max(c.launches, re.launch);
+  }
+  if (c.points.empty()) return std::nullopt;
+  // The iteration's own peak (between samples, inside a launch) can exceed every sample.
+  for (const auto& it : r.iterations)
+    if (it.index == iteration) c.peak = std::max(c.peak, it.peak_mapped);
+  return c;
+}
+
+// The last iteration satisfying `pick` that has memory samples.
+template <class Pred>
+std::optional<curve> last_curve(const run_report& r, Pred pick) {
+  for (auto it = r.iterations.rbegin(); it != r.iterations.rend(); ++it) {
+    if (!pick(*it)) continue;
+    if (auto c = samples_of(r, it->index)) return c;
+  }
+  return std::nullopt;
+}
+
+// 1, 2, 2.5 or 5 x 10^k, so that about `target` steps span `range`.
+double nice_step(double range, int target) {
+  if (range <= 0) return 1.0;
+  const double raw = range / target;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (m * magnitude >= raw) return m * magnitude;
+  return 10.0 * magnitude;
+}
+
+struct unit {
+  const char* name;
+  double bytes;
+};
+
+unit unit_for(double max_bytes) {
+  if (max_bytes >= 1024.0 * 1024.0 * 1024.0) return {"GiB", 1024.0 * 1024.0 * 1024.0};
+  if (max_bytes >= 1024.0 * 1024.0) return {"MiB", 1024.0 * 1024.0};
+  if (max_bytes >= 1024.0) return {"KiB", 1024.0};
+  return {"B", 1.0};
+}
+
+}  // namespace
+
+std::string render_memory_plot(const run_report& r, const plot_options& options) {
+  const double W = options.width, H = options.height;
+  const double left = 96, right = 32, top = 78, bottom = 150;
+  const double pw = W - left - right, ph = H - top - bottom;
+
+  auto baseline = last_curve(r, [](const iteration_report& it) { return it.state == engine_state::trace; });
+  auto budgeted = last_curve(r, [](const iteration_report& it) {
+    return (it.state == engine_state::steady || it.state == engine_state::validate) && it.budget > 0 && !it.diverged;
+  });
+  std::size_t budget = r.plan.budget;
+  if (budgeted)
+    for (const auto& it : r.iterations)
+      if (it.index == budgeted->iteration) budget = it.budget;
+
+  double x_max = 1, y_max = static_cast<double>(budget);
+  for (const auto* c : {baseline ? &*baseline : nullptr, budgeted ? &*budgeted : nullptr}) {
+    if (c == nullptr) continue;
+    x_max = std::max(x_max, static_cast<double>(c->launches));
+    y_max = std::max(y_max, static_cast<double>(c->peak));
+  }
+  if (y_max <= 0) y_max = 1;
+  const unit u = unit_for(y_max);
+  const double y_step = nice_step(y_max / u.bytes * 1.05, 6) * u.bytes;
+  const double y_top = std::ceil(y_max * 1.05 / y_step) * y_step;
+  const double x_step = std::max(1.0, nice_step(x_max, 8));
+  const double x_right = x_max;  // the axis ends with the iteration's last launch
+
+  auto X = [&](double launch) { return left + launch / x_right * pw; };
+  auto Y = [&](double bytes) { return top + ph - bytes / y_top * ph; };
+
+  std::string s;
+  s += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + fmt(W, 0) + "\" height=\"" + fmt(H, 0) +
+       "\" viewBox=\"0 0 " + fmt(W, 0) + " " + fmt(H, 0) +
+       "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
+  s += "  <rect x=\"0\" y=\"0\" width=\"" + fmt(W, 0) + "\" height=\"" + fmt(H, 0) + "\" fill=\"#ffffff\"/>\n";
+
+  // Title and subtitle.
+  std::string title = options.title;
+  if (title.empty()) {
+    title = "Device memory during one training iteration";
+    if (!r.model.empty()) title += ": " + r.model;
+  }
+  std::string subtitle;
+  if (baseline && budgeted) {
+    const double saved = 100.0 * (1.0 - static_cast<double>(budgeted->peak) / static_cast<double>(baseline->peak));
+    subtitle = "sublinear (policy " + r.plan.planner + ") keeps the peak under a budget of " + format_bytes(budget) +
+               ": " + format_bytes(baseline->peak) + " \u2192 " + format_bytes(budgeted->peak) + " (" +
+               fmt(saved, 0) + "% less)";
+  } else if (baseline) {
+    subtitle = "No budgeted iteration in this report" +
+               (r.plan.error.empty() ? std::string() : std::string(": ") + r.plan.error);
+  } else {
+    subtitle = "policy " + r.plan.planner;
+  }
+  s += "  <text x=\"" + fmt(left, 0) + "\" y=\"32\" font-size=\"20\" font-weight=\"bold\" fill=\"#111\">" +
+       xml_escape(title) + "</text>\n";
+  s += "  <text x=\"" + fmt(left, 0) + "\" y=\"56\" font-size=\"14\" fill=\"#444\">" + xml_escape(subtitle) +
+       "</text>\n";
+
+  // Grid, ticks and tick labels.
+  s += "  <g id=\"axes\" font-size=\"12\" fill=\"#333\">\n";
+  for (double v = 0; v <= y_top + y_step / 2; v += y_step) {
+    const double y = Y(v);
+    s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(y) + "\" x2=\"" + fmt(left + pw) + "\" y2=\"" + fmt(y) +
+         "\" stroke=\"#e3e3e3\" stroke-width=\"1\"/>\n";
+    const double shown = v / u.bytes;
+    s += "    <text x=\"" + fmt(left - 8) + "\" y=\"" + fmt(y + 4) + "\" text-anchor=\"end\">" +
+         fmt(shown, shown == std::floor(shown) ? 0 : 1) + "</text>\n";
+  }
+  for (double v = 0; v <= x_right + 1e-9; v += x_step) {
+    const double x = X(v);
+    s += "    <line x1=\"" + fmt(x) + "\" y1=\"" + fmt(top) + "\" x2=\"" + fmt(x) + "\" y2=\"" + fmt(top + ph) +
+         "\" stroke=\"#f0f0f0\" stroke-width=\"1\"/>\n";
+    s += "    <text x=\"" + fmt(x) + "\" y=\"" + fmt(top + ph + 18) + "\" text-anchor=\"middle\">" + fmt(v, 0) +
+         "</text>\n";
+  }
+  s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(top + ph) + "\" x2=\"" + fmt(left + pw) + "\" y2=\"" +
+       fmt(top + ph) + "\" stroke=\"#333\" stroke-width=\"1.5\"/>\n";
+  s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(top) + "\" x2=\"" + fmt(left) + "\" y2=\"" + fmt(top + ph) +
+       "\" stroke=\"#333\" stroke-width=\"1.5\"/>\n";
+  s += "    <text x=\"" + fmt(left + pw / 2) + "\" y=\"" + fmt(top + ph + 42) +
+       "\" text-anchor=\"middle\" font-size=\"14\">launches into the iteration (kernels, copies and sets, in issue "
+       "order)</text>\n";
+  s += "    <text transform=\"translate(" + fmt(28) + "," + fmt(top + ph / 2) +
+       ") rotate(-90)\" text-anchor=\"middle\" font-size=\"14\">mapped device memory (" + std::string(u.name) +
+       ")</text>\n";
+  s += "  </g>\n";
+
+  auto path_of = [&](const curve& c) {
+    // Reduce to min/max/last per pixel column when there are more samples than pixels.
+    std::vector<point> pts;
+    if (c.points.size() > static_cast<std::size_t>(2 * pw)) {
+      long column = -1;
+      double lo = 0, hi = 0;
+      point last{};
+      auto flush = [&] {
+        if (column < 0) return;
+        pts.push_back({last.x, hi});
+        pts.push_back({last.x, lo});
+        pts.push_back(last);
+      };
+      for (const point& p : c.points) {
+        const long col = static_cast<long>(X(p.x));
+        if (col != column) {
+          flush();
+          column = col;
+          lo = hi = p.y;
+        }
+        lo = std::min(lo, p.y);
+        hi = std::max(hi, p.y);
+        last = p;
+      }
+      flush();
+    } else {
+      pts = c.points;
+    }
+    std::string d = "M" + fmt(X(pts.front().x)) + "," + fmt(Y(pts.front().y));
+    for (std::size_t i = 1; i < pts.size(); ++i) d += " H" + fmt(X(pts[i].x)) + " V" + fmt(Y(pts[i].y));
+    return d;
+  };
+
+  // Curves and the budget line.
+  if (budget > 0) {
+    const double y = Y(static_cast<double>(budget));
+    s += "  <line id=\"budget\" x1=\"" + fmt(left) + "\" y1=\"" + fmt(y) + "\" x2=\"" + fmt(left + pw) + "\" y2=\"" +
+         fmt(y) + "\" stroke=\"" + kBudgetColour + "\" stroke-width=\"1.5\" stroke-dasharray=\"8 5\"/>\n";
+    s += "  <text x=\"" + fmt(left + pw - 6) + "\" y=\"" + fmt(y - 7) +
+         "\" text-anchor=\"end\" font-size=\"13\" fill=\"" + kBudgetColour + "\">budget " +
+         xml_escape(format_bytes(budget)) + "</text>\n";
+  }
+  if (baseline) {
+    s += "  <path id=\"baseline\" d=\"" + path_of(*baseline) + "\" fill=\"none\" stroke=\"" + kBaselineColour +
+         "\" stroke-width=\"1.75\" stroke-linejoin=\"round\"/>\n";
+  }
+  if (budgeted) {
+    s += "  <path id=\"budgeted\" d=\"" + path_of(*budgeted) + "\" fill=\"none\" stroke=\"" + kBudgetedColour +
+         "\" stroke-width=\"2.5\" stroke-linejoin=\"round\"/>\n";
+  }
+  if (!baseline && !budgeted) {
+    s += "  <text x=\"" + fmt(left + pw / 2) + "\" y=\"" + fmt(top + ph / 2) +
+         "\" text-anchor=\"middle\" font-size=\"16\" fill=\"#666\">No memory samples in this report (the run did not "
+         "record a timeline)</text>\n";
+  }
+
+  // Legend, below the x-axis label: one entry per line.
+  s += "  <g id=\"legend\" font-size=\"13\" fill=\"#222\">\n";
+  double ly = top + ph + 68;
+  auto entry = [&](const char* colour, double width, const char* dash, const std::string& text) {
+    s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(ly - 4) + "\" x2=\"" + fmt(left + 34) + "\" y2=\"" +
+         fmt(ly - 4) + "\" stroke=\"" + colour + "\" stroke-width=\"" + fmt(width, 2) + "\"" +
+         (dash[0] ? std::string(" stroke-dasharray=\"") + dash + "\"" : std::string()) + "/>\n";
+    s += "    <text x=\"" + fmt(left + 44) + "\" y=\"" + fmt(ly) + "\">" + xml_escape(text) + "</text>\n";
+    ly += 20;
+  };
+  if (baseline) {
+    entry(kBaselineColour, 1.75, "",
+          "without a budget (iteration " + std::to_string(baseline->iteration) + ", traced): peak " +
+              format_bytes(baseline->peak));
+  }
+  if (budgeted) {
+    entry(kBudgetedColour, 2.5, "",
+          "with sublinear (iteration " + std::to_string(budgeted->iteration) + ", policy " + r.plan.planner +
+              "): peak " + format_bytes(budgeted->peak));
+  }
+  if (budget > 0) entry(kBudgetColour, 1.5, "8 5", "budget on mapped memory: " + format_bytes(budget));
+  s += "  </g>\n";
+  // What "mapped" means, for a reader who does not know the allocator.
+  s += "  <text x=\"" + fmt(left, 0) + "\" y=\"" + fmt(ly + 4, 0) +
+       "\" font-size=\"11\" fill=\"#666\">mapped = physical pages the allocator holds: live "
+       "tensors plus its cache (empty when iteration 0 starts)</text>\n";
+  s += "</svg>\n";
+  return s;
+}
+
+}  // namespace sublinear::runtime

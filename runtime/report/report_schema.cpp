@@ -1,0 +1,173 @@
+// The report schema, embedded so that `sublinear report` checks what it reads. The text
+// is docs/report-schema.json; tests/runtime/report_test.cpp keeps the two equal.
+#include "runtime/report/report.hpp"
+
+namespace sublinear::runtime {
+
+std::string_view report_schema() {
+  static constexpr std::string_view text = R"schema({
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "$id": "urn:sublinear:report-schema:1",
+  "title": "sublinear report, schema version 1",
+  "description": "What one run of sublinear evicted, recomputed and cost. Written at exit (SUBLINEAR_REPORT) and read by `sublinear report`. Sizes are bytes, times are seconds. docs/reports.md explains every field.",
+  "type": "object",
+  "required": ["schema", "schema_version", "generator", "run", "settings", "plan", "baseline", "summary", "iterations", "evictions", "timeline"],
+  "additionalProperties": false,
+  "properties": {
+    "schema": {"const": "sublinear-report"},
+    "schema_version": {"const": 1},
+    "generator": {"type": "string", "description": "The program and version that wrote the report."},
+    "run": {
+      "type": "object",
+      "required": ["model", "device", "granularity_bytes"],
+      "additionalProperties": false,
+      "properties": {
+        "model": {"type": "string", "description": "The workload, or the command that ran."},
+        "device": {"type": "string", "description": "host or cuda."},
+        "granularity_bytes": {"$ref": "#/$defs/bytes", "description": "The allocator's page size; 0 when unknown."}
+      }
+    },
+    "settings": {
+      "type": "object",
+      "description": "The effective value of every setting (docs/settings.md), as it would be written in the environment.",
+      "additionalProperties": {"type": "string"}
+    },
+    "plan": {
+      "type": "object",
+      "required": ["planner", "budget_bytes", "predicted_peak_bytes", "error"],
+      "additionalProperties": false,
+      "properties": {
+        "planner": {"type": "string"},
+        "budget_bytes": {"$ref": "#/$defs/bytes", "description": "The budget the plan was made for; 0 without a plan."},
+        "predicted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The simulator's peak for the plan; 0 without a plan."},
+        "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (reports before 2026-11-27)."},
+        "cache_allowance": {"enum": ["traced", "scaled"], "description": "How much of the traced iteration's allocator cache the planner's share of the budget kept back: all of it (traced), or scaled to the budget, tried only where the traced cache left the planner too little (Note [Scaled cache allowance] in engine.hpp). Absent before session 26: traced."},
+        "added_compute_s": {"type": "number", "minimum": 0, "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan. Absent before session 29."},
+        "floor_s": {"type": "number", "minimum": 0, "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan. Absent before session 29."},
+        "traced_compute_s": {"type": "number", "minimum": 0, "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan. Absent before session 29."},
+        "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
+      }
+    },
+    "baseline": {
+      "description": "The same workload without a budget, when the writer ran it; null otherwise (the traced iteration then serves as the baseline).",
+      "type": ["object", "null"],
+      "required": ["peak_mapped_bytes", "iteration_s"],
+      "additionalProperties": false,
+      "properties": {
+        "peak_mapped_bytes": {"$ref": "#/$defs/bytes"},
+        "iteration_s": {"$ref": "#/$defs/seconds"}
+      }
+    },
+    "summary": {
+      "type": "object",
+      "required": ["iterations", "planned_iterations", "traced_peak_bytes", "budgeted_peak_bytes", "within_budget", "evictions", "evicted_bytes", "recomputed_launches", "recompute_s", "stall_s", "diverged_iterations", "validation_mismatches"],
+      "additionalProperties": false,
+      "properties": {
+        "iterations": {"$ref": "#/$defs/count"},
+        "planned_iterations": {"$ref": "#/$defs/count", "description": "Iterations run under a plan (validate or steady)."},
+        "traced_peak_bytes": {"$ref": "#/$defs/bytes", "description": "Largest peak of mapped bytes in a traced iteration."},
+        "budgeted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "Largest peak of mapped bytes in a planned iteration."},
+        "within_budget": {"type": "boolean", "description": "Every iteration that had a budget (planned ones, and traced ones under an absolute budget) peaked at most at it."},
+        "evictions": {"$ref": "#/$defs/count"},
+        "evicted_bytes": {"$ref": "#/$defs/bytes"},
+        "recomputed_launches": {"$ref": "#/$defs/count"},
+        "recompute_s": {"$ref": "#/$defs/seconds"},
+        "stall_s": {"$ref": "#/$defs/seconds"},
+        "diverged_iterations": {"$ref": "#/$defs/count"},
+        "validation_mismatches": {"$ref": "#/$defs/count"}
+      }
+    },
+    "iterations": {
+      "type": "array",
+      "items": {
+        "type": "object",
+        "required": ["index", "state", "peak_mapped_bytes", "budget_bytes", "evictions", "evicted_bytes", "recomputed_launches", "recompute_s", "stall_s", "diverged", "validation_mismatches", "wall_s"],
+        "additionalProperties": false,
+        "properties": {
+          "index": {"$ref": "#/$defs/count"},
+          "state": {"$ref": "#/$defs/state"},
+          "peak_mapped_bytes": {"$ref": "#/$defs/bytes"},
+          "budget_bytes": {"$ref": "#/$defs/bytes", "description": "0: no budget in force."},
+          "evictions": {"$ref": "#/$defs/count"},
+          "evicted_bytes": {"$ref": "#/$defs/bytes"},
+          "recomputed_launches": {"$ref": "#/$defs/count"},
+          "recompute_s": {"$ref": "#/$defs/seconds", "description": "Cost of the replayed launches (their measured durations in the traced iteration)."},
+          "stall_s": {"$ref": "#/$defs/seconds", "description": "Time launches waited at entry while the engine queued regenerations."},
+          "prefetched": {"$ref": "#/$defs/count", "description": "Regenerations done ahead of the launch that needed them."},
+          "pressure_evictions": {"$ref": "#/$defs/count", "description": "Evictions the plan did not foresee, made by the pressure valve."},
+          "kept_resident": {"$ref": "#/$defs/count", "description": "Planned evictions not made: the buffer found no room for pages of its own (under the budget, or on the device) and was placed in a shared segment, resident for the iteration."},
+          "stray_pointers": {"$ref": "#/$defs/count", "description": "Kernel parameter words that pointed into an evicted block where the traced launch at that position held no pointer to that block (uninitialised fields keeping old addresses): left alone, nothing regenerated."},
+          "retained": {"$ref": "#/$defs/count", "description": "Frees of the program the engine deferred so that recipes read the block in place (retentions of the plan)."},
+          "offloads": {"$ref": "#/$defs/count", "description": "Blocks copied to host memory and evicted while tracing under an absolute budget."},
+          "offloaded_bytes": {"$ref": "#/$defs/bytes"},
+          "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
+          "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
+          "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
+          "packed": {"$ref": "#/$defs/count", "description": "Planned buffers placed in a pack: shared pages with other evicted buffers of their recipe, mapped while any of them is resident. Absent before session 32."},
+          "budget_lifted": {"type": "boolean", "description": "A plan made with the scaled cache allowance ran out of room in this iteration after the pressure valve: the rest of the iteration ran without the budget (its peak may exceed it) and the engine planned again with the whole traced cache. Absent before session 26."},
+          "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
+          "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
+          "validation_mismatches": {"$ref": "#/$defs/count"},
+          "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in reports before 2026-11-27."},
+          "wall_s": {"$ref": "#/$defs/seconds"}
+        }
+      }
+    },
+    "evictions": {
+      "type": "array",
+      "description": "One entry per buffer the engine evicted at least once, over the whole run.",
+      "items": {
+        "type": "object",
+        "required": ["size_bytes", "producer", "times_evicted", "times_recomputed", "recompute_cost_s", "never_evict"],
+        "additionalProperties": false,
+        "properties": {
+          "size_bytes": {"$ref": "#/$defs/bytes"},
+          "producer": {"type": "string", "description": "The kernel that first wrote the buffer."},
+          "times_evicted": {"$ref": "#/$defs/count"},
+          "times_recomputed": {"$ref": "#/$defs/count"},
+          "recompute_cost_s": {"$ref": "#/$defs/seconds", "description": "Cost of one regeneration (its recipe's launches)."},
+          "never_evict": {"type": "boolean", "description": "Its regeneration failed validation; it is no longer evicted."}
+        }
+      }
+    },
+    "timeline": {
+      "type": "object",
+      "required": ["events", "dropped_repeats"],
+      "additionalProperties": false,
+      "properties": {
+        "dropped_repeats": {"$ref": "#/$defs/count", "description": "Memory samples left out because they repeated the previous sample of their iteration."},
+        "events": {
+          "type": "array",
+          "items": {
+            "type": "object",
+            "required": ["kind", "iteration", "begin_s", "end_s"],
+            "additionalProperties": false,
+            "properties": {
+              "kind": {"enum": ["memory", "evict", "regenerate", "iteration", "allocate", "release"]},
+              "iteration": {"$ref": "#/$defs/count", "description": "The iteration the event belongs to."},
+              "begin_s": {"$ref": "#/$defs/seconds", "description": "Seconds since the engine started."},
+              "end_s": {"$ref": "#/$defs/seconds"},
+              "launch": {"$ref": "#/$defs/count", "description": "memory: launches completed in the iteration when sampled."},
+              "bytes": {"$ref": "#/$defs/bytes", "description": "evict and regenerate: the buffers' size; iteration: its peak of mapped bytes."},
+              "mapped_bytes": {"$ref": "#/$defs/bytes"},
+              "allocated_bytes": {"$ref": "#/$defs/bytes"},
+              "label": {"type": "string", "description": "evict and regenerate: the producer kernel; iteration: its state."},
+              "address": {"$ref": "#/$defs/bytes", "description": "allocate, release, evict and regenerate: the block's device address."}
+            }
+          }
+        }
+      }
+    }
+  },
+  "$defs": {
+    "bytes": {"type": "integer", "minimum": 0},
+    "count": {"type": "integer", "minimum": 0},
+    "seconds": {"type": "number", "minimum": 0},
+    "state": {"enum": ["trace", "validate", "steady", "disabled"]}
+  }
+}
+)schema";
+  return text;
+}
+
+}  // namespace sublinear::runtime
