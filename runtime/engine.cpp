@@ -368,12 +368,11 @@ struct engine::impl {
         if (l.kernel < g.kernel_names.size() && unreplayable_kernels.count(g.kernel_names[l.kernel]) != 0)
           l.replayable = false;
     }
-    if (opts.config.budget.empty()) {
+    if (!opts.config.budget) {
       plan_error = "no budget set (SUBLINEAR_BUDGET)";
       return;
     }
-    auto spec = policy::parse_budget(opts.config.budget);
-    budget_bytes = policy::resolve_budget(spec, opts.device_capacity, traced_peak);
+    budget_bytes = policy::resolve_budget(*opts.config.budget, opts.device_capacity, traced_peak);
     // The planner counts live bytes at page granularity; the allocator's mapped bytes also
     // hold what its caching costs.
     const traced_memory tm = traced_memory_of(g, traced_peak);
@@ -393,7 +392,7 @@ struct engine::impl {
       budget_bytes = 0;
       alloc.set_budget(0);
     };
-    const std::string infeasible = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget +
+    const std::string infeasible = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget->text +
                                    ") is infeasible for planner '" + opts.config.policy + "'";
     try {
       plan = make(overhead);
@@ -1655,14 +1654,14 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
                engine_options options)
     : impl_(std::make_unique<impl>(alloc, device, recorder, std::move(options))) {
   if (impl_->opts.config.disable) return;
-  if (!impl_->opts.config.budget.empty() && impl_->opts.budget_traced_iterations) {
+  if (const auto& spec = impl_->opts.config.budget; spec && impl_->opts.budget_traced_iterations) {
     // Note [Offloading the traced iteration]: only a budget known before the trace holds
-    // during it. A malformed one is reported when the plan is made.
+    // during it. One that cannot be resolved yet ("%" without a known capacity) is
+    // reported when the plan is made.
     try {
-      const auto spec = policy::parse_budget(impl_->opts.config.budget);
-      if (spec.form != policy::budget_spec::kind::peak_fraction)
-        impl_->trace_budget_bytes = policy::resolve_budget(spec, impl_->opts.device_capacity, 0);
-    } catch (const std::exception&) {
+      if (spec->form != policy::budget_spec::kind::peak_fraction)
+        impl_->trace_budget_bytes = policy::resolve_budget(*spec, impl_->opts.device_capacity, 0);
+    } catch (const config_error&) {
       impl_->trace_budget_bytes = 0;
     }
   }

@@ -37,13 +37,12 @@ const std::vector<entry>& entries() {
         "Strict limit on mapped device memory; empty means no budget (plain caching).", false},
        [](settings& s, const std::string& n, const std::string& v) {
          try {
-           (void)policy::parse_budget(v);  // validates the form now; resolved at plan time
+           s.budget = policy::parse_budget(v);  // the one parse; resolved to bytes at plan time
          } catch (const config_error& e) {
            std::string why = e.what();
            if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);  // one prefix is enough
            throw config_error("sublinear: " + n + "='" + v + "': " + why);
          }
-         s.budget = v;
        }},
       {{"SUBLINEAR_POLICY", "reforward", "none, sqrtn, chen, chain, tiered, reforward, greedy, dtr",
         "The planner that chooses what to evict.", false},
@@ -192,11 +191,13 @@ settings read_settings_from_environment() {
   return read_settings([](const char* n) { return std::getenv(n); }, names);
 }
 
+std::string budget_text(const settings& s) { return s.budget ? s.budget->text : std::string(); }
+
 std::string describe(const settings& s) {
   static const char* levels[] = {"error", "warn", "info", "debug"};
   static const char* validates[] = {"off", "first", "always"};
   std::ostringstream out;
-  out << "SUBLINEAR_BUDGET=" << s.budget << "\n"
+  out << "SUBLINEAR_BUDGET=" << budget_text(s) << "\n"
       << "SUBLINEAR_POLICY=" << s.policy << "\n"
       << "SUBLINEAR_REPORT=" << s.report << "\n"
       << "SUBLINEAR_LOG=" << levels[static_cast<int>(s.log)] << (s.log_file.empty() ? "" : ":" + s.log_file) << "\n"

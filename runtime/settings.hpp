@@ -5,11 +5,13 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "policy/budget.hpp"
 #include "sublinear/error.hpp"
 
 namespace sublinear::runtime {
@@ -19,7 +21,7 @@ enum class validate_mode { off, first, always };
 enum class iteration_mode { marker, automatic };
 
 struct settings {
-  std::string budget;              // unparsed budget ("" = none); see policy/budget.hpp
+  std::optional<policy::budget_spec> budget;  // none: plain caching; parsed once here (policy/budget.hpp)
   std::string policy = "reforward";
   std::string report;              // JSON report path ("" = none)
   log_level log = log_level::warn;
@@ -55,6 +57,9 @@ using env_lookup = std::function<const char*(const char*)>;
 // (a misspelt setting must not be silently ignored).
 settings read_settings(const env_lookup& lookup, const std::vector<std::string>& environ_names = {});
 settings read_settings_from_environment();
+
+// The budget as the user wrote it ("" when there is none), for messages.
+std::string budget_text(const settings& s);
 
 // The effective configuration, one "NAME=value" per line (printed once at debug level).
 std::string describe(const settings& s);

@@ -23,6 +23,7 @@
 #include <fstream>
 #include <span>
 #include <stdexcept>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -87,7 +88,7 @@ struct demo_options {
   std::uint64_t seed = 1;
   int streams = 1;
   std::string json_path;
-  std::string budget = "0.5x";
+  std::optional<policy::budget_spec> budget = policy::parse_budget("0.5x");  // none: the baseline alone
   std::string policy = "reforward";
 };
 
@@ -129,10 +130,11 @@ demo_options parse(std::span<const std::string_view> args) {
       if (v != "1" && v != "2") bad("--streams must be 1 or 2, got '" + std::string(v) + "'");
       o.streams = v == "1" ? 1 : 2;
     } else if (flag == "--budget") {
-      o.budget = std::string(next());
-      if (o.budget != "none") {
+      const std::string_view v = next();
+      o.budget.reset();
+      if (v != "none") {
         try {
-          (void)policy::parse_budget(o.budget);
+          o.budget = policy::parse_budget(v);
         } catch (const config_error& e) {
           bad(std::string("--budget: ") + e.what());
         }
@@ -395,7 +397,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
       "\nThe two runs take turns, one iteration each, so that both meet the same machine; the\n"
       "time ratio is the median over the planned iterations of each one's time over the\n"
       "baseline's same iteration (Note [Paired timing]).\n");
-  if (!o.budget.empty() && o.budget.back() == 'x') {
+  if (o.budget && o.budget->form == policy::budget_spec::kind::peak_fraction) {
     std::printf(
         "\nThe traced iterations run without a budget (a multiple of the traced peak is known only\n"
         "after them); the budget holds from the first planned iteration on, which also validates\n"
@@ -416,7 +418,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
   };
   return {
       {"policy", wl::json_string(o.policy)},
-      {"budget", wl::json_string(o.budget)},
+      {"budget", wl::json_string(o.budget ? o.budget->text : "none")},
       {"budget_bytes", std::to_string(b.budget)},
       {"predicted_peak_bytes", std::to_string(b.predicted_peak)},
       {"planned_recompute_s", num(b.plan_cost.added_s)},
@@ -471,7 +473,7 @@ int demo_main(std::span<const std::string_view> args) {
   // turn, so that iteration i of both meets the same machine (Note [Paired timing]).
   baseline_run base;
   budgeted_run budgeted;
-  const bool with_budget = o.budget != "none";
+  const bool with_budget = o.budget.has_value();
   if (with_budget) {
     wl::pacer pace;
     std::string baseline_failure;
@@ -505,7 +507,7 @@ int demo_main(std::span<const std::string_view> args) {
   const wl::training_figures& baseline = base.figures;
 
   std::vector<run_column> columns{{"baseline", &baseline}};
-  if (with_budget) columns.push_back({"sublinear " + o.budget + " " + o.policy, &budgeted.figures});
+  if (with_budget) columns.push_back({"sublinear " + o.budget->text + " " + o.policy, &budgeted.figures});
   print_header(o, baseline);
   print_iterations(columns);
   print_summary(columns);

@@ -3,6 +3,7 @@
 // runtime/report/report_plan.hpp).
 #include <cstdio>
 #include <span>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,15 +90,14 @@ struct plan_options {
 plan_options parse(std::span<const std::string_view> args) {
   plan_options o;
   std::string policies = "all";
-  bool have_budget = false;
+  std::optional<std::string> budget;
   for (arg_reader r(args, &bad); r.next();) {
     const std::string_view flag = r.flag();
     const auto next = [&] { return r.value(); };
     if (flag == "--trace") {
       o.trace = std::string(next());
     } else if (flag == "--budget") {
-      o.preview.budget = std::string(next());
-      have_budget = true;
+      budget = std::string(next());
     } else if (flag == "--policy") {
       policies = std::string(next());
     } else if (flag == "--device-memory") {
@@ -118,17 +118,16 @@ plan_options parse(std::span<const std::string_view> args) {
     }
   }
   if (o.trace.empty()) bad("--trace FILE is required");
-  if (!have_budget) bad("--budget is required (for example --budget 0.5x or --budget 8GiB)");
-  policy::budget_spec spec;
+  if (!budget) bad("--budget is required (for example --budget 0.5x or --budget 8GiB)");
   try {
-    spec = policy::parse_budget(o.preview.budget);
+    o.preview.budget = policy::parse_budget(*budget);
   } catch (const config_error& e) {
     std::string why = e.what();
     if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);
     bad("--budget: " + why);
   }
-  if (spec.form == policy::budget_spec::kind::device_fraction && o.preview.device_capacity == 0) {
-    bad("--budget " + o.preview.budget + " is a share of device memory: give the device's memory with --device-memory "
+  if (o.preview.budget.form == policy::budget_spec::kind::device_fraction && o.preview.device_capacity == 0) {
+    bad("--budget " + *budget + " is a share of device memory: give the device's memory with --device-memory "
         "BYTES (for example --device-memory 80GB), or a budget in bytes");
   }
   if (policies == "all") {

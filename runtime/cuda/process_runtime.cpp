@@ -142,7 +142,6 @@ struct process_runtime::impl {
   int device = 0;
   std::string device_label;
   CUcontext context = nullptr;  // retained primary context, for the replay device
-  std::optional<policy::budget_spec> budget_spec;
 
   std::unique_ptr<device::cuda_vmm> vmm;
   std::unique_ptr<device::cuda_events> events;
@@ -259,7 +258,6 @@ process_runtime::process_runtime(std::unique_ptr<impl> i) : impl_(std::move(i)) 
 std::unique_ptr<process_runtime> process_runtime::create(const settings& config) {
   auto m = std::make_unique<impl>();
   m->config = config;
-  if (!config.budget.empty()) m->budget_spec = policy::parse_budget(config.budget);  // config_error if malformed
 
   std::string why;
   m->api = device::load_driver(&why);
@@ -336,7 +334,7 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
   }
   if (config.log >= log_level::info) {
     std::fprintf(stderr, "sublinear: active on %s, budget %s, policy %s%s%s\n", m->device_label.c_str(),
-                 config.budget.empty() ? "none" : config.budget.c_str(), config.policy.c_str(),
+                 config.budget ? config.budget->text.c_str() : "none", config.policy.c_str(),
                  m->disabled_reason.empty() ? "" : "; engine disabled: ", m->disabled_reason.c_str());
   }
   if (!m->disabled_reason.empty() && !config.disable && config.log >= log_level::warn) {
@@ -450,7 +448,7 @@ std::string process_runtime::device_name() const { return impl_->device_label; }
 
 std::string process_runtime::status_line() const {
   const impl& m = *impl_;
-  std::string budget = m.config.budget.empty() ? "none" : m.config.budget;
+  std::string budget = m.config.budget ? m.config.budget->text : "none";
   if (const std::size_t planned = m.eng->budget(); planned != 0 && budget != format_bytes(planned)) {
     budget += " (" + format_bytes(planned) + ")";
   }
@@ -532,9 +530,9 @@ void process_runtime::synchronize() { impl_->synchronize(); }
 std::size_t process_runtime::reported_total_memory() const noexcept {
   const impl& m = *impl_;
   if (const std::size_t planned = m.eng->budget(); planned != 0) return planned;
-  if (!m.budget_spec || m.budget_spec->form == policy::budget_spec::kind::peak_fraction) return 0;
+  if (!m.config.budget || m.config.budget->form == policy::budget_spec::kind::peak_fraction) return 0;
   try {
-    return policy::resolve_budget(*m.budget_spec, m.vmm->physical_capacity(), 0);
+    return policy::resolve_budget(*m.config.budget, m.vmm->physical_capacity(), 0);
   } catch (...) {
     return 0;
   }

@@ -30,7 +30,6 @@ namespace sublinear::runtime {
 plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& options) {
   if (options.policies.empty()) throw config_error("plan: no policy given");
   for (const auto& p : options.policies) (void)policy::make_planner(p);  // names checked before any work
-  const policy::budget_spec spec = policy::parse_budget(options.budget);
 
   const tracer::analysed_iteration an = tracer::analyse_last_iteration(t);
   const policy::iteration& g = an.graph;
@@ -58,8 +57,8 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.unplanned_peak = policy::simulate(g, policy::plan{}).peak;
   out.traced_mapped_peak = options.traced_mapped_peak;
   const std::size_t reference_peak = options.traced_mapped_peak > 0 ? options.traced_mapped_peak : g.peak_bytes;
-  out.budget_text = options.budget;
-  out.budget = policy::resolve_budget(spec, options.device_capacity, reference_peak);
+  out.budget_text = options.budget.text;
+  out.budget = policy::resolve_budget(options.budget, options.device_capacity, reference_peak);
   // As the engine does (planning_overhead in engine.hpp).
   const traced_memory tm = traced_memory_of(g, options.traced_mapped_peak);
   out.overhead = planning_overhead(out.budget, tm);

@@ -28,12 +28,13 @@
 #include <string>
 #include <vector>
 
+#include "policy/budget.hpp"
 #include "tracer/events.hpp"
 
 namespace sublinear::runtime {
 
 struct plan_preview_options {
-  std::string budget;                  // as SUBLINEAR_BUDGET accepts it
+  policy::budget_spec budget;          // policy::parse_budget of what the user gave
   std::vector<std::string> policies;   // planner names (policy::planner_names())
   std::size_t device_capacity = 0;     // bytes, for "%" budgets (0: unknown)
   std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)

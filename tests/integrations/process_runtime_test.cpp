@@ -78,10 +78,12 @@ TEST(ProcessRuntimeWithoutDriver, CreationThrowsADeviceErrorSayingNoDriverAndWha
   }
 }
 
+// The budget is parsed once, by the settings: a malformed one never reaches the runtime.
 TEST(ProcessRuntime, AMalformedBudgetIsAConfigErrorBeforeAnyDeviceIsTouched) {
-  settings s;
-  s.budget = "lots";
-  EXPECT_THROW((void)process_runtime::create(s), config_error);
+  const env_lookup lookup = [](const char* n) -> const char* {
+    return std::string_view(n) == "SUBLINEAR_BUDGET" ? "lots" : nullptr;
+  };
+  EXPECT_THROW((void)read_settings(lookup), config_error);
 }
 
 TEST(ProcessRuntimeWithoutDriver, TheProcessInstanceIsAbsentAndRemembersWhy) {
@@ -318,7 +320,7 @@ TEST(MarkerInbox, PutsThePreviousDefaultRecorderBack) {
 TEST(ProcessRuntimeOnGpu, AllocatesOnTheDeviceAndSaysSoInItsStatus) {
   if (!driver_present()) GTEST_SKIP() << "no CUDA driver (libcuda.so.1) on this machine";
   settings s;
-  s.budget = "1GiB";
+  s.budget = policy::parse_budget("1GiB");
   s.log = log_level::error;
   std::unique_ptr<process_runtime> rt;
   try {

@@ -78,7 +78,7 @@ TEST(RunEnvironment, CommandLineSettingsWinOverTheEnvironment) {
   EXPECT_EQ(value_of(env, "SUBLINEAR_BUDGET"), "0.5x");
   EXPECT_EQ(value_of(env, "SUBLINEAR_POLICY"), "chen");
   EXPECT_EQ(value_of(env, "SUBLINEAR_LOG"), "info");
-  EXPECT_EQ(env.effective.budget, "0.5x");
+  EXPECT_EQ(budget_text(env.effective), "0.5x");
   EXPECT_EQ(env.effective.log, log_level::info);
   EXPECT_EQ(std::count_if(env.variables.begin(), env.variables.end(),
                           [](const std::string& kv) { return kv.rfind("SUBLINEAR_BUDGET=", 0) == 0; }),
@@ -206,7 +206,7 @@ runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std:
   auto model = test_model(kind);
   model->init(ctx, 7);
   engine_options o;
-  o.config.budget = std::to_string(budget_bytes);
+  o.config.budget = policy::parse_budget(std::to_string(budget_bytes));
   o.config.policy = policy;
   o.device_capacity = session.vmm().physical_capacity();
   // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
@@ -252,7 +252,7 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   // As a user would: try 0.6x; if the planner cannot meet it, take the smallest budget it
   // names plus a quarter of the way to the peak without eviction.
   plan_preview_options po;
-  po.budget = "0.6x";
+  po.budget = policy::parse_budget("0.6x");
   po.policies = {c.policy};
   po.traced_mapped_peak = rec.mapped_peak;
   plan_preview preview = preview_plans(t, po);
@@ -263,7 +263,7 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
     const std::size_t unplanned = budget_for_planner_bytes(
         preview.unplanned_peak, traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity});
     ASSERT_LT(smallest, unplanned) << preview.rows[0].error;
-    po.budget = std::to_string(smallest + (unplanned - smallest) / 4);
+    po.budget = policy::parse_budget(std::to_string(smallest + (unplanned - smallest) / 4));
     preview = preview_plans(t, po);
   }
   const plan_preview_row& row = preview.rows[0];
@@ -336,7 +336,7 @@ INSTANTIATE_TEST_SUITE_P(Workloads, PlanPreview,
 TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheCacheScaled) {
   const recorded_iteration rec = record_first_iteration(model_kind::densenet);
   plan_preview_options po;
-  po.budget = "0.3x";
+  po.budget = policy::parse_budget("0.3x");
   po.policies = {"reforward"};
   po.traced_mapped_peak = rec.mapped_peak;
   const plan_preview low = preview_plans(rec.trace, po);
@@ -350,7 +350,7 @@ TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheC
   std::size_t budget = low.rows[0].smallest_feasible;
   plan_preview at;
   for (int tries = 0; tries < 4; ++tries, budget += rec.granularity) {
-    po.budget = std::to_string(budget);
+    po.budget = policy::parse_budget(std::to_string(budget));
     at = preview_plans(rec.trace, po);
     if (at.rows[0].feasible) break;
   }
@@ -374,7 +374,7 @@ TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheC
 TEST(PlanPreviewReport, AnInfeasibleBudgetNamesTheSmallestFeasibleOne) {
   const recorded_iteration rec = record_first_iteration(model_kind::mlp);
   plan_preview_options po;
-  po.budget = "0.01x";
+  po.budget = policy::parse_budget("0.01x");
   po.policies = {"chen", "none"};
   po.traced_mapped_peak = rec.mapped_peak;
   const plan_preview p = preview_plans(rec.trace, po);
@@ -394,7 +394,7 @@ TEST(PlanPreviewReport, AnInfeasibleBudgetNamesTheSmallestFeasibleOne) {
 TEST(PlanPreviewReport, WithoutPacksEachEvictedBufferHoldsPagesOfItsOwn) {
   const recorded_iteration rec = record_first_iteration(model_kind::lstm);
   plan_preview_options po;
-  po.budget = "0.6x";
+  po.budget = policy::parse_budget("0.6x");
   po.policies = {"sqrtn"};
   po.traced_mapped_peak = rec.mapped_peak;
   const plan_preview packed = preview_plans(rec.trace, po);
@@ -415,7 +415,7 @@ TEST(PlanPreviewReport, WithoutPacksEachEvictedBufferHoldsPagesOfItsOwn) {
 TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeReplays) {
   const recorded_iteration rec = record_first_iteration(model_kind::resnet);
   plan_preview_options po;
-  po.budget = "0.5x";
+  po.budget = policy::parse_budget("0.5x");
   po.policies = {"chen", "reforward"};
   po.traced_mapped_peak = rec.mapped_peak;
   const plan_preview p = preview_plans(rec.trace, po);
@@ -470,7 +470,7 @@ TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeRep
 TEST(PlanPreviewReport, ShowsTheRecomputeFloorThatNoPlannerGoesBelow) {
   const recorded_iteration rec = record_first_iteration(model_kind::transformer);
   plan_preview_options po;
-  po.budget = "0.75x";
+  po.budget = policy::parse_budget("0.75x");
   po.policies = {"chen", "reforward", "greedy", "dtr"};
   po.traced_mapped_peak = rec.mapped_peak;
   const plan_preview p = preview_plans(rec.trace, po);
@@ -496,7 +496,7 @@ TEST(PlanPreviewReport, ShowsTheRecomputeFloorThatNoPlannerGoesBelow) {
   EXPECT_NE(text.find("recompute floor: no plan adds less than"), std::string::npos) << text;
   EXPECT_NE(plan_preview_json(p).find("\"recompute_floor\""), std::string::npos);
 
-  po.budget = "0.01x";
+  po.budget = policy::parse_budget("0.01x");
   po.policies = {"chen"};
   const plan_preview low = preview_plans(rec.trace, po);
   EXPECT_FALSE(low.floor.feasible);
@@ -504,7 +504,7 @@ TEST(PlanPreviewReport, ShowsTheRecomputeFloorThatNoPlannerGoesBelow) {
   EXPECT_NE(render_plan_preview(low).find("no plan can meet this budget"), std::string::npos);
   for (const auto& row : low.rows) EXPECT_FALSE(row.feasible) << row.planner;
 
-  po.budget = "2x";
+  po.budget = policy::parse_budget("2x");
   const plan_preview roomy = preview_plans(rec.trace, po);
   EXPECT_FALSE(roomy.floor.bound);
   EXPECT_EQ(roomy.floor.added_s, 0.0);
@@ -551,7 +551,7 @@ TEST(RecomputeFloorOnTraces, NoPlannerGoesBelowItOnAnyWorkload) {
 TEST(PlanPreviewReport, WithoutTheMappedPeakAMultipleIsOfTheLiveBytePeak) {
   const recorded_iteration rec = record_first_iteration(model_kind::mlp);
   plan_preview_options po;
-  po.budget = "1x";
+  po.budget = policy::parse_budget("1x");
   po.policies = {"none"};
   const plan_preview p = preview_plans(rec.trace, po);
   EXPECT_EQ(p.budget, p.live_peak);
@@ -581,7 +581,7 @@ TEST(PlanPreviewReport, BuffersReadBeforeAnyObservedWriteAreListedAndNotEvicted)
   std::erase_if(rec.trace.writes, [&](const tracer::write_record& w) { return hidden.count(w.seq) != 0; });
 
   plan_preview_options po;
-  po.budget = "0.5x";
+  po.budget = policy::parse_budget("0.5x");
   po.policies = {"reforward"};
   po.traced_mapped_peak = rec.mapped_peak;
   const plan_preview p = preview_plans(rec.trace, po);
@@ -600,7 +600,7 @@ TEST(PlanPreviewReport, BuffersReadBeforeAnyObservedWriteAreListedAndNotEvicted)
 TEST(PlanPreviewReport, RejectsAnUnknownPlannerBeforeAnalysing) {
   const recorded_iteration rec = record_first_iteration(model_kind::mlp);
   plan_preview_options po;
-  po.budget = "0.5x";
+  po.budget = policy::parse_budget("0.5x");
   po.policies = {"magic"};
   EXPECT_THROW((void)preview_plans(rec.trace, po), config_error);
 }

@@ -130,7 +130,7 @@ outcome train(const workloads::models::model_config& config, const std::string& 
   std::unique_ptr<host_runtime> rt;
   if (!budget.empty()) {
     engine_options o;
-    o.config.budget = budget;
+    o.config.budget = policy::parse_budget(budget);
     o.config.policy = policy;
     o.config.validate = validate;
     o.config.retention = retention;

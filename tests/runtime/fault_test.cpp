@@ -333,7 +333,7 @@ struct chain_model {
 
 engine_options options_for(const std::string& budget, const std::string& policy = "greedy") {
   engine_options o;
-  o.config.budget = budget;
+  o.config.budget = policy::parse_budget(budget);
   o.config.policy = policy;
   o.config.validate = validate_mode::first;
   o.config.log = getenv("FAULT_LOG") ? parse_log_level("FAULT_LOG", getenv("FAULT_LOG")) : log_level::error;
@@ -1087,7 +1087,7 @@ TEST(TraceBudget, TheReportGivesTheMappedPeakThatMakesSublinearPlansPreviewTheRu
   EXPECT_EQ(r.plan.traced_mapped_peak, e.planning_mapped_peak()) << "written and read back";
 
   plan_preview_options po;
-  po.budget = std::to_string(budget);
+  po.budget = policy::parse_budget(std::to_string(budget));
   po.policies = {"chain"};
   po.traced_mapped_peak = r.plan.traced_mapped_peak;
   const plan_preview p = preview_plans(tracer::read_trace_file(trace_path), po);

@@ -21,7 +21,7 @@ std::string trace_path(const char* name) {
 TEST(RecordedTraces, TheCudnnResnetOfTheGpuSuiteHasAPlanAtHalfItsPeak) {
   const tracer::trace t = tracer::read_trace_file(trace_path("cudnn-resnet-h200.sltrace"));
   plan_preview_options po;
-  po.budget = "0.5x";
+  po.budget = policy::parse_budget("0.5x");
   po.policies = {"greedy", "reforward"};
   po.traced_mapped_peak = std::size_t{160} << 20;  // as the run logged it
   const plan_preview p = preview_plans(t, po);

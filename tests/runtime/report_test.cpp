@@ -65,7 +65,7 @@ const run_report& real_report() {
     auto model = test_model(workloads::models::model_kind::resnet, 56);
     model->init(ctx, 7);
     engine_options o;
-    o.config.budget = "0.8x";
+    o.config.budget = policy::parse_budget("0.8x");
     o.config.policy = "chen";
     o.device_capacity = session.vmm().physical_capacity();
     o.record_timeline = true;
@@ -91,7 +91,7 @@ const run_report& real_report() {
 // A small report from plain data, for renderer tests that need exact figures.
 run_report handmade_report() {
   settings config;
-  config.budget = "6MiB";
+  config.budget = policy::parse_budget("6MiB");
   report_metadata meta;
   meta.model = "toy";
   meta.granularity = 64 << 10;

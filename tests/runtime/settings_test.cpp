@@ -100,7 +100,7 @@ TEST(OptionsTable, EveryDefaultIsAccepted) {
 TEST(OptionsTable, NothingSetGivesTheDefaults) {
   const settings s = read({});
   const settings d;
-  EXPECT_EQ(s.budget, "");
+  EXPECT_FALSE(s.budget.has_value());
   EXPECT_EQ(s.policy, "reforward");
   EXPECT_EQ(s.report, "");
   EXPECT_EQ(s.log, log_level::warn);
@@ -125,7 +125,18 @@ TEST(OptionsTable, DefaultsInTheTableMatchTheDefaultSettings) {
 
 TEST(BudgetSetting, AcceptsBytesSharesAndMultiples) {
   for (const char* v : {"8GiB", "512MiB", "1.5GB", "1048576", "64 KiB", "8gib", "60%", "100%", "0.5x", "1.5x", "2048B"})
-    EXPECT_EQ(read({{"SUBLINEAR_BUDGET", v}}).budget, v) << v;
+    EXPECT_EQ(budget_text(read({{"SUBLINEAR_BUDGET", v}})), v) << v;
+}
+
+TEST(BudgetSetting, IsParsedIntoItsFormOnce) {
+  const auto bytes = read({{"SUBLINEAR_BUDGET", "64 KiB"}}).budget;
+  ASSERT_TRUE(bytes.has_value());
+  EXPECT_EQ(bytes->form, policy::budget_spec::kind::bytes);
+  EXPECT_EQ(bytes->bytes, std::size_t{64} << 10);
+  const auto share = read({{"SUBLINEAR_BUDGET", "0.5x"}}).budget;
+  ASSERT_TRUE(share.has_value());
+  EXPECT_EQ(share->form, policy::budget_spec::kind::peak_fraction);
+  EXPECT_EQ(share->fraction, 0.5);
 }
 
 TEST(BudgetSetting, RefusesEveryMalformedForm) {
@@ -134,7 +145,7 @@ TEST(BudgetSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_BUDGET", v, "a multiple of the traced peak (0.5x)");
 }
 
-TEST(BudgetSetting, AnEmptyBudgetMeansNone) { EXPECT_EQ(read({{"SUBLINEAR_BUDGET", ""}}).budget, ""); }
+TEST(BudgetSetting, AnEmptyBudgetMeansNone) { EXPECT_FALSE(read({{"SUBLINEAR_BUDGET", ""}}).budget.has_value()); }
 
 // ---- SUBLINEAR_POLICY -----------------------------------------------------------------------------------
 
@@ -304,7 +315,7 @@ TEST(UnknownSetting, TheFirstMalformedValueStopsEverything) {
 
 TEST(Describe, ListsEverySettingOnceAndReadsBackToTheSameSettings) {
   settings s;
-  s.budget = "0.5x";
+  s.budget = policy::parse_budget("0.5x");
   s.policy = "greedy";
   s.report = "/tmp/r.json";
   s.log = log_level::debug;

@@ -165,7 +165,7 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
   std::unique_ptr<runtime::host_runtime> rt;
   if (!policy.empty()) {
     runtime::engine_options eo;
-    eo.config.budget = budget;
+    if (!budget.empty()) eo.config.budget = policy::parse_budget(budget);
     eo.config.policy = policy;
     eo.config.multi_pass = multi_pass;
     eo.config.log = log;  // error by default: infeasible budgets are reported by the sweep
