@@ -109,7 +109,7 @@ fi
 [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # ---- build -----------------------------------------------------------------------------------
-targets="test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
+targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
 if [ "$skip_build" = 0 ]; then
   say "building $build (CUDA on; log: $work/build.log)"
   generator=()
@@ -149,6 +149,7 @@ step() {
 }
 
 # ---- part 1: the CUDA VMM backend ----------------------------------------------------------------
+step vmm_conformance 90 "$bin/test_device" --gtest_filter='*Cuda*' --gtest_output="json:$work/vmm_conformance.json"
 step conformance 150 "$bin/test_allocator" --gtest_filter='*Cuda*' --gtest_output="json:$work/conformance.json"
 step vmm_bench 120 sh -c "\"$bin/gpu_vmm_bench\" ${quick_flag[*]} >\"$work/vmm_bench.json\""
 

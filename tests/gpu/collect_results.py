@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 EXPECTED_ON_GPU = re.compile(r"\b(is|are) present\b")
 
 PARTS = {
-    "1_cuda_vmm": "the CUDA VMM backend under the allocator conformance suites, and VMM call costs by chunk size",
+    "1_cuda_vmm": "the CUDA VMM backend under the VMM and allocator conformance suites, and VMM call costs by chunk size",
     "2_cupti_tracer": "the CUPTI collector on hand-written kernels (by-value structs, Philox RNG, in place, workspace), "
                       "and the process runtime and preload library it feeds",
     "3_cudnn_resnet": "a cuDNN + cuBLAS ResNet trained with and without a budget through sublinear's C API",
@@ -172,7 +172,8 @@ def main() -> int:
                           "checks": what}
     else:
         bench = program(work, "vmm_bench")
-        parts["1_cuda_vmm"] = combine({"conformance": gtest(work, "conformance"), "vmm_bench": bench})
+        parts["1_cuda_vmm"] = combine({"vmm_conformance": gtest(work, "vmm_conformance"),
+                                       "conformance": gtest(work, "conformance"), "vmm_bench": bench})
         parts["2_cupti_tracer"] = combine({"hand_written_kernels": gtest(work, "tracer"),
                                            "cupti_collector": gtest(work, "cupti"),
                                            "process_runtime": gtest(work, "runtime")})
