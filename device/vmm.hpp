@@ -72,8 +72,9 @@ class vmm {
   // Unmaps several ranges, each with unmap()'s preconditions, in any order; if one range
   // is wrong (or two overlap) nothing is unmapped. A backend may merge adjacent ranges
   // into one call; the host VMM does (Note [Batched unmap] in host_vmm.cpp). Both
-  // backends override this. The default, for wrappers that only forward unmap(), calls
-  // unmap() for each and stops at the first failure: it does not check the batch first.
+  // backends get their override from checked_vmm (Note [Checked VMM]). The default, for
+  // wrappers that only forward unmap(), calls unmap() for each and stops at the first
+  // failure: it does not check the batch first.
   virtual vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept {
     for (const vmm_range& r : ranges) {
       const vmm_status s = unmap(r.address, r.size);

@@ -9,7 +9,9 @@
 // Approach: three ordered maps keyed by address or handle. Every check_* returns nullptr
 //   when the call may proceed, or a static reason for last_error(); the backend performs
 //   the device call and only then records the change, so a failed call changes nothing.
-// Limitations: not thread-safe; each backend holds its own mutex around it. Internal to
+//   checked_vmm, the backends' base, does the checking and recording for both
+//   (Note [Checked VMM]).
+// Limitations: not thread-safe; checked_vmm holds its mutex around it. Internal to
 //   the allocator's backends (not installed).
 #pragma once
 

@@ -6,10 +6,11 @@
 //   cuMemSetAccess / cuMemUnmap / cuMemRelease).
 // Approach: pinned device-local chunks on one device; the granularity is the driver's
 //   RECOMMENDED one (2 MiB on current GPUs), the capacity cuDeviceTotalMem. Every call
-//   is checked against the same ledger as the host backend (Note [VMM ledger]) before
-//   the driver sees it, so misuse gets the same answer on both. The driver is loaded
-//   with dlopen (Note [Driver by dlopen]); calls run in the device's primary context,
-//   made current on a thread that has none.
+//   is checked against the same ledger as the host backend before the driver sees it
+//   (checked_vmm, Note [Checked VMM]), so misuse gets the same answer on both; this
+//   class holds only the driver calls. The driver is loaded with dlopen
+//   (Note [Driver by dlopen]); calls run in the device's primary context, made current
+//   on a thread that has none.
 // Limitations: one device per instance, read/write access granted to that device only
 //   (no peer access). Unmap does not wait for queued kernels (see Note [Deferred unmap]).
 //
@@ -17,12 +18,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
-#include <mutex>
+#include <span>
 #include <string>
 
+#include "device/checked_vmm.hpp"
 #include "device/vmm.hpp"
-#include "device/vmm_ledger.hpp"
 
 struct CUctx_st;  // CUcontext, as cuda.h declares it
 
@@ -30,31 +32,16 @@ namespace sublinear::device {
 
 struct driver_api;
 
-class cuda_vmm final : public vmm {
+class cuda_vmm final : public checked_vmm {
  public:
   // Unmaps, releases and frees whatever is still live, then releases the primary context.
   ~cuda_vmm() override;
   cuda_vmm(const cuda_vmm&) = delete;
   cuda_vmm& operator=(const cuda_vmm&) = delete;
 
-  [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
-  [[nodiscard]] std::size_t physical_capacity() const noexcept override { return capacity_; }
-
-  vmm_status reserve(std::size_t size, void** address) noexcept override;
-  vmm_status release(void* address, std::size_t size) noexcept override;
-  vmm_status create_chunk(std::size_t size, chunk_handle* handle) noexcept override;
-  vmm_status release_chunk(chunk_handle handle) noexcept override;
-  vmm_status map(void* address, std::size_t size, chunk_handle handle) noexcept override;
-  vmm_status set_access(void* address, std::size_t size) noexcept override;
-  vmm_status unmap(void* address, std::size_t size) noexcept override;
-  vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept override;
-
   [[nodiscard]] std::string name() const override { return "cuda"; }
-  [[nodiscard]] std::string last_error() const override;
 
   [[nodiscard]] int device() const noexcept { return device_; }
-  // Bytes of live chunks.
-  [[nodiscard]] std::size_t chunk_bytes_in_use() const;
 
   // cuMemcpyHtoD / cuMemcpyDtoH: the host cannot dereference device addresses. A copy
   // touching a range without access fails.
@@ -68,14 +55,23 @@ class cuda_vmm final : public vmm {
   // Makes the primary context current if this thread has none.
   [[nodiscard]] vmm_status enter(const char* what) noexcept;
 
+  // The driver calls behind checked_vmm's operations (Note [Checked VMM]).
+  vmm_status do_reserve(std::size_t size, void** base) override;
+  void undo_reserve(void* base, std::size_t size) override;
+  vmm_status do_release(void* address, std::size_t size) override;
+  vmm_status do_create_chunk(std::size_t size, chunk_handle* handle, std::uint64_t* backing) override;
+  void undo_create_chunk(chunk_handle handle, const chunk_record& chunk) override;
+  vmm_status do_release_chunk(chunk_handle handle, const chunk_record& chunk) override;
+  vmm_status do_map(void* address, std::size_t size, chunk_handle handle,
+                    const chunk_record& chunk) override;
+  void undo_map(void* address, std::size_t size) override;
+  vmm_status do_set_access(void* address, std::size_t size) override;
+  vmm_status do_unmap(std::span<const vmm_range> sorted, std::size_t* unmapped) noexcept override;
+  [[nodiscard]] std::string& last_error_slot() const noexcept override;
+
   const driver_api& api_;
   int device_;
   CUctx_st* context_;
-  std::size_t granularity_;
-  std::size_t capacity_;
-
-  mutable std::mutex mutex_;
-  detail::vmm_ledger ledger_;
 };
 
 // The VMM of CUDA device `device` (an ordinal), or nullptr with the reason in *why when

@@ -7,15 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <iterator>
-#include <new>
 #include <string>
 #include <system_error>
-#include <vector>
 
 #include "sublinear/error.hpp"
 
@@ -25,35 +22,13 @@ namespace {
 
 // vmm::last_error() is per thread: a failure on one thread must not be overwritten by
 // a success or another failure on a different thread before its caller reads it.
+// checked_vmm writes its refusals here too.
 thread_local std::string host_last_error;
-
-void set_error(const char* what, const char* why) noexcept {
-  try {
-    host_last_error = std::string(what) + ": " + why;
-  } catch (...) {
-    // Out of memory while describing a failure: keep the previous text.
-  }
-}
 
 void set_errno_error(const char* what, int err) noexcept {
   try {
     host_last_error = std::string(what) + ": " + std::system_category().message(err);
   } catch (...) {
-  }
-}
-
-// The bookkeeping maps allocate; the interface is noexcept, so an allocation failure
-// becomes a status.
-template <class Fn>
-vmm_status guarded(const char* what, Fn&& fn) noexcept {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-    set_error(what, "out of host memory for bookkeeping");
-    return vmm_status::out_of_memory;
-  } catch (...) {
-    set_error(what, "unexpected exception");
-    return vmm_status::device_error;
   }
 }
 
@@ -73,19 +48,19 @@ bool is_power_of_two(std::size_t v) { return v != 0 && (v & (v - 1)) == 0; }
 }  // namespace
 
 host_vmm::host_vmm(host_vmm_options options)
-    : granularity_(options.granularity),
-      capacity_(options.physical_capacity),
-      populate_(options.populate_on_access),
-      ledger_(options.granularity) {
-  if (!is_power_of_two(granularity_) || granularity_ % page_size() != 0) {
-    throw config_error("host_vmm: granularity " + std::to_string(granularity_) +
+    : checked_vmm(options.granularity, options.physical_capacity),
+      populate_(options.populate_on_access) {
+  const std::size_t granule = granularity();
+  const std::size_t capacity = physical_capacity();
+  if (!is_power_of_two(granule) || granule % page_size() != 0) {
+    throw config_error("host_vmm: granularity " + std::to_string(granule) +
                        " must be a power of two and a multiple of the page size (" +
                        std::to_string(page_size()) + " bytes)");
   }
-  if (capacity_ == 0 || capacity_ % granularity_ != 0) {
-    throw config_error("host_vmm: physical_capacity " + std::to_string(capacity_) +
+  if (capacity == 0 || capacity % granule != 0) {
+    throw config_error("host_vmm: physical_capacity " + std::to_string(capacity) +
                        " must be a non-zero multiple of the granularity (" +
-                       std::to_string(granularity_) + " bytes)");
+                       std::to_string(granule) + " bytes)");
   }
   fd_ = ::memfd_create("sublinear-host-vmm", MFD_CLOEXEC);
   if (fd_ < 0) {
@@ -93,29 +68,24 @@ host_vmm::host_vmm(host_vmm_options options)
                        std::system_category().message(errno));
   }
   // Sparse: no page exists until a mapping touches it.
-  if (::ftruncate(fd_, static_cast<off_t>(capacity_)) != 0) {
+  if (::ftruncate(fd_, static_cast<off_t>(capacity)) != 0) {
     const int err = errno;
     ::close(fd_);
-    throw device_error("host_vmm: ftruncate of the memfd to " + format_bytes(capacity_) +
+    throw device_error("host_vmm: ftruncate of the memfd to " + format_bytes(capacity) +
                        " failed: " + std::system_category().message(err));
   }
-  free_.emplace(0, capacity_);
+  free_.emplace(0, capacity);
 }
 
 host_vmm::~host_vmm() {
   // Whatever the caller leaked: munmap of a reservation also drops its mappings.
-  for (const auto& [base, size] : ledger_.reservations()) {
+  for (const auto& [base, size] : ledger().reservations()) {
     ::munmap(reinterpret_cast<void*>(base), size);
   }
   ::close(fd_);
 }
 
-std::string host_vmm::last_error() const { return host_last_error; }
-
-std::size_t host_vmm::chunk_bytes_in_use() const {
-  const std::lock_guard lock(mutex_);
-  return ledger_.chunk_bytes();
-}
+std::string& host_vmm::last_error_slot() const noexcept { return host_last_error; }
 
 std::size_t host_vmm::resident_bytes() const {
   struct stat st {};
@@ -156,173 +126,117 @@ void host_vmm::give_back_range(std::size_t offset, std::size_t size) {
   free_.emplace(offset, size);
 }
 
-vmm_status host_vmm::reserve(std::size_t size, void** address) noexcept {
-  return guarded("reserve", [&] {
-    if (address == nullptr) {
-      set_error("reserve", "address out-parameter is null");
-      return vmm_status::invalid_argument;
-    }
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_reserve(size)) {
-      set_error("reserve", why);
-      return vmm_status::invalid_argument;
-    }
-    // mmap aligns to pages only: over-reserve by one granule and trim both ends.
-    const std::size_t slack = granularity_ - page_size();
-    if (size + slack < size) {
-      set_error("reserve", "size exceeds the address space");
-      return vmm_status::out_of_memory;
-    }
-    void* raw = ::mmap(nullptr, size + slack, PROT_NONE, reservation_flags, -1, 0);
-    if (raw == MAP_FAILED) {
-      const int err = errno;
-      set_errno_error("reserve: mmap", err);
-      return err == ENOMEM ? vmm_status::out_of_memory : vmm_status::device_error;
-    }
-    const auto raw_begin = reinterpret_cast<std::uintptr_t>(raw);
-    const std::uintptr_t begin = (raw_begin + granularity_ - 1) & ~(granularity_ - 1);
-    const std::size_t head = begin - raw_begin;
-    const std::size_t tail = slack - head;
-    if (head != 0) ::munmap(raw, head);
-    if (tail != 0) ::munmap(reinterpret_cast<void*>(begin + size), tail);
-    void* base = reinterpret_cast<void*>(begin);
-    try {
-      ledger_.add_reservation(base, size);
-    } catch (...) {
-      ::munmap(base, size);
-      throw;
-    }
-    *address = base;
-    return vmm_status::ok;
-  });
+// The hooks below run under checked_vmm's lock, after the ledger has accepted the call
+// (Note [Checked VMM]).
+
+vmm_status host_vmm::do_reserve(std::size_t size, void** base) {
+  // mmap aligns to pages only: over-reserve by one granule and trim both ends.
+  const std::size_t granule = granularity();
+  const std::size_t slack = granule - page_size();
+  if (size + slack < size) {
+    set_error("reserve", "size exceeds the address space");
+    return vmm_status::out_of_memory;
+  }
+  void* raw = ::mmap(nullptr, size + slack, PROT_NONE, reservation_flags, -1, 0);
+  if (raw == MAP_FAILED) {
+    const int err = errno;
+    set_errno_error("reserve: mmap", err);
+    return err == ENOMEM ? vmm_status::out_of_memory : vmm_status::device_error;
+  }
+  const auto raw_begin = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t begin = (raw_begin + granule - 1) & ~(granule - 1);
+  const std::size_t head = begin - raw_begin;
+  const std::size_t tail = slack - head;
+  if (head != 0) ::munmap(raw, head);
+  if (tail != 0) ::munmap(reinterpret_cast<void*>(begin + size), tail);
+  *base = reinterpret_cast<void*>(begin);
+  return vmm_status::ok;
 }
 
-vmm_status host_vmm::release(void* address, std::size_t size) noexcept {
-  return guarded("release", [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_release(address, size)) {
-      set_error("release", why);
-      return vmm_status::invalid_argument;
-    }
-    if (::munmap(address, size) != 0) {
-      set_errno_error("release: munmap", errno);
-      return vmm_status::device_error;
-    }
-    ledger_.remove_reservation(address);
-    return vmm_status::ok;
-  });
+void host_vmm::undo_reserve(void* base, std::size_t size) { ::munmap(base, size); }
+
+vmm_status host_vmm::do_release(void* address, std::size_t size) {
+  if (::munmap(address, size) != 0) {
+    set_errno_error("release: munmap", errno);
+    return vmm_status::device_error;
+  }
+  return vmm_status::ok;
 }
 
-vmm_status host_vmm::create_chunk(std::size_t size, chunk_handle* handle) noexcept {
-  return guarded("create_chunk", [&] {
-    if (handle == nullptr) {
-      set_error("create_chunk", "handle out-parameter is null");
-      return vmm_status::invalid_argument;
-    }
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_create_chunk(size)) {
-      set_error("create_chunk", why);
-      return vmm_status::invalid_argument;
-    }
-    std::size_t offset = 0;
-    if (!take_range(size, &offset)) {
-      host_last_error = "create_chunk: " + format_bytes(size) + " requested, " +
-                        format_bytes(ledger_.chunk_bytes()) + " of " +
-                        format_bytes(capacity_) + " physical capacity in use" +
-                        (capacity_ - ledger_.chunk_bytes() >= size ? " (fragmented)" : "");
-      return vmm_status::out_of_memory;
-    }
-    const chunk_handle h = next_handle_++;
-    try {
-      ledger_.add_chunk(h, size, offset);
-    } catch (...) {
-      give_back_range(offset, size);
-      throw;
-    }
-    *handle = h;
-    return vmm_status::ok;
-  });
+vmm_status host_vmm::do_create_chunk(std::size_t size, chunk_handle* handle,
+                                     std::uint64_t* backing) {
+  std::size_t offset = 0;
+  if (!take_range(size, &offset)) {
+    const std::size_t capacity = physical_capacity();
+    const std::size_t in_use = ledger().chunk_bytes();
+    host_last_error = "create_chunk: " + format_bytes(size) + " requested, " +
+                      format_bytes(in_use) + " of " + format_bytes(capacity) +
+                      " physical capacity in use" +
+                      (capacity - in_use >= size ? " (fragmented)" : "");
+    return vmm_status::out_of_memory;
+  }
+  *handle = next_handle_++;
+  *backing = offset;
+  return vmm_status::ok;
 }
 
-vmm_status host_vmm::release_chunk(chunk_handle handle) noexcept {
-  return guarded("release_chunk", [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_release_chunk(handle)) {
-      set_error("release_chunk", why);
-      return vmm_status::invalid_argument;
-    }
-    const auto chunk = *ledger_.find_chunk(handle);
-    // Punching the hole is what gives the pages back; without it the file keeps them
-    // until the next chunk that reuses the range overwrites them.
-    if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                    static_cast<off_t>(chunk.backing), static_cast<off_t>(chunk.size)) != 0) {
-      set_errno_error("release_chunk: fallocate(PUNCH_HOLE)", errno);
-      return vmm_status::device_error;
-    }
-    // Should merging run out of memory, the range is lost to this host_vmm, never
-    // handed out twice: the ledger forgets the chunk first.
-    ledger_.remove_chunk(handle);
-    give_back_range(chunk.backing, chunk.size);
-    return vmm_status::ok;
-  });
+void host_vmm::undo_create_chunk(chunk_handle /*handle*/, const chunk_record& chunk) {
+  give_back_range(chunk.backing, chunk.size);
 }
 
-vmm_status host_vmm::map(void* address, std::size_t size, chunk_handle handle) noexcept {
-  return guarded("map", [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_map(address, size, handle)) {
-      set_error("map", why);
-      return vmm_status::invalid_argument;
-    }
-    const auto offset = static_cast<off_t>(ledger_.find_chunk(handle)->backing);
-    void* placed = ::mmap(address, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_, offset);
-    if (placed == MAP_FAILED) {
-      const int err = errno;
-      set_errno_error("map: mmap", err);
-      // A failed MAP_FIXED may already have removed the old mapping; put the
-      // reservation back so the range stays ours.
-      ::mmap(address, size, PROT_NONE, reservation_flags | MAP_FIXED, -1, 0);
-      return err == ENOMEM ? vmm_status::out_of_memory : vmm_status::device_error;
-    }
-    try {
-      ledger_.add_mapping(address, size, handle);
-    } catch (...) {
-      ::mmap(address, size, PROT_NONE, reservation_flags | MAP_FIXED, -1, 0);
-      throw;
-    }
-    return vmm_status::ok;
-  });
+vmm_status host_vmm::do_release_chunk(chunk_handle /*handle*/, const chunk_record& chunk) {
+  // Punching the hole is what gives the pages back; without it the file keeps them
+  // until the next chunk that reuses the range overwrites them.
+  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(chunk.backing), static_cast<off_t>(chunk.size)) != 0) {
+    set_errno_error("release_chunk: fallocate(PUNCH_HOLE)", errno);
+    return vmm_status::device_error;
+  }
+  return vmm_status::ok;
 }
 
-vmm_status host_vmm::set_access(void* address, std::size_t size) noexcept {
-  return guarded("set_access", [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_set_access(address, size)) {
-      set_error("set_access", why);
-      return vmm_status::invalid_argument;
-    }
-    if (::mprotect(address, size, PROT_READ | PROT_WRITE) != 0) {
-      set_errno_error("set_access: mprotect", errno);
-      return vmm_status::device_error;
-    }
-    // Commit the pages and fill the page tables here, on the thread that maps, as a GPU's
-    // map call does (Note [Host VMM]). Deliberately unchecked: a failure only means page
-    // faults later, in the kernel that first writes the range.
-    if (populate_) (void)::madvise(address, size, MADV_POPULATE_READ);
-    return vmm_status::ok;
-  });
+// Should merging run out of memory, the range is lost to this host_vmm, never handed out
+// twice: the ledger has forgotten the chunk before this runs.
+void host_vmm::chunk_released(const chunk_record& chunk) {
+  give_back_range(chunk.backing, chunk.size);
+}
+
+vmm_status host_vmm::do_map(void* address, std::size_t size, chunk_handle /*handle*/,
+                            const chunk_record& chunk) {
+  const auto offset = static_cast<off_t>(chunk.backing);
+  void* placed = ::mmap(address, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd_, offset);
+  if (placed == MAP_FAILED) {
+    const int err = errno;
+    set_errno_error("map: mmap", err);
+    // A failed MAP_FIXED may already have removed the old mapping; put the
+    // reservation back so the range stays ours.
+    ::mmap(address, size, PROT_NONE, reservation_flags | MAP_FIXED, -1, 0);
+    return err == ENOMEM ? vmm_status::out_of_memory : vmm_status::device_error;
+  }
+  return vmm_status::ok;
+}
+
+void host_vmm::undo_map(void* address, std::size_t size) {
+  ::mmap(address, size, PROT_NONE, reservation_flags | MAP_FIXED, -1, 0);
+}
+
+vmm_status host_vmm::do_set_access(void* address, std::size_t size) {
+  if (::mprotect(address, size, PROT_READ | PROT_WRITE) != 0) {
+    set_errno_error("set_access: mprotect", errno);
+    return vmm_status::device_error;
+  }
+  // Commit the pages and fill the page tables here, on the thread that maps, as a GPU's
+  // map call does (Note [Host VMM]). Deliberately unchecked: a failure only means page
+  // faults later, in the kernel that first writes the range.
+  if (populate_) (void)::madvise(address, size, MADV_POPULATE_READ);
+  return vmm_status::ok;
 }
 
 // The device's memory is the process's: a copy is a memcpy, once the ledger agrees the
 // device side is mapped (a copy into an unmapped range would fault rather than fail).
 vmm_status host_vmm::copy(const char* what, void* dst, const void* src, const void* device_side,
                           std::size_t bytes) noexcept {
-  return guarded(what, [&] {
-    const std::lock_guard lock(mutex_);
-    if (const char* why = ledger_.check_set_access(device_side, bytes)) {
-      set_error(what, why);
-      return vmm_status::invalid_argument;
-    }
+  return copy_if_mapped(what, device_side, bytes, [&] {
     std::memcpy(dst, src, bytes);
     return vmm_status::ok;
   });
@@ -336,11 +250,6 @@ vmm_status host_vmm::copy_to_device(void* address, const void* host, std::size_t
   return copy("copy_to_device", address, host, address, bytes);
 }
 
-vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {
-  const vmm_range one[] = {{address, size}};
-  return unmap_ranges(one);
-}
-
 // Note [Batched unmap]
 // Rationale: replacing a mapping that has pages makes the kernel flush that range from
 //   the TLB of every core running the process, with an inter-processor interrupt when
@@ -349,42 +258,34 @@ vmm_status host_vmm::unmap(void* address, std::size_t size) noexcept {
 //   events are done at a poll), and consecutive activations are often adjacent in the
 //   reserved range: in `sublinear demo` (ResNet-218 at 0.5x) 2,323 unmaps came in 953
 //   batches that held 1,103 contiguous runs.
-// Approach: check every range against the ledger first (nothing is unmapped if one is
-//   wrong or two overlap), then put one PROT_NONE anonymous mapping over each contiguous
-//   run: one system call and one flush per run instead of per range. Replacing the file
-//   mapping (rather than munmap) keeps the range reserved, so nothing else can be placed
-//   there and a stray access faults. unmap() is a batch of one.
-// Limitations: only adjacent ranges merge. CUDA's backend checks the batch the same way
-//   but makes one cuMemUnmap per mapping: whether one call may span several mappings is
-//   not relied on.
-vmm_status host_vmm::unmap_ranges(std::span<const vmm_range> ranges) noexcept {
-  return guarded("unmap", [&] {
-    const std::lock_guard lock(mutex_);
-    std::vector<vmm_range> sorted(ranges.begin(), ranges.end());
-    std::sort(sorted.begin(), sorted.end(),
-              [](const vmm_range& a, const vmm_range& b) { return a.address < b.address; });
-    if (const char* why = ledger_.check_unmap_ranges(sorted)) {
-      set_error("unmap", why);
-      return vmm_status::invalid_argument;
+// Approach: checked_vmm checks every range against the ledger first (nothing is
+//   unmapped if one is wrong or two overlap) and hands over the batch in address order;
+//   do_unmap puts one PROT_NONE anonymous mapping over each contiguous run: one system
+//   call and one flush per run instead of per range. Replacing the file mapping (rather
+//   than munmap) keeps the range reserved, so nothing else can be placed there and a
+//   stray access faults. unmap() is a batch of one.
+// Limitations: only adjacent ranges merge. CUDA's backend gets the batch checked the
+//   same way but makes one cuMemUnmap per mapping: whether one call may span several
+//   mappings is not relied on.
+vmm_status host_vmm::do_unmap(std::span<const vmm_range> sorted, std::size_t* unmapped) noexcept {
+  *unmapped = 0;
+  for (std::size_t first = 0; first < sorted.size();) {
+    std::size_t last = first;
+    char* end = static_cast<char*>(sorted[first].address) + sorted[first].size;
+    while (last + 1 < sorted.size() && sorted[last + 1].address == end) {
+      ++last;
+      end += sorted[last].size;
     }
-    for (std::size_t first = 0; first < sorted.size();) {
-      std::size_t last = first;
-      char* end = static_cast<char*>(sorted[first].address) + sorted[first].size;
-      while (last + 1 < sorted.size() && sorted[last + 1].address == end) {
-        ++last;
-        end += sorted[last].size;
-      }
-      auto* start = static_cast<char*>(sorted[first].address);
-      if (::mmap(start, static_cast<std::size_t>(end - start), PROT_NONE, reservation_flags | MAP_FIXED, -1, 0) ==
-          MAP_FAILED) {
-        set_errno_error("unmap: mmap", errno);
-        return vmm_status::device_error;
-      }
-      for (std::size_t i = first; i <= last; ++i) ledger_.remove_mapping(sorted[i].address);
-      first = last + 1;
+    auto* start = static_cast<char*>(sorted[first].address);
+    if (::mmap(start, static_cast<std::size_t>(end - start), PROT_NONE, reservation_flags | MAP_FIXED, -1, 0) ==
+        MAP_FAILED) {
+      set_errno_error("unmap: mmap", errno);
+      return vmm_status::device_error;
     }
-    return vmm_status::ok;
-  });
+    first = last + 1;
+    *unmapped = first;
+  }
+  return vmm_status::ok;
 }
 
 }  // namespace sublinear::device

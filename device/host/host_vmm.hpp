@@ -13,7 +13,8 @@
 //   MAP_FIXED and PROT_NONE (no access until set_access, as on CUDA); set_access is an
 //   mprotect; unmap() puts a fresh PROT_NONE anonymous mapping back, so the range is a
 //   plain reservation again and a stray access raises SIGSEGV. The preconditions of
-//   vmm.hpp are checked against a ledger before any system call (Note [VMM ledger]).
+//   vmm.hpp are checked against a ledger before any system call by the base, checked_vmm
+//   (Note [Checked VMM]); this class holds only the system calls.
 //   set_access commits and pre-faults the range with one madvise(MADV_POPULATE_READ):
 //   a GPU's physical memory is committed by cuMemCreate and its page tables filled by
 //   the map call, so on the host too the cost lands on the thread that maps, not on the
@@ -36,12 +37,13 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
-#include <mutex>
+#include <span>
 #include <string>
 
+#include "device/checked_vmm.hpp"
 #include "device/vmm.hpp"
-#include "device/vmm_ledger.hpp"
 
 namespace sublinear::device {
 
@@ -56,7 +58,7 @@ struct host_vmm_options {
   bool populate_on_access = true;
 };
 
-class host_vmm final : public vmm {
+class host_vmm final : public checked_vmm {
  public:
   // Throws sublinear::config_error for invalid options, sublinear::device_error if the
   // memfd cannot be created.
@@ -66,25 +68,11 @@ class host_vmm final : public vmm {
   host_vmm(const host_vmm&) = delete;
   host_vmm& operator=(const host_vmm&) = delete;
 
-  [[nodiscard]] std::size_t granularity() const noexcept override { return granularity_; }
-  [[nodiscard]] std::size_t physical_capacity() const noexcept override { return capacity_; }
-
-  vmm_status reserve(std::size_t size, void** address) noexcept override;
-  vmm_status release(void* address, std::size_t size) noexcept override;
-  vmm_status create_chunk(std::size_t size, chunk_handle* handle) noexcept override;
-  vmm_status release_chunk(chunk_handle handle) noexcept override;
-  vmm_status map(void* address, std::size_t size, chunk_handle handle) noexcept override;
-  vmm_status set_access(void* address, std::size_t size) noexcept override;
-  vmm_status unmap(void* address, std::size_t size) noexcept override;
-  vmm_status unmap_ranges(std::span<const vmm_range> ranges) noexcept override;
   vmm_status copy_to_host(void* host, const void* address, std::size_t bytes) noexcept override;
   vmm_status copy_to_device(void* address, const void* host, std::size_t bytes) noexcept override;
 
   [[nodiscard]] std::string name() const override { return "host"; }
-  [[nodiscard]] std::string last_error() const override;
 
-  // Bytes of live chunks (what create_chunk has handed out and not taken back).
-  [[nodiscard]] std::size_t chunk_bytes_in_use() const;
   // Bytes the OS actually holds for the chunks' pages (touched and not punched out).
   [[nodiscard]] std::size_t resident_bytes() const;
 
@@ -95,14 +83,26 @@ class host_vmm final : public vmm {
   // copy_to_host / copy_to_device: `device_side` is the one of `dst`, `src` that must be mapped.
   vmm_status copy(const char* what, void* dst, const void* src, const void* device_side, std::size_t bytes) noexcept;
 
-  std::size_t granularity_;
-  std::size_t capacity_;
+  // The system calls behind checked_vmm's operations (Note [Checked VMM]).
+  vmm_status do_reserve(std::size_t size, void** base) override;
+  void undo_reserve(void* base, std::size_t size) override;
+  vmm_status do_release(void* address, std::size_t size) override;
+  vmm_status do_create_chunk(std::size_t size, chunk_handle* handle, std::uint64_t* backing) override;
+  void undo_create_chunk(chunk_handle handle, const chunk_record& chunk) override;
+  vmm_status do_release_chunk(chunk_handle handle, const chunk_record& chunk) override;
+  void chunk_released(const chunk_record& chunk) override;
+  vmm_status do_map(void* address, std::size_t size, chunk_handle handle,
+                    const chunk_record& chunk) override;
+  void undo_map(void* address, std::size_t size) override;
+  vmm_status do_set_access(void* address, std::size_t size) override;
+  vmm_status do_unmap(std::span<const vmm_range> sorted, std::size_t* unmapped) noexcept override;
+  [[nodiscard]] std::string& last_error_slot() const noexcept override;
+
   bool populate_;
   int fd_ = -1;
 
-  mutable std::mutex mutex_;
+  // Past the constructor, only the hooks touch these, under checked_vmm's lock.
   std::map<std::size_t, std::size_t> free_;  // memfd offset -> size, coalesced
-  detail::vmm_ledger ledger_;
   chunk_handle next_handle_ = 1;
 };
 
