@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/text.hpp"
 #include "policy/packs.hpp"
 #include "policy/planner_detail.hpp"
 #include "policy/retention.hpp"
@@ -71,7 +72,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     }
     if (s.peak > budget) {
       throw std::logic_error("sublinear: internal error: planner '" + std::string(name()) + "' returned a plan of " +
-                             describe_bytes(s.peak) + " for a budget of " + describe_bytes(budget));
+                             format_bytes(s.peak) + " for a budget of " + format_bytes(budget));
     }
     p.planner = std::string(name());
     p.budget = budget;
