@@ -18,7 +18,7 @@
 //                a grid search over B, keeping the cheapest plan that fits;
 //     chain      exact dynamic program over checkpoint choices on a chain (Rotor /
 //                Re-forwarding linear case); a DAG is reduced to its chain of segments
-//                first (Note [Chain solver] in planner_chain.cpp);
+//                first (Note [Chain solver] in solver_chain.cpp);
 //     reforward  exact branch and bound over drop sets for arbitrary graphs (up to 28
 //                candidates), the better of chain and greedy improved locally beyond;
 //     greedy     cost-aware (Capuchin-style): drop what frees most bytes per second of
@@ -54,7 +54,7 @@ class planner {
     // Also plan with retentions (Note [Retention] in retention.hpp) and keep the cheaper.
     bool retention = true;
     // chain and reforward: when no drop set meets the budget, try two-level schedules that
-    // recompute some buffers more than once (Note [Multi-pass] in planner_multipass.cpp).
+    // recompute some buffers more than once (Note [Multi-pass] in solver_multipass.cpp).
     bool multi_pass = true;
     // Let evicted buffers of at most half a page share pages (Note [Packs] in packs.hpp):
     // every plan a search simulates is packed.

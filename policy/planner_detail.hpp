@@ -17,7 +17,7 @@
 
 namespace sublinear::policy {
 
-class multi_level_table;  // planner_multilevel.cpp
+class multi_level_table;  // solver_multilevel.cpp
 
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
@@ -116,14 +116,14 @@ struct chain_segment {
 };
 [[nodiscard]] std::vector<chain_segment> chain_segments(const candidate_set& cs);
 
-// Two-level plans beyond drop sets (Note [Multi-pass] in planner_multipass.cpp): the
+// Two-level plans beyond drop sets (Note [Multi-pass] in solver_multipass.cpp): the
 // cheapest within `budget`, or nothing (also when ctx.multi_pass() is off).
 [[nodiscard]] std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget);
 // The least peak over the same grid: solve_two_level meets a budget exactly when it is at
 // least this. 0 when it has no plan or ctx.multi_pass() is off.
 [[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
 
-// Multi-level schedules (Note [Multi-level schedules] in planner_multilevel.cpp): Rotor's
+// Multi-level schedules (Note [Multi-level schedules] in solver_multilevel.cpp): Rotor's
 // dynamic program over the chain's segments, its memory level bisected against the
 // simulator; the cheapest plan within `budget`, or nothing (also when ctx.multi_pass() is
 // off). It meets a budget exactly when it is at least multi_level_least_peak (0: no plan).
@@ -138,7 +138,7 @@ struct chain_segment {
 // with the multi-level schedule for `budget` if that recomputes less (Note [Multi-pass]).
 void prefer_multi_level(planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation>& best);
 
-// Tiered drop sets (Note [Tiered drop sets] in planner_tiered.cpp): cheap internal
+// Tiered drop sets (Note [Tiered drop sets] in solver_tiered.cpp): cheap internal
 // activations dropped everywhere, every k-th segment output kept, the cheapest segments
 // dropped whole; the cheapest fitting point of a small grid, or nothing.
 [[nodiscard]] std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, std::size_t budget);

@@ -28,7 +28,7 @@
 //   (k, s), simulates each plan exactly and keeps the cheapest that fits; for each k it
 //   stops at the first s that fits, since larger s only recompute more.
 // Limitations: two levels and uniform spacing. Rotor's multi-level dynamic program is
-//   Note [Multi-level schedules] (planner_multilevel.cpp); solve_multi_pass takes the
+//   Note [Multi-level schedules] (solver_multilevel.cpp); solve_multi_pass takes the
 //   cheaper of the two, and the planners use them when no drop set meets the budget.
 //   Where one does but recomputes at least 3/4 of the forward pass, `chain` and
 //   `reforward` also try the multi-level schedule (prefer_multi_level) and keep the
