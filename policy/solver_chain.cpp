@@ -354,28 +354,6 @@ std::optional<std::vector<std::uint8_t>> chain_drop_set(planner::context& ctx, s
   return dropped;
 }
 
-class chain_planner final : public attempt_planner {
- public:
-  [[nodiscard]] std::string_view name() const noexcept override { return "chain"; }
-
- protected:
-  [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
-    std::optional<context::evaluation> e = solve_chain(ctx, budget);
-    if (!e) {
-      e = solve_multi_pass(ctx, budget);  // Note [Multi-pass]: below every drop set
-    } else {
-      prefer_multi_level(ctx, budget, e);  // near the drop sets' least peak
-    }
-    if (!e) return std::nullopt;
-    return std::move(e->result);
-  }
-  [[nodiscard]] bool deepens() const noexcept override { return true; }
-};
-
-}  // namespace
-
-namespace {
-
 std::optional<planner::context::evaluation> solve_chain_model(planner::context& ctx, std::size_t budget, bool run_pages) {
   std::size_t internal = budget;
   for (int round = 0; round < 6; ++round) {
@@ -420,7 +398,5 @@ std::vector<chain_segment> chain_segments(const candidate_set& cs) {
   }
   return out;
 }
-
-std::unique_ptr<planner> make_chain_planner() { return std::make_unique<chain_planner>(); }
 
 }  // namespace sublinear::policy

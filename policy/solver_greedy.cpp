@@ -189,22 +189,4 @@ std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, 
   return current;
 }
 
-namespace {
-
-class greedy_planner final : public attempt_planner {
- public:
-  [[nodiscard]] std::string_view name() const noexcept override { return "greedy"; }
-
- protected:
-  [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
-    std::optional<context::evaluation> e = solve_greedy(ctx, budget);
-    if (!e) return std::nullopt;
-    return std::move(e->result);
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<planner> make_greedy_planner() { return std::make_unique<greedy_planner>(); }
-
 }  // namespace sublinear::policy
