@@ -7,8 +7,8 @@
 
 #include "common/text.hpp"
 #include "policy/packs.hpp"
-#include "policy/planner_detail.hpp"
 #include "policy/retention.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

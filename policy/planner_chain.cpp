@@ -2,7 +2,7 @@
 // below every drop set the multi-pass schedules (Note [Multi-pass] in solver_multipass.cpp).
 #include <optional>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

@@ -2,7 +2,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

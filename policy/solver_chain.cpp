@@ -47,7 +47,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <vector>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

@@ -28,14 +28,14 @@
 // History: ranked by pages until 2026-11-21. `sublinear plan` on traced host iterations,
 //   at 0.75x of the live peak: ResNet-434 118.2 -> 19.4 ms of recomputation, 1,639 -> 307
 //   evictions; ResNet-152 19.0 -> 5.2 ms. At 0.5x Transformer-8 went 9.4 -> 9.9 ms, so
-//   reforward starts from both rankings (greedy_rank in planner_detail.hpp).
+//   reforward starts from both rankings (greedy_rank in solvers.hpp).
 //   Steepest descent from the lowest peak added on 2026-11-27: on the H200's trace of the
 //   GPU suite's cuDNN ResNet (part 3, 36 candidates, 0.5x = 71.82 MiB for live buffers)
 //   greedy and reforward needed 81.09 MiB mapped; with it, reforward meets 0.5x.
 #include <algorithm>
 #include <numeric>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

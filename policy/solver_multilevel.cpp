@@ -58,7 +58,7 @@
 #include <memory>
 
 #include "policy/packs.hpp"
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

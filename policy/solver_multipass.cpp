@@ -41,7 +41,7 @@
 #include <cstdint>
 #include <set>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

@@ -39,7 +39,7 @@
 #include <numeric>
 #include <vector>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 
