@@ -5,11 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "policy/candidates.hpp"
@@ -17,8 +20,6 @@
 #include "policy/simulator.hpp"
 
 namespace sublinear::policy {
-
-class multi_level_table;  // solver_multilevel.cpp
 
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
@@ -55,17 +56,15 @@ class planner::context {
   [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
   // Whether plans are packed (planner::options::packs).
   [[nodiscard]] bool packs() const noexcept { return packs_; }
-  // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
-  // then answers every budget below it at once).
-  std::optional<std::size_t> two_level_least;
-  // The multi-level dynamic program's tables (filled on first use; index k has slots 2^k
-  // times the finest) and the peak of the finest table's least-memory plan, as for
-  // two_level_least.
-  std::vector<std::shared_ptr<const multi_level_table>> multi_level;
-  std::optional<std::size_t> multi_level_least;
-  // solve_tiered's least peak, once a search of it found nothing (lower budgets are
-  // answered at once).
-  std::optional<std::size_t> tiered_least;
+  // What one solver keeps about this iteration between its calls (its caches): one T per
+  // context, value-initialised on first use. T is private to the solver's file; the
+  // context knows no solver's state by name.
+  template <class T>
+  [[nodiscard]] T& state() {
+    std::shared_ptr<void>& slot = states_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
 
  private:
   const iteration* it_;
@@ -76,6 +75,7 @@ class planner::context {
   std::optional<std::size_t> unplanned_peak_;
   const bool multi_pass_;
   const bool packs_;
+  std::map<std::type_index, std::shared_ptr<void>> states_;
 };
 
 // Planners that can be asked "can you meet budget b?" repeatedly: the search on failure

@@ -19,7 +19,7 @@ class tiered_planner final : public planner {
     if (std::optional<context::evaluation> e = solve_tiered(ctx, budget)) return std::move(e->result);
     // Every fitting grid line fits at its leanest point, so the least peak the failed
     // search saw is the smallest budget it meets: no bisection.
-    const std::size_t least = ctx.tiered_least.value_or(0);
+    const std::size_t least = tiered_least_peak(ctx);
     const std::size_t smallest = least == 0 ? ctx.unplanned_peak() : least;
     throw infeasible_budget(name(), budget, std::max(smallest, ctx.lower_bound()), ctx.lower_bound());
   }

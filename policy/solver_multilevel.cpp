@@ -86,8 +86,6 @@ struct unit {
 // Choices: 0 none (infeasible), 1 base, 2 keep the tape, 3 + s' a checkpoint at s'.
 using choice_t = std::uint16_t;
 
-}  // namespace
-
 class multi_level_table {
  public:
   // `coarsening`: the slot size is 2^coarsening times the finest (solve_multi_level).
@@ -297,7 +295,13 @@ class multi_level_table {
   std::vector<choice_t> top_choice_;
 };
 
-namespace {
+// What solve_multi_level keeps per context: its tables (filled on first use; index k has
+// slots 2^k times the finest) and the peak of the finest table's least-memory plan, once
+// known (every budget below it is then answered at once).
+struct multi_level_state {
+  std::vector<std::unique_ptr<const multi_level_table>> tables;
+  std::optional<std::size_t> least;
+};
 
 // Bisects one table's levels for the cheapest simulated plan within `budget` (into
 // `best`); `least`, when given, receives the least level's peak (0: no plan). Returns
@@ -346,31 +350,34 @@ bool solve_on(planner::context& ctx, const multi_level_table& table, std::size_t
 
 std::optional<planner::context::evaluation> solve_multi_level(planner::context& ctx, std::size_t budget) {
   if (!ctx.multi_pass()) return std::nullopt;
-  if (ctx.multi_level_least && (*ctx.multi_level_least == 0 || budget < *ctx.multi_level_least)) return std::nullopt;
-  if (ctx.multi_level.empty()) ctx.multi_level.push_back(std::make_shared<const multi_level_table>(ctx, 0));
-  if (!ctx.multi_level[0]->usable()) {
-    ctx.multi_level_least = 0;
+  multi_level_state& cached = ctx.state<multi_level_state>();
+  std::vector<std::unique_ptr<const multi_level_table>>& tables = cached.tables;
+  if (cached.least && (*cached.least == 0 || budget < *cached.least)) return std::nullopt;
+  if (tables.empty()) tables.push_back(std::make_unique<const multi_level_table>(ctx, 0));
+  if (!tables[0]->usable()) {
+    cached.least = 0;
     return std::nullopt;
   }
   std::optional<planner::context::evaluation> best;
-  bool top_fits = solve_on(ctx, *ctx.multi_level[0], budget, best, ctx.multi_level_least ? nullptr : &ctx.multi_level_least);
+  bool top_fits = solve_on(ctx, *tables[0], budget, best, cached.least ? nullptr : &cached.least);
   // The finest table's levels cover the memory of a few dozen tapes (max_entries); where
   // its top level fits, the budget has room beyond them, which tables with 2, 4 and 8
   // times coarser slots reach. Each is filled once per context, when first needed.
-  for (std::size_t k = 1; k <= max_coarsenings && top_fits && ctx.multi_level[k - 1]->capped(); ++k) {
-    if (ctx.multi_level.size() <= k) ctx.multi_level.push_back(std::make_shared<const multi_level_table>(ctx, k));
-    if (!ctx.multi_level[k]->usable()) break;
-    const multi_level_table& finer = *ctx.multi_level[k - 1];
-    const std::size_t reached = finer.levels() * finer.slot_bytes() / ctx.multi_level[k]->slot_bytes();
-    top_fits = solve_on(ctx, *ctx.multi_level[k], budget, best, nullptr, reached > 0 ? reached - 1 : 0);
+  for (std::size_t k = 1; k <= max_coarsenings && top_fits && tables[k - 1]->capped(); ++k) {
+    if (tables.size() <= k) tables.push_back(std::make_unique<const multi_level_table>(ctx, k));
+    if (!tables[k]->usable()) break;
+    const multi_level_table& finer = *tables[k - 1];
+    const std::size_t reached = finer.levels() * finer.slot_bytes() / tables[k]->slot_bytes();
+    top_fits = solve_on(ctx, *tables[k], budget, best, nullptr, reached > 0 ? reached - 1 : 0);
   }
   return best;
 }
 
 std::size_t multi_level_least_peak(planner::context& ctx) {
   if (!ctx.multi_pass()) return 0;
-  if (!ctx.multi_level_least) (void)solve_multi_level(ctx, 0);
-  return ctx.multi_level_least.value_or(0);
+  const std::optional<std::size_t>& least = ctx.state<multi_level_state>().least;
+  if (!least) (void)solve_multi_level(ctx, 0);
+  return least.value_or(0);
 }
 
 }  // namespace sublinear::policy

@@ -52,6 +52,12 @@ namespace {
 // rebuild most of the forward (docs/policy.md, "Multi-level schedules").
 constexpr double multi_level_share = 0.75;
 
+// What solve_two_level keeps per context: its least peak, once a search has seen the whole
+// grid (every budget below it is then answered at once).
+struct two_level_state {
+  std::optional<std::size_t> least;
+};
+
 // The grid of Note [Multi-pass] over one iteration's segments.
 class two_level_grid {
  public:
@@ -109,10 +115,11 @@ class two_level_grid {
 std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget) {
   using evaluation = planner::context::evaluation;
   if (!ctx.multi_pass()) return std::nullopt;
-  if (ctx.two_level_least && (*ctx.two_level_least == 0 || budget < *ctx.two_level_least)) return std::nullopt;
+  std::optional<std::size_t>& cached = ctx.state<two_level_state>().least;
+  if (cached && (*cached == 0 || budget < *cached)) return std::nullopt;
   two_level_grid grid(ctx);
   if (!grid.usable()) {
-    ctx.two_level_least = 0;
+    cached = 0;
     return std::nullopt;
   }
   std::optional<evaluation> best;
@@ -130,14 +137,15 @@ std::optional<planner::context::evaluation> solve_two_level(planner::context& ct
       break;  // a larger s for this k recomputes more
     }
   }
-  if (!best) ctx.two_level_least = least;
+  if (!best) cached = least;
   return best;
 }
 
 std::size_t two_level_least_peak(planner::context& ctx) {
   if (!ctx.multi_pass()) return 0;
-  if (!ctx.two_level_least) (void)solve_two_level(ctx, 0);  // fits nothing: sees the whole grid
-  return ctx.two_level_least.value_or(0);
+  const std::optional<std::size_t>& cached = ctx.state<two_level_state>().least;
+  if (!cached) (void)solve_two_level(ctx, 0);  // fits nothing: sees the whole grid
+  return cached.value_or(0);
 }
 
 std::optional<planner::context::evaluation> solve_multi_pass(planner::context& ctx, std::size_t budget) {

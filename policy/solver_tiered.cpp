@@ -48,6 +48,12 @@ namespace {
 constexpr double theta_quantiles[] = {0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4};
 constexpr std::size_t output_spacings[] = {1, 2, 3, 4, 6, 8, 12, 16, 24};
 
+// What solve_tiered keeps per context: its least peak, once a search found nothing (lower
+// budgets are then answered at once).
+struct tiered_state {
+  std::optional<std::size_t> least;
+};
+
 class tier_grid {
  public:
   explicit tier_grid(planner::context& ctx) : ctx_(ctx), segs_(chain_segments(ctx.candidates())) {
@@ -129,11 +135,12 @@ class tier_grid {
 
 std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, std::size_t budget) {
   using evaluation = planner::context::evaluation;
-  if (ctx.tiered_least && (*ctx.tiered_least == 0 || budget < *ctx.tiered_least)) return std::nullopt;
+  std::optional<std::size_t>& cached = ctx.state<tiered_state>().least;
+  if (cached && (*cached == 0 || budget < *cached)) return std::nullopt;
   tier_grid grid(ctx);
   const std::size_t m = grid.segments();
   if (m == 0) {
-    ctx.tiered_least = 0;
+    cached = 0;
     return std::nullopt;
   }
   std::optional<evaluation> best;
@@ -166,8 +173,14 @@ std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, 
       if (better(*fit)) best = std::move(fit);
     }
   }
-  if (!best) ctx.tiered_least = least;
+  if (!best) cached = least;
   return best;
+}
+
+std::size_t tiered_least_peak(planner::context& ctx) {
+  const std::optional<std::size_t>& cached = ctx.state<tiered_state>().least;
+  if (!cached) (void)solve_tiered(ctx, 0);  // fits nothing: sees the whole grid
+  return cached.value_or(0);
 }
 
 }  // namespace sublinear::policy

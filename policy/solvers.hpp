@@ -50,6 +50,9 @@ enum class greedy_rank { bytes_freed, footprint };
 // everywhere, every k-th segment output kept, the cheapest segments dropped whole; the
 // cheapest fitting point of a small grid, or nothing.
 [[nodiscard]] std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, std::size_t budget);
+// The least peak over the grid's leanest points, the smallest budget solve_tiered meets
+// (every fitting grid line fits at its leanest point); 0 when it has no plan.
+[[nodiscard]] std::size_t tiered_least_peak(planner::context& ctx);
 
 // ---- solver_multipass.cpp ---------------------------------------------------------------
 
