@@ -19,30 +19,13 @@
 //   maxima in O(1) amortised, and the search keeps, per node, the Pareto front of (kept
 //   bytes, added compute) labels: exact, with no discretisation of memory. An I node may
 //   only be kept together with the A node before it, so runs never reach across a kept
-//   internal node into an earlier segment.
-//   Bytes are the candidates' sizes as the allocator holds them when nobody plans them
-//   (round_up(size, 512)): a kept candidate is never given pages of its own, and a
-//   dropped one frees exactly that much during its gap. What a dropped candidate holds
-//   beyond that while resident (the rest of its last page) is counted, in one of two
-//   solves, at the moment its run is regenerated, and left to the exact simulation and
-//   the overshoot retry below in the other; the cheaper plan is kept (History).
-// Limitations: exact on chains whose candidate sizes are multiples of the granularity
-//   (where the two sizes agree), up to the following work limits: runs of at most 128
-//   dropped nodes (optimal runs are far shorter except at budgets near the sqrt(n) floor
-//   of chains beyond 16,000 candidates); at most 8192 segments (more are merged, solving
-//   a coarser chain); about 3e7 label moves (beyond, each front keeps the extremes of
-//   equal buckets of kept bytes). On a DAG the node gaps and segment options are
-//   approximations; the result is simulated exactly and, if it
+//   internal node into an earlier segment. Node bytes: Note [Chain solver bytes].
+// Limitations: exact on chains whose candidate sizes are multiples of the granularity,
+//   up to these work limits: runs of at most 128 dropped nodes; at most 8192 segments
+//   (more are merged, solving a coarser chain); about 3e7 label moves (beyond, each front
+//   keeps the extremes of equal buckets of kept bytes). On a DAG the node gaps and
+//   segment options are approximations; the result is simulated exactly and, if it
 //   overshoots, solved again with the budget lowered by the overshoot.
-// History: until 2026-11-21 every candidate was costed at whole pages, kept or not, which
-//   made a kept 16-byte BatchNorm statistic cost a 64 KiB page on the host device. On a
-//   traced ResNet-434 (`sublinear plan`, reforward's chain seed) at 0.5x of the live peak
-//   the plan then fitted in 13.2 of 19.6 MiB at 127 ms of recomputation; now 19.6 MiB at
-//   79 ms, and the smallest feasible budget fell from 13.3 to 11.9 MiB. Without the
-//   regenerated runs' pages the retries spiralled on a uniform chain of quarter-page
-//   activations (13 drops where 1 will do; Planner.ChainCostsAKeptSubPageActivation...);
-//   with them alone, ResNet-434's smallest budget was 12.4 MiB and Transformer-8's 3.08
-//   instead of 2.95 MiB. Hence both.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -372,10 +355,20 @@ std::optional<planner::context::evaluation> solve_chain_model(planner::context& 
 
 }  // namespace
 
+// Note [Chain solver bytes]
+// Rationale: a kept candidate is never given pages of its own, so costing every candidate
+//   at whole pages made a kept 16-byte BatchNorm statistic cost a 64 KiB page on the host
+//   device, and the solver dropped what it should have kept.
+// Approach: a node's bytes are its candidates' sizes as the allocator holds them when
+//   nobody plans them (round_up(size, 512)): a dropped one frees exactly that much during
+//   its gap. What a dropped candidate holds beyond that while resident (the rest of its
+//   last page) is counted, in one of two solves, at the moment its run is regenerated
+//   (run_pages), and left to the exact simulation and the overshoot retry in the other;
+//   the cheaper plan is kept. Neither alone suffices: without the runs' pages the retries
+//   can spiral into long runs on chains of sub-page activations; with them alone the
+//   model is too cautious and misses budgets the other meets.
 std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, std::size_t budget) {
-  // Sub-page candidates (Note [Chain solver], History): with the regenerated runs' pages
-  // counted, the model can be too cautious; without, the overshoot retries can spiral into
-  // long runs. Solve both ways and keep the cheaper plan.
+  // Note [Chain solver bytes]: both ways, the cheaper plan.
   std::optional<planner::context::evaluation> best = solve_chain_model(ctx, budget, false);
   std::optional<planner::context::evaluation> other = solve_chain_model(ctx, budget, true);
   if (other && (!best || other->sim.added_compute_s < best->sim.added_compute_s ||

@@ -5,33 +5,21 @@
 //   the moment it occurs and drop the candidates that are live and idle there (their gap
 //   contains it), best bytes-per-second first, until the bytes dropped cover the excess;
 //   simulate again. "Bytes" are what a drop frees at the peak: the round_up(size, 512)
-//   the buffer would hold if kept, not the whole pages it holds once planned. Ranked by
-//   pages, a 16-byte BatchNorm statistic looked like a 64 KiB activation on the host
-//   device, and the greedy dropped hundreds of them for 512 bytes each, each costing a
-//   BatchNorm replay (History). The tally of bytes dropped against the excess still
-//   counts pages, so each round drops no more than the pages could free. Once the plan fits, undo drops that turned out unnecessary, most
-//   expensive first (Capuchin's "free time" refinement, done exactly by simulation).
+//   the buffer would hold if kept, not the whole pages it holds once planned (ranked by
+//   pages, a 16-byte BatchNorm statistic looks like a 64 KiB activation on the host
+//   device; greedy_rank::footprint still ranks so, as one of reforward's seeds). The tally
+//   of bytes dropped against the excess counts pages, so each round drops no more than
+//   the pages could free. Once the plan fits, undo drops that turned out unnecessary,
+//   most expensive first (Capuchin's "free time" refinement, done exactly by simulation).
 //   When nothing is left to drop at the peak but some buffers are mapped there only
 //   because a recipe rebuilt them ahead of their own use, the one needed soonest is kept
 //   for good, and so is every sqrt(m)-th of the m such buffers after it, which splits the
 //   recomputed run into Chen-sized pieces in one step.
 // Limitations: greedy; a drop that helps one peak may move the peak to a recipe moment,
-//   and the rounds that follow may climb from there (on a traced cuDNN ResNet at 0.5x
-//   every ranking passed 88 MiB and climbed to 134 MiB; a plan of 64.68 MiB was one flip
-//   away from its best state, History).
-//   The undo pass is bounded (about 5e5 launch-visits of simulation) on large graphs.
-//   When the greedy gets nowhere (a recipe it cannot build, or nothing left to drop at
-//   the peak), steepest descent on the peak takes over (descend_peak below): one
-//   candidate dropped or kept back at a time, each trial simulated exactly, the best
-//   taken while it lowers the peak; first from the lowest peak the greedy passed
-//   through, then, if that ends above the budget, from no eviction.
-// History: ranked by pages until 2026-11-21. `sublinear plan` on traced host iterations,
-//   at 0.75x of the live peak: ResNet-434 118.2 -> 19.4 ms of recomputation, 1,639 -> 307
-//   evictions; ResNet-152 19.0 -> 5.2 ms. At 0.5x Transformer-8 went 9.4 -> 9.9 ms, so
-//   reforward starts from both rankings (greedy_rank in solvers.hpp).
-//   Steepest descent from the lowest peak added on 2026-11-27: on the H200's trace of the
-//   GPU suite's cuDNN ResNet (part 3, 36 candidates, 0.5x = 71.82 MiB for live buffers)
-//   greedy and reforward needed 81.09 MiB mapped; with it, reforward meets 0.5x.
+//   and the rounds that follow may climb from there. Where the rounds get nowhere (a
+//   recipe they cannot build, or nothing left to drop at the peak), steepest descent on
+//   the peak takes over (descend_peak). The undo pass and the descent are bounded (about
+//   5e5 launch-visits of simulation) on large graphs.
 #include <algorithm>
 #include <numeric>
 
@@ -41,10 +29,14 @@ namespace sublinear::policy {
 
 namespace {
 
-// Note [Cost-aware greedy], last paragraph. The moves are the ones that can change the
-// peak where it occurs: drop a candidate idle there (its gap contains the peak's launch),
-// or keep back a dropped one whose recipe runs there (it restores at that launch, or a
-// recipe restoring there regenerates it on the way). Bounded by `trials` simulations.
+// Steepest descent on the peak (Note [Cost-aware greedy], Limitations): one candidate
+// dropped or kept back at a time, each trial simulated exactly, the best taken while it
+// lowers the peak. solve_greedy starts it from the lowest peak its rounds passed through,
+// then, if that ends above the budget, from no eviction. The moves are the ones that can
+// change the peak where it occurs: drop a candidate idle there (its gap contains the
+// peak's launch), or keep back a dropped one whose recipe runs there (it restores at that
+// launch, or a recipe restoring there regenerates it on the way). Bounded by `trials`
+// simulations.
 std::optional<planner::context::evaluation> descend_peak(planner::context& ctx, std::size_t budget,
                                                          planner::context::evaluation current, std::size_t& trials) {
   const candidate_set& cs = ctx.candidates();

@@ -1,14 +1,12 @@
 // Note [Tiered drop sets]
 // Rationale: the chain solver (Note [Chain solver]) keeps or drops a segment's internal
 //   activations together, so in a ResNet block it cannot keep the convolution outputs and
-//   drop the BatchNorm outputs beside them. Yet those differ threefold in what they cost
-//   to rebuild per byte on the host device (a 64 KiB convolution output 0.35 ms with its
-//   im2col, a BatchNorm+ReLU output 0.11 ms, on a traced ResNet-434), and the cheap half
-//   of the activations is what a good plan drops first: Chen et al. (2016, §3) drop the
-//   cheap layers' outputs before they segment, and Checkmate's and Rockmate's optimal
-//   solutions do the same within blocks. The greedy planner ranks by cost per byte too,
-//   but one candidate at a time, and it strands the skip connections' outputs between
-//   kept and dropped.
+//   drop the BatchNorm outputs beside them, which cost about a third as much to rebuild
+//   per byte on the host device. The cheap half of the activations is what a good plan
+//   drops first: Chen et al. (2016, §3) drop the cheap layers' outputs before they
+//   segment, and Checkmate's and Rockmate's optimal solutions do the same within blocks.
+//   The greedy solver ranks by cost per byte too, but one candidate at a time, and it
+//   strands the skip connections' outputs between kept and dropped.
 // Approach: three tiers over the chain solver's segments, a small grid, every point
 //   simulated exactly:
 //   - price: a candidate's own recipe cost per byte it frees (cost_s / unplanned_bytes);
@@ -22,15 +20,9 @@
 //     whole.
 //   For each (theta, k) the leanest point (r = all segments) is tried first; if it fits,
 //   r is bisected for the fewest whole segments that fit (peaks fall as r grows, nearly
-//   always). The cheapest fitting point over the grid wins. A context caches the least
-//   peak of a search that found nothing, and answers lower budgets at once.
-// Measured (offline, `make_plan` on the traced iterations of docs/benchmarks.md; added
-//   compute as a share of the iteration's): ResNet-434 at 0.5x of the live peak 0.14
-//   against the chain solver's 0.20; ResNet-152 0.16 against 0.19; the smallest feasible
-//   drop set on ResNet-434 falls from 0.30 to 0.26 of the live peak. On the
-//   Transformer-8 and DenseNet-121 traces it never beats the other seeds (few segments,
-//   no cheap tier): reforward keeps the cheapest seed, so nothing gets dearer.
-//   The grid is also a planner of its own, `tiered`.
+//   always). The cheapest fitting point over the grid wins. The solver's state in the
+//   context keeps the least peak of a search that found nothing, and answers lower
+//   budgets at once. `tiered` is the grid on its own; reforward seeds from it too.
 // Limitations: a grid with uniform spacing of kept outputs, not an optimum; segments come
 //   from chain_segments, so graphs with few articulations (DenseNet's dense blocks) get
 //   few choices.
