@@ -4,8 +4,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <limits>
+
+#include "common/text.hpp"
 
 namespace sublinear::policy {
 
@@ -164,23 +165,9 @@ std::size_t parse_budget_bytes(std::string_view text, std::size_t device_capacit
   return resolve_budget(parse_budget(text), device_capacity, traced_peak);
 }
 
-std::string describe_bytes(std::size_t bytes) {
-  static constexpr std::array<std::string_view, 5> names{"B", "KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  std::size_t u = 0;
-  while (v >= 1024.0 && u + 1 < names.size()) {
-    v /= 1024.0;
-    ++u;
-  }
-  std::array<char, 32> buf{};
-  std::snprintf(buf.data(), buf.size(), "%.2f ", v);
-  return std::string(buf.data()) + std::string(names[u]);
-}
-
 namespace {
 
-std::string exact(std::size_t bytes) { return describe_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
+std::string exact(std::size_t bytes) { return format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
 
 }  // namespace
 

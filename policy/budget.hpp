@@ -52,10 +52,6 @@ struct budget_spec {
 [[nodiscard]] std::size_t parse_budget_bytes(std::string_view text, std::size_t device_capacity,
                                              std::size_t traced_peak);
 
-// "1.50 GiB", "512 B": binary units, for plan and error messages (the policy library does
-// not link the allocator's formatter).
-[[nodiscard]] std::string describe_bytes(std::size_t bytes);
-
 // A budget below what a planner can reach. The message names the planner, the budget, and
 // the smallest budget this planner is known to meet; smallest_feasible() returns it.
 // lower_bound() is what no plan of any planner can go below (the bytes that must stay

@@ -18,9 +18,12 @@
 //                a grid search over B, keeping the cheapest plan that fits;
 //     chain      exact dynamic program over checkpoint choices on a chain (Rotor /
 //                Re-forwarding linear case); a DAG is reduced to its chain of segments
-//                first (Note [Chain solver] in planner_chain.cpp);
+//                first (Note [Chain solver] in solver_chain.cpp);
+//     tiered     a simulated grid of tiered drop sets (Note [Tiered drop sets] in
+//                solver_tiered.cpp);
 //     reforward  exact branch and bound over drop sets for arbitrary graphs (up to 28
-//                candidates), the better of chain and greedy improved locally beyond;
+//                candidates); beyond, the best of its seeds (chain, greedy, chen, tiered)
+//                improved locally;
 //     greedy     cost-aware (Capuchin-style): drop what frees most bytes per second of
 //                recompute at the peak, cheap producers first, then undo needless drops;
 //     dtr        DTR's online heuristic h = cost / (size * staleness), simulated over the
@@ -54,7 +57,7 @@ class planner {
     // Also plan with retentions (Note [Retention] in retention.hpp) and keep the cheaper.
     bool retention = true;
     // chain and reforward: when no drop set meets the budget, try two-level schedules that
-    // recompute some buffers more than once (Note [Multi-pass] in planner_multipass.cpp).
+    // recompute some buffers more than once (Note [Multi-pass] in solver_multipass.cpp).
     bool multi_pass = true;
     // Let evicted buffers of at most half a page share pages (Note [Packs] in packs.hpp):
     // every plan a search simulates is packed.
@@ -79,7 +82,7 @@ class planner {
 // listing the valid names otherwise.
 [[nodiscard]] std::unique_ptr<planner> make_planner(std::string_view name);
 
-// "none", "sqrtn", "chen", "chain", "reforward", "greedy", "dtr".
+// "none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr".
 [[nodiscard]] std::span<const std::string_view> planner_names() noexcept;
 
 }  // namespace sublinear::policy

@@ -1,14 +1,18 @@
-// Internals shared by the planner implementations (planner_*.cpp). Not installed.
+// Internals shared by the planner implementations (planner_*.cpp) and the solvers they call
+// (solver_*.cpp, declared in solvers.hpp). Not installed.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
 
 #include "policy/candidates.hpp"
@@ -16,8 +20,6 @@
 #include "policy/simulator.hpp"
 
 namespace sublinear::policy {
-
-class multi_level_table;  // planner_multilevel.cpp
 
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
@@ -54,17 +56,15 @@ class planner::context {
   [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
   // Whether plans are packed (planner::options::packs).
   [[nodiscard]] bool packs() const noexcept { return packs_; }
-  // two_level_least_peak's result, once a search has seen the whole grid (solve_two_level
-  // then answers every budget below it at once).
-  std::optional<std::size_t> two_level_least;
-  // The multi-level dynamic program's tables (filled on first use; index k has slots 2^k
-  // times the finest) and the peak of the finest table's least-memory plan, as for
-  // two_level_least.
-  std::vector<std::shared_ptr<const multi_level_table>> multi_level;
-  std::optional<std::size_t> multi_level_least;
-  // solve_tiered's least peak, once a search of it found nothing (lower budgets are
-  // answered at once).
-  std::optional<std::size_t> tiered_least;
+  // What one solver keeps about this iteration between its calls (its caches): one T per
+  // context, value-initialised on first use. T is private to the solver's file; the
+  // context knows no solver's state by name.
+  template <class T>
+  [[nodiscard]] T& state() {
+    std::shared_ptr<void>& slot = states_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>();
+    return *static_cast<T*>(slot.get());
+  }
 
  private:
   const iteration* it_;
@@ -75,6 +75,7 @@ class planner::context {
   std::optional<std::size_t> unplanned_peak_;
   const bool multi_pass_;
   const bool packs_;
+  std::map<std::type_index, std::shared_ptr<void>> states_;
 };
 
 // Planners that can be asked "can you meet budget b?" repeatedly: the search on failure
@@ -95,7 +96,7 @@ class attempt_planner : public planner {
 [[noreturn]] void throw_smallest_feasible(planner::context& ctx, std::string_view planner_name, std::size_t budget,
                                           const std::function<bool(std::size_t)>& meets);
 
-// Factories, one per planner_*.cpp.
+// Factories, one per planner (planner_*.cpp); make_planner (planner_registry.cpp) calls them.
 std::unique_ptr<planner> make_none_planner();
 std::unique_ptr<planner> make_sqrtn_planner();
 std::unique_ptr<planner> make_chen_planner();
@@ -104,56 +105,5 @@ std::unique_ptr<planner> make_reforward_planner();
 std::unique_ptr<planner> make_greedy_planner();
 std::unique_ptr<planner> make_dtr_planner();
 std::unique_ptr<planner> make_tiered_planner();
-
-// The chain solver as a function, for reforward's starting point: the best drop set it
-// finds for `budget` (already simulated), or nothing.
-[[nodiscard]] std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, std::size_t budget);
-
-// The chain solver's segments (Note [Chain solver]), in order.
-struct chain_segment {
-  std::vector<std::uint32_t> internal;  // read by no later segment
-  std::vector<std::uint32_t> outputs;   // read by later segments (the A node)
-};
-[[nodiscard]] std::vector<chain_segment> chain_segments(const candidate_set& cs);
-
-// Two-level plans beyond drop sets (Note [Multi-pass] in planner_multipass.cpp): the
-// cheapest within `budget`, or nothing (also when ctx.multi_pass() is off).
-[[nodiscard]] std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget);
-// The least peak over the same grid: solve_two_level meets a budget exactly when it is at
-// least this. 0 when it has no plan or ctx.multi_pass() is off.
-[[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
-
-// Multi-level schedules (Note [Multi-level schedules] in planner_multilevel.cpp): Rotor's
-// dynamic program over the chain's segments, its memory level bisected against the
-// simulator; the cheapest plan within `budget`, or nothing (also when ctx.multi_pass() is
-// off). It meets a budget exactly when it is at least multi_level_least_peak (0: no plan).
-[[nodiscard]] std::optional<planner::context::evaluation> solve_multi_level(planner::context& ctx, std::size_t budget);
-[[nodiscard]] std::size_t multi_level_least_peak(planner::context& ctx);
-
-// Plans beyond drop sets: the cheaper of solve_two_level and solve_multi_level, and the
-// least budget either meets (0 when neither has a plan).
-[[nodiscard]] std::optional<planner::context::evaluation> solve_multi_pass(planner::context& ctx, std::size_t budget);
-[[nodiscard]] std::size_t multi_pass_least_peak(planner::context& ctx);
-// Where `best` is a drop set that recomputes at least 3/4 of the forward pass, replaces it
-// with the multi-level schedule for `budget` if that recomputes less (Note [Multi-pass]).
-void prefer_multi_level(planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation>& best);
-
-// Tiered drop sets (Note [Tiered drop sets] in planner_tiered.cpp): cheap internal
-// activations dropped everywhere, every k-th segment output kept, the cheapest segments
-// dropped whole; the cheapest fitting point of a small grid, or nothing.
-[[nodiscard]] std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, std::size_t budget);
-
-// How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
-// by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by
-// its footprint once planned (its own pages). Per second of its recipe, either way.
-enum class greedy_rank { bytes_freed, footprint };
-
-// Greedy drop-set search as a function (reforward's other starting points).
-[[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget,
-                                                                       greedy_rank rank = greedy_rank::bytes_freed);
-
-// Chen's budgeted segmentation with its grid search, as a function (reforward's third
-// starting point): the cheapest grid plan within `budget`, or nothing.
-[[nodiscard]] std::optional<planner::context::evaluation> solve_chen(planner::context& ctx, std::size_t budget);
 
 }  // namespace sublinear::policy

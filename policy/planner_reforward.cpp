@@ -42,7 +42,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 

@@ -112,7 +112,7 @@ class recipe_builder {
   // resident at that moment; the targets' own entries are ignored. `regenerate_from` is
   // either empty or has one entry per buffer: in mode `regenerate`, an evicted input whose
   // entry is later than `restore_before` is rebuilt in scratch instead (Note [Multi-pass]
-  // in planner_multipass.cpp); `none` never holds one back.
+  // in solver_multipass.cpp); `none` never holds one back.
   [[nodiscard]] recipe_result build(std::span<const buffer_id> targets, launch_id restore_before,
                                     std::span<const std::uint8_t> evicted, evicted_inputs mode,
                                     std::span<const launch_id> regenerate_from = {});

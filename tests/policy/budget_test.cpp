@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "common/text.hpp"
+
 namespace sublinear::policy {
 namespace {
 
@@ -105,10 +107,10 @@ INSTANTIATE_TEST_SUITE_P(Forms, MalformedBudget,
 
 TEST(Budget, ParsingKeepsTheTextForMessages) { EXPECT_EQ(parse_budget("8GiB").text, "8GiB"); }
 
-TEST(Budget, DescribeBytesUsesBinaryUnits) {
-  EXPECT_EQ(describe_bytes(512), "512 B");
-  EXPECT_EQ(describe_bytes(1536), "1.50 KiB");
-  EXPECT_EQ(describe_bytes(8 * GiB), "8.00 GiB");
+TEST(Budget, MessagesFormatBytesInBinaryUnits) {
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(8 * GiB), "8.00 GiB");
 }
 
 TEST(Budget, InfeasibleBudgetNamesTheSmallestFeasibleBudget) {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "policy/planner.hpp"
-#include "policy/planner_detail.hpp"
 #include "policy/simulator.hpp"
+#include "policy/solvers.hpp"
 #include "policy/testing/synthetic.hpp"
 
 namespace sublinear::policy {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/text.hpp"
 #include "policy/candidates.hpp"
 #include "policy/planner_detail.hpp"
 #include "policy/simulator.hpp"
@@ -165,8 +166,8 @@ TEST(Planner, InfeasibleBudgetStatesBothTheSmallestFeasibleBudgetAndTheFloor) {
     FAIL() << "below the floor cannot be feasible";
   } catch (const infeasible_budget& e) {
     EXPECT_EQ(e.lower_bound(), cs.lower_bound_bytes());
-    EXPECT_THAT(e.what(), HasSubstr("smallest feasible budget for it is " + describe_bytes(e.smallest_feasible())));
-    EXPECT_THAT(e.what(), HasSubstr("no plan can go below " + describe_bytes(e.lower_bound())));
+    EXPECT_THAT(e.what(), HasSubstr("smallest feasible budget for it is " + format_bytes(e.smallest_feasible())));
+    EXPECT_THAT(e.what(), HasSubstr("no plan can go below " + format_bytes(e.lower_bound())));
     // Well below the unplanned peak: recomputation is what made it feasible.
     EXPECT_LT(e.smallest_feasible(), simulate(it, plan{}).peak);
   }

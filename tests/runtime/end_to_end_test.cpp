@@ -18,7 +18,7 @@
 #include "workloads/models/registry.hpp"
 #include "workloads/training.hpp"
 #include "policy/planner.hpp"
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/trace_file.hpp"
 

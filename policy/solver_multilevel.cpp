@@ -1,56 +1,24 @@
 // Note [Multi-level schedules]
 // Rationale: the two-level grid of Note [Multi-pass] spaces its checkpoints uniformly and
 //   stops at two levels. Below every drop set the budget leaves room for a few outputs at
-//   a time, and then how many times each part of the chain is recomputed depends on where
+//   a time, and how many times each part of the chain is recomputed depends on where
 //   those few go: Griewank and Walther's binomial schedules (revolve, 2000) are optimal
 //   for uniform chains, and Rotor (Beaumont et al., 2019, "Optimal checkpointing for
 //   heterogeneous chains") finds the optimal persistent schedule for a chain whose stages
-//   differ in cost and size with a dynamic program over (first stage, last stage, memory).
-//   The host's traced chains are heterogeneous: a ResNet's later stages have outputs a
-//   quarter the size of its first stage's, and a Transformer alternates attention and
-//   feed-forward halves of different cost.
+//   differ in cost and size, as a ResNet's stages and a Transformer's attention and
+//   feed-forward halves do, with a dynamic program over (first stage, last stage, memory).
 // Approach: units are the chain solver's segments (Note [Chain solver]), merged pairwise
 //   when there are more than max_units; unit j has forward cost f_j (the traced launches
 //   from the end of unit j-1 to its last production), its outputs x_j (a_j bytes) and its
-//   internals (the tape, b_j bytes). Bytes are footprints once planned (whole pages) for
-//   buffers a recipe regenerates and as the allocator holds them unplanned for buffers
-//   kept from the forward pass. An internal whose page footprint is at least
-//   resident_ratio times its own size stays resident instead: BatchNorm's statistics are
-//   16 bytes, a 64 KiB page each when regenerated, and rebuilding them at their own
-//   restore point re-runs the BatchNorm (on a traced ResNet-434 at 0.25x, keeping them
-//   cut the plan's recompute by 4%, and by 24% on ResNet-218 at 0.3x, where the pages
-//   they took had crowded out checkpoints). Memory is counted in q-byte slots (q about
-//   1/24 of the largest tape plus output). Opt(s, t, m) is the least recompute to run
-//   the backward of units t down to s with x_{s-1} and x_t resident (counted by the
-//   caller) and m slots for everything else; with T = when unit t's backward begins:
-//   - s == t: rebuild unit t's tape, f_t, if b_t fits;
-//   - keep the tape: rebuild unit s with its tape and keep it (f_s), then
-//     Opt(s + 1, t, m - b_s - a_s); unit s's own backward then needs nothing;
-//   - a checkpoint s < s' <= t: sweep units s..s'-1 in scratch, storing x_{s'-1}
-//     (F(s, s'-1), if the largest tape on the way fits), then Opt(s', t, m - a_{s'-1})
-//     and, once the backward reaches s'-1, Opt(s, s'-1, m - a_{s'-1}).
-//   Top(s, m) is the same for the forward pass itself, where sweeping costs nothing:
-//   keep unit s whole (a drop set's kept segment), keep x_{s'-1} as a top checkpoint, or
-//   at the last unit, keep it (it is resident at the turning point anyway).
-//   A schedule becomes a plan with horizons (Note [Multi-pass]): whatever a subproblem
-//   stores gets the horizon T of the subproblem, so the recipe that restores unit t's
-//   tape at T sweeps from x_{s-1} and regenerates those buffers at their own addresses on
-//   the way; kept choices of Top are simply not dropped. The table is filled once per
-//   context for every m up to a cap; solve_multi_level bisects m for the largest whose
-//   simulated plan fits the budget (the simulator, not the model, judges the peak:
-//   non-candidate memory moves during the backward pass, and scratch and page rounding
-//   are approximated here), and keeps the cheapest simulated plan that fits. The table
-//   holds at most max_entries costs, so its levels may stop short of the memory of the
-//   whole chain; where even its top level fits the budget, tables with 2, 4 and 8 times
-//   coarser slots are filled in turn (each once per context) and compete too.
+//   internals (the tape, b_j bytes). Rotor's program over them is Note [Multi-level
+//   table]. A schedule becomes a plan with horizons (Note [Multi-pass]): whatever a
+//   subproblem stores gets the horizon T of the subproblem, so the recipe that restores
+//   unit t's tape at T sweeps from x_{s-1} and regenerates those buffers at their own
+//   addresses on the way; kept choices of Top are simply not dropped. The simulator, not
+//   the model, judges which memory level fits the budget (Note [Multi-level bisection]).
 // Limitations: persistent schedules at unit granularity, as in Rotor; within a unit every
-//   internal comes back together. The memory model is approximate (transient scratch is
-//   the largest tape plus output of a sweep; outputs a unit's own backward needs are
-//   counted once), so the result is the best of the plans the bisection simulates, not a
-//   proven optimum. At most max_units units and max_entries table entries (the slot
-//   count shrinks to fit), so very long chains are solved coarser. Resident internals
-//   are held from the forward pass to their backward whatever the schedule; the model
-//   leaves them out of its slots and the simulator charges them.
+//   internal comes back together. At most max_units units and max_entries table entries
+//   (the slot count shrinks to fit), so very long chains are solved coarser.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -58,7 +26,7 @@
 #include <memory>
 
 #include "policy/packs.hpp"
-#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 
 namespace sublinear::policy {
 
@@ -69,7 +37,7 @@ constexpr std::size_t max_entries = std::size_t{4} << 20;  // per table (costs a
 constexpr std::size_t slots_per_tape = 24;
 constexpr std::size_t max_coarsenings = 3;  // tables with 2, 4, 8 times the slot size
 // An internal whose page footprint is at least this many times its unplanned one stays
-// resident (BatchNorm's 16-byte statistics in a 64 KiB page); see the Note.
+// resident (BatchNorm's 16-byte statistics in a 64 KiB page; Note [Multi-level table]).
 constexpr std::size_t resident_ratio = 16;
 constexpr std::size_t patience = 12;  // levels in a row that do not fit, above the bisection's boundary
 constexpr float infinite = std::numeric_limits<float>::infinity();
@@ -86,8 +54,30 @@ struct unit {
 // Choices: 0 none (infeasible), 1 base, 2 keep the tape, 3 + s' a checkpoint at s'.
 using choice_t = std::uint16_t;
 
-}  // namespace
-
+// Note [Multi-level table]
+// Rationale: Rotor's recurrence, with bytes as the runtime will hold them.
+// Approach: bytes are footprints once planned (whole pages) for buffers a recipe
+//   regenerates, and as the allocator holds them unplanned for buffers kept from the
+//   forward pass. An internal whose page footprint is at least resident_ratio times its
+//   own size stays resident instead: BatchNorm's statistics are 16 bytes, a 64 KiB page
+//   each when regenerated, and rebuilding them at their own restore point re-runs the
+//   BatchNorm. Memory is counted in q-byte slots (q about 1/24 of the largest tape plus
+//   output). Opt(s, t, m) is the least recompute to run the backward of units t down to
+//   s with x_{s-1} and x_t resident (counted by the caller) and m slots for everything
+//   else; with T = when unit t's backward begins:
+//   - s == t: rebuild unit t's tape, f_t, if b_t fits;
+//   - keep the tape: rebuild unit s with its tape and keep it (f_s), then
+//     Opt(s + 1, t, m - b_s - a_s); unit s's own backward then needs nothing;
+//   - a checkpoint s < s' <= t: sweep units s..s'-1 in scratch, storing x_{s'-1}
+//     (F(s, s'-1), if the largest tape on the way fits), then Opt(s', t, m - a_{s'-1})
+//     and, once the backward reaches s'-1, Opt(s, s'-1, m - a_{s'-1}).
+//   Top(s, m) is the same for the forward pass itself, where sweeping costs nothing:
+//   keep unit s whole (a drop set's kept segment), keep x_{s'-1} as a top checkpoint, or
+//   at the last unit, keep it (it is resident at the turning point anyway).
+// Limitations: the memory model is approximate (transient scratch is the largest tape
+//   plus output of a sweep; outputs a unit's own backward needs are counted once).
+//   Resident internals are held from the forward pass to their backward whatever the
+//   schedule; the model leaves them out of its slots and the simulator charges them.
 class multi_level_table {
  public:
   // `coarsening`: the slot size is 2^coarsening times the finest (solve_multi_level).
@@ -297,7 +287,25 @@ class multi_level_table {
   std::vector<choice_t> top_choice_;
 };
 
-namespace {
+// What solve_multi_level keeps per context: its tables (filled on first use; index k has
+// slots 2^k times the finest) and the peak of the finest table's least-memory plan, once
+// known (every budget below it is then answered at once).
+struct multi_level_state {
+  std::vector<std::unique_ptr<const multi_level_table>> tables;
+  std::optional<std::size_t> least;
+};
+
+// Note [Multi-level bisection]
+// Rationale: the model approximates scratch and page rounding, and non-candidate memory
+//   moves during the backward pass, so only the simulator can say which level fits.
+// Approach: a table is filled once per context for every m up to a cap; solve_on bisects
+//   m for the largest level whose simulated plan fits the budget, and keeps the cheapest
+//   simulated plan that fits. A table holds at most max_entries costs, so its levels may
+//   stop short of the memory of the whole chain; where even its top level fits the
+//   budget, tables with 2, 4 and 8 times coarser slots are filled in turn (each once per
+//   context) and compete too.
+// Limitations: the result is the best of the plans the bisection simulates, not a proven
+//   optimum.
 
 // Bisects one table's levels for the cheapest simulated plan within `budget` (into
 // `best`); `least`, when given, receives the least level's peak (0: no plan). Returns
@@ -346,31 +354,34 @@ bool solve_on(planner::context& ctx, const multi_level_table& table, std::size_t
 
 std::optional<planner::context::evaluation> solve_multi_level(planner::context& ctx, std::size_t budget) {
   if (!ctx.multi_pass()) return std::nullopt;
-  if (ctx.multi_level_least && (*ctx.multi_level_least == 0 || budget < *ctx.multi_level_least)) return std::nullopt;
-  if (ctx.multi_level.empty()) ctx.multi_level.push_back(std::make_shared<const multi_level_table>(ctx, 0));
-  if (!ctx.multi_level[0]->usable()) {
-    ctx.multi_level_least = 0;
+  multi_level_state& cached = ctx.state<multi_level_state>();
+  std::vector<std::unique_ptr<const multi_level_table>>& tables = cached.tables;
+  if (cached.least && (*cached.least == 0 || budget < *cached.least)) return std::nullopt;
+  if (tables.empty()) tables.push_back(std::make_unique<const multi_level_table>(ctx, 0));
+  if (!tables[0]->usable()) {
+    cached.least = 0;
     return std::nullopt;
   }
   std::optional<planner::context::evaluation> best;
-  bool top_fits = solve_on(ctx, *ctx.multi_level[0], budget, best, ctx.multi_level_least ? nullptr : &ctx.multi_level_least);
+  bool top_fits = solve_on(ctx, *tables[0], budget, best, cached.least ? nullptr : &cached.least);
   // The finest table's levels cover the memory of a few dozen tapes (max_entries); where
   // its top level fits, the budget has room beyond them, which tables with 2, 4 and 8
   // times coarser slots reach. Each is filled once per context, when first needed.
-  for (std::size_t k = 1; k <= max_coarsenings && top_fits && ctx.multi_level[k - 1]->capped(); ++k) {
-    if (ctx.multi_level.size() <= k) ctx.multi_level.push_back(std::make_shared<const multi_level_table>(ctx, k));
-    if (!ctx.multi_level[k]->usable()) break;
-    const multi_level_table& finer = *ctx.multi_level[k - 1];
-    const std::size_t reached = finer.levels() * finer.slot_bytes() / ctx.multi_level[k]->slot_bytes();
-    top_fits = solve_on(ctx, *ctx.multi_level[k], budget, best, nullptr, reached > 0 ? reached - 1 : 0);
+  for (std::size_t k = 1; k <= max_coarsenings && top_fits && tables[k - 1]->capped(); ++k) {
+    if (tables.size() <= k) tables.push_back(std::make_unique<const multi_level_table>(ctx, k));
+    if (!tables[k]->usable()) break;
+    const multi_level_table& finer = *tables[k - 1];
+    const std::size_t reached = finer.levels() * finer.slot_bytes() / tables[k]->slot_bytes();
+    top_fits = solve_on(ctx, *tables[k], budget, best, nullptr, reached > 0 ? reached - 1 : 0);
   }
   return best;
 }
 
 std::size_t multi_level_least_peak(planner::context& ctx) {
   if (!ctx.multi_pass()) return 0;
-  if (!ctx.multi_level_least) (void)solve_multi_level(ctx, 0);
-  return ctx.multi_level_least.value_or(0);
+  const std::optional<std::size_t>& least = ctx.state<multi_level_state>().least;
+  if (!least) (void)solve_multi_level(ctx, 0);
+  return least.value_or(0);
 }
 
 }  // namespace sublinear::policy

@@ -1,0 +1,83 @@
+// The solvers the planners share (solver_*.cpp). Each searches one family of plans for a
+// context and a budget and returns the cheapest plan it finds within the budget, already
+// simulated (planner::context::evaluation), or nothing. Planners call them; a planner file
+// calls no other planner file. Not installed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "policy/candidates.hpp"
+#include "policy/planner_detail.hpp"
+
+namespace sublinear::policy {
+
+// ---- solver_chain.cpp -------------------------------------------------------------------
+
+// The chain solver (Note [Chain solver]): `chain`'s search and reforward's first starting
+// point. The best drop set it finds for `budget`, or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_chain(planner::context& ctx, std::size_t budget);
+
+// The chain solver's segments (Note [Chain solver]), in order.
+struct chain_segment {
+  std::vector<std::uint32_t> internal;  // read by no later segment
+  std::vector<std::uint32_t> outputs;   // read by later segments (the A node)
+};
+[[nodiscard]] std::vector<chain_segment> chain_segments(const candidate_set& cs);
+
+// ---- solver_chen.cpp --------------------------------------------------------------------
+
+// Chen's budgeted segmentation with its grid search (`chen`'s search and one of
+// reforward's starting points): the cheapest grid plan within `budget`, or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_chen(planner::context& ctx, std::size_t budget);
+
+// ---- solver_greedy.cpp ------------------------------------------------------------------
+
+// How the greedy search ranks the candidates idle at the peak (Note [Cost-aware greedy]):
+// by the bytes dropping one frees there (kept, it would hold round_up(size, 512)), or by
+// its footprint once planned (its own pages). Per second of its recipe, either way.
+enum class greedy_rank { bytes_freed, footprint };
+
+// Greedy drop-set search (`greedy`'s search; reforward starts from both rankings).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget,
+                                                                       greedy_rank rank = greedy_rank::bytes_freed);
+
+// ---- solver_tiered.cpp ------------------------------------------------------------------
+
+// Tiered drop sets (Note [Tiered drop sets]): cheap internal activations dropped
+// everywhere, every k-th segment output kept, the cheapest segments dropped whole; the
+// cheapest fitting point of a small grid, or nothing.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_tiered(planner::context& ctx, std::size_t budget);
+// The least peak over the grid's leanest points, the smallest budget solve_tiered meets
+// (every fitting grid line fits at its leanest point); 0 when it has no plan.
+[[nodiscard]] std::size_t tiered_least_peak(planner::context& ctx);
+
+// ---- solver_multipass.cpp ---------------------------------------------------------------
+
+// Two-level plans beyond drop sets (Note [Multi-pass]): the cheapest within `budget`, or
+// nothing (also when ctx.multi_pass() is off).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_two_level(planner::context& ctx, std::size_t budget);
+// The least peak over the same grid: solve_two_level meets a budget exactly when it is at
+// least this. 0 when it has no plan or ctx.multi_pass() is off.
+[[nodiscard]] std::size_t two_level_least_peak(planner::context& ctx);
+
+// Plans beyond drop sets: the cheaper of solve_two_level and solve_multi_level, and the
+// least budget either meets (0 when neither has a plan).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_multi_pass(planner::context& ctx, std::size_t budget);
+[[nodiscard]] std::size_t multi_pass_least_peak(planner::context& ctx);
+// Where `best` is a drop set that recomputes at least 3/4 of the forward pass, replaces it
+// with the multi-level schedule for `budget` if that recomputes less (Note [Multi-pass]).
+void prefer_multi_level(planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation>& best);
+
+// ---- solver_multilevel.cpp --------------------------------------------------------------
+
+// Multi-level schedules (Note [Multi-level schedules]): Rotor's dynamic program over the
+// chain's segments, its memory level bisected against the simulator; the cheapest plan
+// within `budget`, or nothing (also when ctx.multi_pass() is off). It meets a budget
+// exactly when it is at least multi_level_least_peak (0: no plan).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_multi_level(planner::context& ctx, std::size_t budget);
+[[nodiscard]] std::size_t multi_level_least_peak(planner::context& ctx);
+
+}  // namespace sublinear::policy
