@@ -8,11 +8,11 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/svg.hpp"
 #include "integrations/cli/bench/measure.hpp"
 #include "sublinear/error.hpp"
 
@@ -21,8 +21,9 @@ namespace sublinear::figures {
 namespace {
 
 // Note [Plots]
-// Hand-written SVG, small enough to read in a diff: a title, axes with units, ticks, a
-// legend. Log axes where the claim is an exponent (memory against depth or length).
+// Plain SVG through the project's writer (Note [SVG writer]), small enough to read in a
+// diff: a title, axes with units, ticks, a legend. Log axes where the claim is an
+// exponent (memory against depth or length).
 struct svg_series {
   std::string name;
   std::string color;
@@ -43,20 +44,6 @@ struct svg_chart {
 };
 
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
-
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string tick_text(double v) {
   if (v >= 100 || v == std::floor(v)) return fmt("%.0f", v);
@@ -86,9 +73,17 @@ std::vector<double> nice_ticks(double lo, double hi, bool log_axis) {
   return t;
 }
 
+// The root, the background and the titles every chart starts with.
+svg_document start_chart(double w, double h, const std::string& title, const std::string& subtitle) {
+  svg_document doc(w, h, {{"font-family", "Helvetica, Arial, sans-serif"}, {"font-size", 12}});
+  doc.text(w / 2, 22, title, {{"text-anchor", "middle"}, {"font-size", 15}, {"font-weight", "bold"}});
+  if (!subtitle.empty()) doc.text(w / 2, 40, subtitle, {{"text-anchor", "middle"}, {"fill", "#555"}});
+  return doc;
+}
+
 std::string render_chart(const svg_chart& c) {
   const double w = 760, h = 420, left = 72, right = 250, top = 58, bottom = 56;
-  const double pw = w - left - right, ph = h - top - bottom;
+  const svg_box plot{left, top, w - left - right, h - top - bottom};
   double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const auto& s : c.series) {
     for (auto [x, y] : s.points) {
@@ -121,126 +116,83 @@ std::string render_chart(const svg_chart& c) {
     x0 -= pad;
     x1 += pad;
   }
-  const auto tx = [&](double x) {
-    return left + pw * (c.log_x ? std::log(x / x0) / std::log(x1 / x0) : (x - x0) / (x1 - x0));
-  };
-  const auto ty = [&](double y) {
-    return top + ph * (1.0 - (c.log_y ? std::log(y / y0) / std::log(y1 / y0) : (y - y0) / (y1 - y0)));
-  };
-  std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
-    << " " << h << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
-  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << esc(c.title)
-    << "</text>\n";
-  if (!c.subtitle.empty()) {
-    o << "<text x=\"" << w / 2 << "\" y=\"40\" text-anchor=\"middle\" fill=\"#555\">" << esc(c.subtitle) << "</text>\n";
-  }
+  const svg_scale tx{x0, x1, plot.left, plot.right(), c.log_x};
+  const svg_scale ty{y0, y1, plot.bottom(), plot.top, c.log_y};
+  svg_document doc = start_chart(w, h, c.title, c.subtitle);
   // Grid and ticks.
-  const auto xt = c.x_ticks.empty() ? nice_ticks(x0, x1, c.log_x) : c.x_ticks;
-  for (double v : xt) {
-    const double x = tx(v);
-    o << "<line x1=\"" << x << "\" y1=\"" << top << "\" x2=\"" << x << "\" y2=\"" << top + ph
-      << "\" stroke=\"#e5e5e5\"/>\n<text x=\"" << x << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
-      << tick_text(v) << "</text>\n";
-  }
-  for (double v : nice_ticks(y0, y1, c.log_y)) {
-    const double y = ty(v);
-    o << "<line x1=\"" << left << "\" y1=\"" << y << "\" x2=\"" << left + pw << "\" y2=\"" << y
-      << "\" stroke=\"#e5e5e5\"/>\n<text x=\"" << left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">"
-      << tick_text(v) << "</text>\n";
-  }
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"#333\"/>\n";
-  o << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 14 << "\" text-anchor=\"middle\">" << esc(c.x_label)
-    << "</text>\n";
-  o << "<text transform=\"translate(18," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << esc(c.y_label)
-    << "</text>\n";
+  for (double v : c.x_ticks.empty() ? nice_ticks(x0, x1, c.log_x) : c.x_ticks)
+    doc.x_gridline(plot, tx(v), tick_text(v), "#e5e5e5", 16);
+  for (double v : nice_ticks(y0, y1, c.log_y)) doc.y_gridline(plot, ty(v), tick_text(v), "#e5e5e5", 6);
+  doc.rect(plot.left, plot.top, plot.width, plot.height, {{"fill", "none"}, {"stroke", "#333"}});
+  doc.text(plot.left + plot.width / 2, h - 14, c.x_label, {{"text-anchor", "middle"}});
+  doc.vertical_text(18, plot.top + plot.height / 2, c.y_label, {{"text-anchor", "middle"}});
   // Series and legend.
   double ly = top + 8;
   for (std::size_t i = 0; i < c.series.size(); ++i) {
     const auto& s = c.series[i];
     const std::string color = s.color.empty() ? kColors[i % std::size(kColors)] : s.color;
-    std::string path;
+    const char* dash = s.dashed ? "6,4" : "";
+    svg_path path;
     for (auto [x, y] : s.points) {
       if ((c.log_x && x <= 0) || (c.log_y && y <= 0) || !std::isfinite(y)) continue;
-      path += (path.empty() ? "M" : " L") + fmt("%.1f", tx(x)) + "," + fmt("%.1f", ty(y));
-      if (!s.markers) continue;
-      o << "<circle cx=\"" << fmt("%.1f", tx(x)) << "\" cy=\"" << fmt("%.1f", ty(y)) << "\" r=\""
-        << (s.markers_only ? 5 : 3.5) << "\" fill=\"" << color << "\"/>\n";
+      path.line_to(tx(x), ty(y));
+      if (s.markers) doc.circle(tx(x), ty(y), s.markers_only ? 5 : 3.5, {{"fill", color}});
     }
     if (!s.markers_only && !path.empty()) {
-      o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"2\""
-        << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
+      doc.path(path, {{"fill", "none"}, {"stroke", color}, {"stroke-width", 2}, {"stroke-dasharray", dash}});
     }
-    const double lx = left + pw + 14;
+    const double lx = plot.right() + 14;
     if (s.markers_only) {
-      o << "<circle cx=\"" << lx + 11 << "\" cy=\"" << ly << "\" r=\"5\" fill=\"" << color << "\"/>\n";
+      doc.circle(lx + 11, ly, 5, {{"fill", color}});
     } else {
-      o << "<line x1=\"" << lx << "\" y1=\"" << ly << "\" x2=\"" << lx + 22 << "\" y2=\"" << ly << "\" stroke=\"" << color
-        << "\" stroke-width=\"2\"" << (s.dashed ? " stroke-dasharray=\"6,4\"" : "") << "/>\n";
+      doc.line(lx, ly, lx + 22, ly, {{"stroke", color}, {"stroke-width", 2}, {"stroke-dasharray", dash}});
     }
-    o << "<text x=\"" << lx + 28 << "\" y=\"" << ly + 4 << "\">" << esc(s.name) << "</text>\n";
+    doc.text(lx + 28, ly + 4, s.name);
     ly += 20;
   }
-  o << "</svg>\n";
-  return o.str();
+  return doc.finish();
 }
 
 // Grouped bars: one group per category, one bar per series (values in percent).
 std::string render_bars(const std::string& title, const std::string& subtitle, const std::string& y_label,
                         const std::vector<std::string>& categories, const std::vector<svg_series>& series) {
   const double w = 760, h = 420, left = 64, right = 230, top = 58, bottom = 56;
-  const double pw = w - left - right, ph = h - top - bottom;
+  const svg_box plot{left, top, w - left - right, h - top - bottom};
   double y1 = 100.0;
   for (const auto& s : series)
     for (auto [x, y] : s.points) y1 = std::max(y1, y);
-  const auto ty = [&](double y) { return top + ph * (1.0 - y / y1); };
-  std::ostringstream o;
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
-    << " " << h << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
-  o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << w / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" font-weight=\"bold\">" << esc(title)
-    << "</text>\n<text x=\"" << w / 2 << "\" y=\"40\" text-anchor=\"middle\" fill=\"#555\">" << esc(subtitle)
-    << "</text>\n";
-  for (double v : nice_ticks(0.0, y1, false)) {
-    o << "<line x1=\"" << left << "\" y1=\"" << ty(v) << "\" x2=\"" << left + pw << "\" y2=\"" << ty(v)
-      << "\" stroke=\"#e5e5e5\"/>\n<text x=\"" << left - 6 << "\" y=\"" << ty(v) + 4 << "\" text-anchor=\"end\">"
-      << tick_text(v) << "</text>\n";
-  }
-  const double group_w = pw / static_cast<double>(categories.size());
+  const svg_scale ty{0.0, y1, plot.bottom(), plot.top};
+  svg_document doc = start_chart(w, h, title, subtitle);
+  for (double v : nice_ticks(0.0, y1, false)) doc.y_gridline(plot, ty(v), tick_text(v), "#e5e5e5", 6);
+  const double group_w = plot.width / static_cast<double>(categories.size());
   const double bar_w = group_w * 0.8 / static_cast<double>(series.size());
+  const auto color_of = [&](std::size_t i) {
+    return series[i].color.empty() ? std::string(kColors[i % std::size(kColors)]) : series[i].color;
+  };
   for (std::size_t g = 0; g < categories.size(); ++g) {
-    const double gx = left + group_w * static_cast<double>(g) + group_w * 0.1;
+    const double gx = plot.left + group_w * static_cast<double>(g) + group_w * 0.1;
     for (std::size_t i = 0; i < series.size(); ++i) {
-      const std::string color = series[i].color.empty() ? kColors[i % std::size(kColors)] : series[i].color;
       for (auto [x, y] : series[i].points) {
         if (static_cast<std::size_t>(x) != g || !std::isfinite(y)) continue;
         const double bx = gx + bar_w * static_cast<double>(i);
-        o << "<rect x=\"" << fmt("%.1f", bx) << "\" y=\"" << fmt("%.1f", ty(std::max(0.0, y))) << "\" width=\""
-          << fmt("%.1f", bar_w - 2) << "\" height=\"" << fmt("%.1f", ty(0) - ty(std::max(0.0, y))) << "\" fill=\""
-          << color << "\"" << (series[i].dashed ? " fill-opacity=\"0.45\"" : "") << "/>\n";
-        o << "<text x=\"" << fmt("%.1f", bx + bar_w / 2 - 1) << "\" y=\"" << fmt("%.1f", ty(std::max(0.0, y)) - 4)
-          << "\" text-anchor=\"middle\" font-size=\"10\">" << fmt("%.0f", y) << "</text>\n";
+        const double bar_top = ty(std::max(0.0, y));
+        doc.rect(bx, bar_top, bar_w - 2, ty(0) - bar_top,
+                 {{"fill", color_of(i)}, {"fill-opacity", series[i].dashed ? "0.45" : ""}});
+        doc.text(bx + bar_w / 2 - 1, bar_top - 4, fmt("%.0f", y), {{"text-anchor", "middle"}, {"font-size", 10}});
       }
     }
-    o << "<text x=\"" << gx + group_w * 0.4 << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
-      << esc(categories[g]) << "</text>\n";
+    doc.text(gx + group_w * 0.4, plot.bottom() + 16, categories[g], {{"text-anchor", "middle"}});
   }
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph
-    << "\" fill=\"none\" stroke=\"#333\"/>\n";
-  o << "<text transform=\"translate(18," << top + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << esc(y_label)
-    << "</text>\n";
+  doc.rect(plot.left, plot.top, plot.width, plot.height, {{"fill", "none"}, {"stroke", "#333"}});
+  doc.vertical_text(18, plot.top + plot.height / 2, y_label, {{"text-anchor", "middle"}});
   double ly = top + 8;
   for (std::size_t i = 0; i < series.size(); ++i) {
-    const std::string color = series[i].color.empty() ? kColors[i % std::size(kColors)] : series[i].color;
-    o << "<rect x=\"" << left + pw + 14 << "\" y=\"" << ly - 6 << "\" width=\"18\" height=\"12\" fill=\"" << color
-      << "\"" << (series[i].dashed ? " fill-opacity=\"0.45\"" : "") << "/>\n<text x=\"" << left + pw + 38 << "\" y=\""
-      << ly + 4 << "\">" << esc(series[i].name) << "</text>\n";
+    doc.rect(plot.right() + 14, ly - 6, 18, 12,
+             {{"fill", color_of(i)}, {"fill-opacity", series[i].dashed ? "0.45" : ""}});
+    doc.text(plot.right() + 38, ly + 4, series[i].name);
     ly += 20;
   }
-  o << "</svg>\n";
-  return o.str();
+  return doc.finish();
 }
 
 double to_mib(std::size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
