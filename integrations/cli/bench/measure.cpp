@@ -69,7 +69,7 @@ std::string mib(std::size_t bytes) { return fmt("%.2f MiB", static_cast<double>(
 
 std::string ratio_text(double v) { return std::isfinite(v) && v > 0.0 ? fmt("%.2fx", v) : "-"; }
 
-std::string bytes_budget(std::size_t bytes) { return std::to_string(bytes); }
+policy::budget_spec bytes_budget(std::size_t bytes) { return policy::parse_budget(std::to_string(bytes)); }
 
 wl::host_session_options session_options() {
   wl::host_session_options o;
@@ -121,9 +121,9 @@ struct raw_run {
 // `policy` is empty, otherwise under the replay engine with that planner and budget.
 // With a pacer, takes turns with the other side (Note [Paired timing]); `side` 1 is the
 // baseline twin.
-raw_run train_run(const models::model_config& config, const std::string& policy, const std::string& budget,
-                  std::int64_t iterations, runtime::log_level log, bool multi_pass, wl::pacer* pace = nullptr,
-                  int side = 0) {
+raw_run train_run(const models::model_config& config, const std::string& policy,
+                  const std::optional<policy::budget_spec>& budget, std::int64_t iterations, runtime::log_level log,
+                  bool multi_pass, wl::pacer* pace = nullptr, int side = 0) {
   wl::pacer::turns turns(pace, side);  // before the session: the turn passes once it is gone
   raw_run out;
   wl::host_session_options so = session_options();
@@ -138,7 +138,7 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
   std::unique_ptr<runtime::host_runtime> rt;
   if (!policy.empty()) {
     runtime::engine_options eo;
-    if (!budget.empty()) eo.config.budget = policy::parse_budget(budget);
+    eo.config.budget = budget;
     eo.config.policy = policy;
     eo.config.multi_pass = multi_pass;
     eo.config.log = log;  // error by default: infeasible budgets are reported by the sweep
@@ -190,12 +190,13 @@ raw_run train_run(const models::model_config& config, const std::string& policy,
 
 // A planned run and its baseline twin, taking turns iteration by iteration (Note [Paired
 // timing]). Returns the run; the twin's figures come back in `twin`.
-raw_run paired_run(const models::model_config& config, const std::string& policy, const std::string& budget,
-                   std::int64_t iterations, runtime::log_level log, bool multi_pass, raw_run& twin) {
+raw_run paired_run(const models::model_config& config, const std::string& policy,
+                   const std::optional<policy::budget_spec>& budget, std::int64_t iterations, runtime::log_level log,
+                   bool multi_pass, raw_run& twin) {
   wl::pacer pace;
   std::thread other([&] {
     try {
-      twin = train_run(config, "", "", iterations, log, true, &pace, 1);
+      twin = train_run(config, "", std::nullopt, iterations, log, true, &pace, 1);
     } catch (const std::exception& e) {
       twin.failure = e.what();
     }
@@ -479,9 +480,9 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
       const auto started = clock_type::now();
       // A planned run trains beside its baseline twin (Note [Paired timing]).
       raw_run twin;
-      const auto run = [&](const std::string& budget) {
+      const auto run = [&](const std::optional<policy::budget_spec>& budget) {
         return st.plan.policy.empty()
-                   ? train_run(config, "", "", iterations, gs.log, st.plan.multi_pass)
+                   ? train_run(config, "", std::nullopt, iterations, gs.log, st.plan.multi_pass)
                    : paired_run(config, st.plan.policy, budget, iterations, gs.log, st.plan.multi_pass, twin);
       };
       raw_run raw = run(st.plan.budget);
@@ -503,8 +504,9 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
       }
       const std::size_t traced_peak = raw.reports.empty() ? 0 : raw.reports.front().peak_mapped;
       const auto resolved = [&] {
+        if (!st.plan.budget) return std::size_t{0};
         try {
-          return policy::resolve_budget(policy::parse_budget(st.plan.budget), capacity, traced_peak);
+          return policy::resolve_budget(*st.plan.budget, capacity, traced_peak);
         } catch (const config_error&) {
           return std::size_t{0};
         }

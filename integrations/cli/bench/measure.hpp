@@ -71,8 +71,8 @@ inline constexpr std::uint64_t kSeed = 1;
 [[nodiscard]] std::string fmt(const char* format, double v);
 [[nodiscard]] std::string mib(std::size_t bytes);
 [[nodiscard]] std::string ratio_text(double v);  // "1.23x", or "-" when not a positive number
-// A budget the engine reads as plain bytes.
-[[nodiscard]] std::string bytes_budget(std::size_t bytes);
+// A budget of `bytes`, as a run asks for it (its text is the plain byte count).
+[[nodiscard]] policy::budget_spec bytes_budget(std::size_t bytes);
 [[nodiscard]] wl::host_session_options session_options();
 // A run label as part of a JSON key: "reforward (min)" -> "reforward_min".
 [[nodiscard]] std::string key_of(const std::string& label);
@@ -161,9 +161,9 @@ using smallest_fn = std::function<std::size_t(const std::string& planner)>;
 
 struct run_plan {
   std::string label;
-  std::string policy;  // "" = baseline
-  std::string budget;  // as the engine reads it
-  std::string rule;    // how it was chosen, for the table
+  std::string policy;                         // "" = baseline
+  std::optional<policy::budget_spec> budget;  // what the engine gets; none for the baseline
+  std::string rule;                           // how it was chosen, for the table
   // A budget in bytes chosen from the probe; when the run's own plan (made from its own
   // traced durations) refuses it, the run is retried at 2%, then 5% more.
   std::size_t retry_bytes = 0;

@@ -51,7 +51,7 @@ run_plan planned(const std::string& planner, const budget_choice& c, const std::
   p.policy = planner;
   // A planner that could not even be probed still runs, at the traced peak, so its own
   // error shows in the table.
-  p.budget = c.feasible ? bytes_budget(c.budget) : "1x";
+  p.budget = c.feasible ? bytes_budget(c.budget) : policy::parse_budget("1x");
   p.rule = c.feasible ? rule : "1x (the probe found no plan: " + c.error + ")";
   p.retry_bytes = c.feasible ? c.budget : 0;
   p.predicted_extra = c.extra_compute;
@@ -274,8 +274,8 @@ sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
         run_plan rp;
         rp.label = std::string(name);
         rp.policy = std::string(name);
-        rp.budget = fmt("%.2fx", f);
-        rp.rule = rp.budget;
+        rp.rule = fmt("%.2fx", f);
+        rp.budget = policy::parse_budget(rp.rule);
         plans.push_back(rp);
       }
     }
