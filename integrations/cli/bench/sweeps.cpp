@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "integrations/cli/bench/measure.hpp"
+#include "policy/budget.hpp"
 #include "policy/planner.hpp"
 #include "policy/recompute_floor.hpp"
 #include "sublinear/error.hpp"
