@@ -1,5 +1,5 @@
 // One reader for every subcommand's `--flag value` and `--flag=value` arguments (the
-// subcommands here and the sweeps' program, integrations/cli/bench/sweeps.cpp).
+// subcommands here, `sublinear bench`'s among them, which the remat_sweeps program shares).
 #pragma once
 
 #include <cstddef>

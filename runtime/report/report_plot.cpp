@@ -1,4 +1,4 @@
-// The memory-timeline plot of a report, as SVG written by hand.
+// The memory-timeline plot of a report, as SVG (common/svg.hpp, Note [SVG writer]).
 //
 // Note [Memory plot]
 // Rationale: the one picture that explains sublinear: the same training iteration with
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "common/svg.hpp"
 #include "common/text.hpp"
 #include "runtime/report/report.hpp"
 
@@ -36,21 +37,6 @@ namespace {
 constexpr const char* kBaselineColour = "#0072B2";  // blue
 constexpr const char* kBudgetedColour = "#D55E00";  // vermillion
 constexpr const char* kBudgetColour = "#222222";
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 std::string fmt(double v, int decimals = 1) {
   char buf[32];
@@ -123,7 +109,7 @@ unit unit_for(double max_bytes) {
 std::string render_memory_plot(const run_report& r, const plot_options& options) {
   const double W = options.width, H = options.height;
   const double left = 96, right = 32, top = 78, bottom = 150;
-  const double pw = W - left - right, ph = H - top - bottom;
+  const svg_box plot{left, top, W - left - right, H - top - bottom};
 
   auto baseline = last_curve(r, [](const iteration_report& it) { return it.state == engine_state::trace; });
   auto budgeted = last_curve(r, [](const iteration_report& it) {
@@ -147,15 +133,10 @@ std::string render_memory_plot(const run_report& r, const plot_options& options)
   const double x_step = std::max(1.0, nice_step(x_max, 8));
   const double x_right = x_max;  // the axis ends with the iteration's last launch
 
-  auto X = [&](double launch) { return left + launch / x_right * pw; };
-  auto Y = [&](double bytes) { return top + ph - bytes / y_top * ph; };
+  const svg_scale X{0, x_right, plot.left, plot.right()};
+  const svg_scale Y{0, y_top, plot.bottom(), plot.top};
 
-  std::string s;
-  s += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  s += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + fmt(W, 0) + "\" height=\"" + fmt(H, 0) +
-       "\" viewBox=\"0 0 " + fmt(W, 0) + " " + fmt(H, 0) +
-       "\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n";
-  s += "  <rect x=\"0\" y=\"0\" width=\"" + fmt(W, 0) + "\" height=\"" + fmt(H, 0) + "\" fill=\"#ffffff\"/>\n";
+  svg_document doc(W, H, {{"version", "1.1"}, {"font-family", "DejaVu Sans, Helvetica, Arial, sans-serif"}});
 
   // Title and subtitle.
   std::string title = options.title;
@@ -175,44 +156,29 @@ std::string render_memory_plot(const run_report& r, const plot_options& options)
   } else {
     subtitle = "policy " + r.plan.planner;
   }
-  s += "  <text x=\"" + fmt(left, 0) + "\" y=\"32\" font-size=\"20\" font-weight=\"bold\" fill=\"#111\">" +
-       xml_escape(title) + "</text>\n";
-  s += "  <text x=\"" + fmt(left, 0) + "\" y=\"56\" font-size=\"14\" fill=\"#444\">" + xml_escape(subtitle) +
-       "</text>\n";
+  doc.text(left, 32, title, {{"font-size", 20}, {"font-weight", "bold"}, {"fill", "#111"}});
+  doc.text(left, 56, subtitle, {{"font-size", 14}, {"fill", "#444"}});
 
   // Grid, ticks and tick labels.
-  s += "  <g id=\"axes\" font-size=\"12\" fill=\"#333\">\n";
+  doc.begin_group({{"id", "axes"}, {"font-size", 12}, {"fill", "#333"}});
   for (double v = 0; v <= y_top + y_step / 2; v += y_step) {
-    const double y = Y(v);
-    s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(y) + "\" x2=\"" + fmt(left + pw) + "\" y2=\"" + fmt(y) +
-         "\" stroke=\"#e3e3e3\" stroke-width=\"1\"/>\n";
     const double shown = v / u.bytes;
-    s += "    <text x=\"" + fmt(left - 8) + "\" y=\"" + fmt(y + 4) + "\" text-anchor=\"end\">" +
-         fmt(shown, shown == std::floor(shown) ? 0 : 1) + "</text>\n";
+    doc.y_gridline(plot, Y(v), fmt(shown, shown == std::floor(shown) ? 0 : 1), "#e3e3e3", 8);
   }
-  for (double v = 0; v <= x_right + 1e-9; v += x_step) {
-    const double x = X(v);
-    s += "    <line x1=\"" + fmt(x) + "\" y1=\"" + fmt(top) + "\" x2=\"" + fmt(x) + "\" y2=\"" + fmt(top + ph) +
-         "\" stroke=\"#f0f0f0\" stroke-width=\"1\"/>\n";
-    s += "    <text x=\"" + fmt(x) + "\" y=\"" + fmt(top + ph + 18) + "\" text-anchor=\"middle\">" + fmt(v, 0) +
-         "</text>\n";
-  }
-  s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(top + ph) + "\" x2=\"" + fmt(left + pw) + "\" y2=\"" +
-       fmt(top + ph) + "\" stroke=\"#333\" stroke-width=\"1.5\"/>\n";
-  s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(top) + "\" x2=\"" + fmt(left) + "\" y2=\"" + fmt(top + ph) +
-       "\" stroke=\"#333\" stroke-width=\"1.5\"/>\n";
-  s += "    <text x=\"" + fmt(left + pw / 2) + "\" y=\"" + fmt(top + ph + 42) +
-       "\" text-anchor=\"middle\" font-size=\"14\">launches into the iteration (kernels, copies and sets, in issue "
-       "order)</text>\n";
-  s += "    <text transform=\"translate(" + fmt(28) + "," + fmt(top + ph / 2) +
-       ") rotate(-90)\" text-anchor=\"middle\" font-size=\"14\">mapped device memory (" + std::string(u.name) +
-       ")</text>\n";
-  s += "  </g>\n";
+  for (double v = 0; v <= x_right + 1e-9; v += x_step) doc.x_gridline(plot, X(v), fmt(v, 0), "#f0f0f0", 18);
+  doc.line(plot.left, plot.bottom(), plot.right(), plot.bottom(), {{"stroke", "#333"}, {"stroke-width", 1.5}});
+  doc.line(plot.left, plot.top, plot.left, plot.bottom(), {{"stroke", "#333"}, {"stroke-width", 1.5}});
+  doc.text(left + plot.width / 2, plot.bottom() + 42,
+           "launches into the iteration (kernels, copies and sets, in issue order)",
+           {{"text-anchor", "middle"}, {"font-size", 14}});
+  doc.vertical_text(28, top + plot.height / 2, "mapped device memory (" + std::string(u.name) + ")",
+                    {{"text-anchor", "middle"}, {"font-size", 14}});
+  doc.end_group();
 
   auto path_of = [&](const curve& c) {
     // Reduce to min/max/last per pixel column when there are more samples than pixels.
     std::vector<point> pts;
-    if (c.points.size() > static_cast<std::size_t>(2 * pw)) {
+    if (c.points.size() > static_cast<std::size_t>(2 * plot.width)) {
       long column = -1;
       double lo = 0, hi = 0;
       point last{};
@@ -237,42 +203,46 @@ std::string render_memory_plot(const run_report& r, const plot_options& options)
     } else {
       pts = c.points;
     }
-    std::string d = "M" + fmt(X(pts.front().x)) + "," + fmt(Y(pts.front().y));
-    for (std::size_t i = 1; i < pts.size(); ++i) d += " H" + fmt(X(pts[i].x)) + " V" + fmt(Y(pts[i].y));
+    svg_path d;
+    d.move_to(X(pts.front().x), Y(pts.front().y));
+    for (std::size_t i = 1; i < pts.size(); ++i) d.horizontal_to(X(pts[i].x)).vertical_to(Y(pts[i].y));
     return d;
   };
 
   // Curves and the budget line.
   if (budget > 0) {
     const double y = Y(static_cast<double>(budget));
-    s += "  <line id=\"budget\" x1=\"" + fmt(left) + "\" y1=\"" + fmt(y) + "\" x2=\"" + fmt(left + pw) + "\" y2=\"" +
-         fmt(y) + "\" stroke=\"" + kBudgetColour + "\" stroke-width=\"1.5\" stroke-dasharray=\"8 5\"/>\n";
-    s += "  <text x=\"" + fmt(left + pw - 6) + "\" y=\"" + fmt(y - 7) +
-         "\" text-anchor=\"end\" font-size=\"13\" fill=\"" + kBudgetColour + "\">budget " +
-         xml_escape(format_bytes(budget)) + "</text>\n";
+    doc.line(plot.left, y, plot.right(), y,
+             {{"id", "budget"}, {"stroke", kBudgetColour}, {"stroke-width", 1.5}, {"stroke-dasharray", "8 5"}});
+    doc.text(plot.right() - 6, y - 7, "budget " + format_bytes(budget),
+             {{"text-anchor", "end"}, {"font-size", 13}, {"fill", kBudgetColour}});
   }
   if (baseline) {
-    s += "  <path id=\"baseline\" d=\"" + path_of(*baseline) + "\" fill=\"none\" stroke=\"" + kBaselineColour +
-         "\" stroke-width=\"1.75\" stroke-linejoin=\"round\"/>\n";
+    doc.path(path_of(*baseline), {{"id", "baseline"},
+                                  {"fill", "none"},
+                                  {"stroke", kBaselineColour},
+                                  {"stroke-width", 1.75},
+                                  {"stroke-linejoin", "round"}});
   }
   if (budgeted) {
-    s += "  <path id=\"budgeted\" d=\"" + path_of(*budgeted) + "\" fill=\"none\" stroke=\"" + kBudgetedColour +
-         "\" stroke-width=\"2.5\" stroke-linejoin=\"round\"/>\n";
+    doc.path(path_of(*budgeted), {{"id", "budgeted"},
+                                  {"fill", "none"},
+                                  {"stroke", kBudgetedColour},
+                                  {"stroke-width", 2.5},
+                                  {"stroke-linejoin", "round"}});
   }
   if (!baseline && !budgeted) {
-    s += "  <text x=\"" + fmt(left + pw / 2) + "\" y=\"" + fmt(top + ph / 2) +
-         "\" text-anchor=\"middle\" font-size=\"16\" fill=\"#666\">No memory samples in this report (the run did not "
-         "record a timeline)</text>\n";
+    doc.text(left + plot.width / 2, top + plot.height / 2,
+             "No memory samples in this report (the run did not record a timeline)",
+             {{"text-anchor", "middle"}, {"font-size", 16}, {"fill", "#666"}});
   }
 
   // Legend, below the x-axis label: one entry per line.
-  s += "  <g id=\"legend\" font-size=\"13\" fill=\"#222\">\n";
-  double ly = top + ph + 68;
+  doc.begin_group({{"id", "legend"}, {"font-size", 13}, {"fill", "#222"}});
+  double ly = plot.bottom() + 68;
   auto entry = [&](const char* colour, double width, const char* dash, const std::string& text) {
-    s += "    <line x1=\"" + fmt(left) + "\" y1=\"" + fmt(ly - 4) + "\" x2=\"" + fmt(left + 34) + "\" y2=\"" +
-         fmt(ly - 4) + "\" stroke=\"" + colour + "\" stroke-width=\"" + fmt(width, 2) + "\"" +
-         (dash[0] ? std::string(" stroke-dasharray=\"") + dash + "\"" : std::string()) + "/>\n";
-    s += "    <text x=\"" + fmt(left + 44) + "\" y=\"" + fmt(ly) + "\">" + xml_escape(text) + "</text>\n";
+    doc.line(left, ly - 4, left + 34, ly - 4, {{"stroke", colour}, {"stroke-width", width}, {"stroke-dasharray", dash}});
+    doc.text(left + 44, ly, text);
     ly += 20;
   };
   if (baseline) {
@@ -286,13 +256,12 @@ std::string render_memory_plot(const run_report& r, const plot_options& options)
               "): peak " + format_bytes(budgeted->peak));
   }
   if (budget > 0) entry(kBudgetColour, 1.5, "8 5", "budget on mapped memory: " + format_bytes(budget));
-  s += "  </g>\n";
+  doc.end_group();
   // What "mapped" means, for a reader who does not know the allocator.
-  s += "  <text x=\"" + fmt(left, 0) + "\" y=\"" + fmt(ly + 4, 0) +
-       "\" font-size=\"11\" fill=\"#666\">mapped = physical pages the allocator holds: live "
-       "tensors plus its cache (empty when iteration 0 starts)</text>\n";
-  s += "</svg>\n";
-  return s;
+  doc.text(left, ly + 4,
+           "mapped = physical pages the allocator holds: live tensors plus its cache (empty when iteration 0 starts)",
+           {{"font-size", 11}, {"fill", "#666"}});
+  return doc.finish();
 }
 
 }  // namespace sublinear::runtime
