@@ -12,5 +12,5 @@
 
 int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);
-  return sublinear::figures::bench_main("remat_sweeps", args);
+  return sublinear::cli::bench::bench_main("remat_sweeps", args);
 }

@@ -25,7 +25,7 @@
 #include "policy/planner.hpp"
 #include "sublinear/error.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 
 std::string bench_help(std::string_view prog) {
@@ -262,13 +262,13 @@ int bench_main(std::string_view prog, std::span<const std::string_view> args) {
   return status;
 }
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench
 
 namespace sublinear::cli {
 
-// figures::bench_main prints its own help and usage errors and returns these statuses.
+// bench::bench_main prints its own help and usage errors and returns these statuses.
 static_assert(kExitOk == 0 && kExitFailure == 1 && kExitUsage == 2);
 
-int bench_main(std::span<const std::string_view> args) { return figures::bench_main("sublinear bench", args); }
+int bench_main(std::span<const std::string_view> args) { return bench::bench_main("sublinear bench", args); }
 
 }  // namespace sublinear::cli

@@ -8,7 +8,7 @@
 
 #include "integrations/cli/bench/sweep_results.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 // `prog` names the command in messages ("sublinear bench", "remat_sweeps"). Throws
 // config_error with what would be right.
@@ -18,4 +18,4 @@ namespace sublinear::figures {
 // written) or 2 (bad arguments, nothing ran).
 int bench_main(std::string_view prog, std::span<const std::string_view> args);
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

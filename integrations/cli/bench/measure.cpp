@@ -21,7 +21,7 @@
 #include "workloads/paired.hpp"
 #include "workloads/training.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 std::int64_t warmup_iterations() { return runtime::settings{}.trace_iterations + 1; }
 
@@ -628,4 +628,4 @@ std::vector<run_result> measure_group(const models::model_config& config, const 
   return out;
 }
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

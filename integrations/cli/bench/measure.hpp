@@ -46,7 +46,7 @@
 #include "workloads/host_session.hpp"
 #include "workloads/models/registry.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 namespace wl = sublinear::workloads;
 namespace models = sublinear::workloads::models;
@@ -187,4 +187,4 @@ struct group_settings {
                                                     const std::vector<run_plan>& plans, const group_settings& gs,
                                                     std::size_t forward_launches, const smallest_fn& smallest_for);
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

@@ -10,7 +10,7 @@
 #include "integrations/cli/bench/measure.hpp"
 #include "workloads/training.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 // ---- printing --------------------------------------------------------------------------------------
 
@@ -202,4 +202,4 @@ void write_csv(std::ostream& out, std::span<const sweep_result> sweeps) {
   }
 }
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

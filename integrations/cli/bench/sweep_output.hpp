@@ -8,7 +8,7 @@
 
 #include "integrations/cli/bench/sweep_results.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 // A readable table of the sweep, its figures and notes.
 void print_sweep(std::FILE* to, const sweep_result& s);
@@ -17,4 +17,4 @@ void write_json(std::ostream& out, std::span<const sweep_result> sweeps, const b
 // One row per run: sweep, model, size, label, policy, budget, status and the figures.
 void write_csv(std::ostream& out, std::span<const sweep_result> sweeps);
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

@@ -16,7 +16,7 @@
 #include "integrations/cli/bench/measure.hpp"
 #include "sublinear/error.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 namespace {
 
@@ -380,4 +380,4 @@ std::vector<std::string> write_plots(const std::string& dir, std::span<const swe
   return written;
 }
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

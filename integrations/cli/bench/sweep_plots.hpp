@@ -8,9 +8,9 @@
 
 #include "integrations/cli/bench/sweep_results.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 // SVG plots (one per sweep that has one) into `dir`, created if missing; returns the paths.
 std::vector<std::string> write_plots(const std::string& dir, std::span<const sweep_result> sweeps);
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

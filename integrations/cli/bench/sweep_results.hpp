@@ -11,7 +11,7 @@
 
 #include "runtime/settings.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 struct bench_options {
   std::vector<std::string> sweeps;  // names from sweep_names()
@@ -91,4 +91,4 @@ struct sweep_result {
 
 using progress_fn = std::function<void(const std::string&)>;
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

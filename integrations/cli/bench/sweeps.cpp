@@ -16,7 +16,7 @@
 #include "policy/recompute_floor.hpp"
 #include "sublinear/error.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 namespace {
 
 constexpr std::string_view kSweeps[] = {"depth", "lstm", "budget", "reforward"};
@@ -477,4 +477,4 @@ sweep_result run_sweep(std::string_view id, const bench_options& options, const 
   throw config_error("unknown sweep '" + std::string(id) + "' (sweeps: depth, lstm, budget, reforward, all)");
 }
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench

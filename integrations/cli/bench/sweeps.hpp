@@ -9,7 +9,7 @@
 
 #include "integrations/cli/bench/sweep_results.hpp"
 
-namespace sublinear::figures {
+namespace sublinear::cli::bench {
 
 // "depth", "lstm", "budget", "reforward", in the order `all` runs them.
 [[nodiscard]] std::span<const std::string_view> sweep_names() noexcept;
@@ -17,4 +17,4 @@ namespace sublinear::figures {
 // Runs one sweep. Throws config_error for an unknown name or planner.
 [[nodiscard]] sweep_result run_sweep(std::string_view id, const bench_options& options, const progress_fn& progress);
 
-}  // namespace sublinear::figures
+}  // namespace sublinear::cli::bench
