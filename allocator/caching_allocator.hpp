@@ -311,7 +311,8 @@ class caching_allocator {
   // the error about to be thrown. A handler that lifts the budget (set_budget(0)) and
   // returns true has the request tried once more; false lets the error propagate. The
   // replay engine lifts it only for a plan made with the scaled cache allowance (Note
-  // [Scaled cache allowance] in runtime/engine.hpp). An empty function removes it.
+  // [Scaled cache allowance] in policy/planning_overhead.hpp). An empty function removes
+  // it.
   using overrun_handler = std::function<bool(const out_of_memory& error)>;
   void set_overrun_handler(overrun_handler handler);
 

@@ -28,6 +28,7 @@
 
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/planning_overhead.hpp"
 #include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
@@ -35,79 +36,6 @@
 #include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
-
-namespace {
-// The share of the budget kept for fragmentation and prefetches (planning_overhead).
-constexpr std::size_t margin_divisor = 16;
-}  // namespace
-
-traced_memory traced_memory_of(const policy::iteration& g, std::size_t traced_mapped_peak) {
-  // Live bytes as every plan's peak counts them (each buffer rounded to 512 bytes), so
-  // that rounding is kept back once, in the plan, and not again in the cache (Note
-  // [Planning overhead]).
-  traced_memory t{traced_mapped_peak, policy::simulate(g, policy::plan{}).peak, g.granularity};
-  // Bytes in sub-page buffers, swept over the launches: +size at alloc_at, -size at free_at.
-  const std::size_t n = g.launches.size();
-  std::vector<std::int64_t> delta(n + 1, 0);
-  for (const policy::buffer& b : g.buffers) {
-    if (b.size >= g.granularity) continue;
-    const auto bytes = static_cast<std::int64_t>(round_up(b.size, policy::unplanned_rounding));
-    delta[std::min<std::size_t>(b.alloc_at, n)] += bytes;
-    delta[b.free_at == policy::none ? n : std::min<std::size_t>(b.free_at, n)] -= bytes;
-  }
-  std::int64_t level = 0, most = 0;
-  for (std::size_t l = 0; l < n; ++l) {
-    level += delta[l];
-    most = std::max(most, level);
-  }
-  t.sub_page_peak = static_cast<std::size_t>(most);
-  return t;
-}
-
-const char* to_string(cache_allowance_mode m) noexcept {
-  return m == cache_allowance_mode::scaled ? "scaled" : "traced";
-}
-
-std::size_t cache_allowance(const traced_memory& t) {
-  return t.mapped_peak > t.live_peak ? t.mapped_peak - t.live_peak : 0;
-}
-
-std::size_t cache_allowance(const traced_memory& t, std::size_t budget, cache_allowance_mode mode) {
-  const std::size_t cache = cache_allowance(t);
-  if (mode == cache_allowance_mode::traced || budget >= t.mapped_peak) return cache;
-  // cache * budget / mapped_peak without overflow: cache < mapped_peak and budget < mapped_peak.
-  const long double share = static_cast<long double>(budget) / static_cast<long double>(t.mapped_peak);
-  return static_cast<std::size_t>(static_cast<long double>(cache) * share);
-}
-
-std::size_t planning_overhead(std::size_t budget, const traced_memory& t, cache_allowance_mode mode) {
-  // The page: under pressure a sub-page allocation that finds no free block maps a fresh
-  // page-sized segment, whatever the budget (Note [Planning overhead]).
-  return cache_allowance(t, budget, mode) + t.granularity + std::min(budget / margin_divisor, t.sub_page_peak);
-}
-
-std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t, cache_allowance_mode mode) {
-  // budget - planning_overhead(budget) grows with the budget (the overhead takes less than
-  // all of each added byte; scaled, the cache takes cache / mapped peak < 1 of it), so the
-  // smallest budget that leaves `planner_bytes` is found by bisection. (Stepping up from a
-  // closed-form start, as this did before, could start above the answer after rounding,
-  // and below the overhead, where the subtraction wraps.)
-  const auto leaves = [&](std::size_t b) {
-    return b - std::min(b, planning_overhead(b, t, mode)) >= planner_bytes;
-  };
-  std::size_t lo = planner_bytes;
-  std::size_t hi = (planner_bytes + cache_allowance(t) + t.granularity) / (margin_divisor - 1) * margin_divisor + margin_divisor;
-  while (!leaves(hi)) hi *= 2;
-  while (lo < hi) {
-    const std::size_t mid = lo + (hi - lo) / 2;
-    if (leaves(mid)) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  return lo;
-}
 
 const char* to_string(engine_state s) noexcept {
   switch (s) {
@@ -161,7 +89,7 @@ struct engine::impl {
   // The cache allowance the plan was made with, and whether the scaled one ran out of room
   // in a planned iteration (then only the traced one is tried again; Note [Scaled cache
   // allowance]).
-  cache_allowance_mode allowance = cache_allowance_mode::traced;
+  policy::cache_allowance_mode allowance = policy::cache_allowance_mode::traced;
   bool scaled_refused = false;
   tracer::analysed_iteration an;
   policy::plan plan;
@@ -375,9 +303,9 @@ struct engine::impl {
     budget_bytes = policy::resolve_budget(*opts.config.budget, opts.device_capacity, traced_peak);
     // The planner counts live bytes at page granularity; the allocator's mapped bytes also
     // hold what its caching costs.
-    const traced_memory tm = traced_memory_of(g, traced_peak);
-    allowance = cache_allowance_mode::traced;
-    std::size_t overhead = planning_overhead(budget_bytes, tm);
+    const policy::traced_memory tm = policy::traced_memory_of(g, traced_peak);
+    allowance = policy::cache_allowance_mode::traced;
+    std::size_t overhead = policy::planning_overhead(budget_bytes, tm);
     const auto make = [&](std::size_t planner_overhead) {
       policy::planner::options po;
       po.retention = opts.config.retention;
@@ -398,16 +326,16 @@ struct engine::impl {
       plan = make(overhead);
     } catch (const policy::infeasible_budget& traced_error) {
       // The planner speaks of the bytes it was given; the user set the whole budget.
-      const std::string traced_smallest = format_bytes(budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
+      const std::string traced_smallest = format_bytes(policy::budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
       // Again with the cache scaled to the budget (Note [Scaled cache allowance]), unless that
       // gives the planner no more (no cache traced, or a budget at the traced peak).
-      const std::size_t scaled_cache = cache_allowance(tm, budget_bytes, cache_allowance_mode::scaled);
-      const std::size_t scaled_overhead = planning_overhead(budget_bytes, tm, cache_allowance_mode::scaled) -
+      const std::size_t scaled_cache = policy::cache_allowance(tm, budget_bytes, policy::cache_allowance_mode::scaled);
+      const std::size_t scaled_overhead = policy::planning_overhead(budget_bytes, tm, policy::cache_allowance_mode::scaled) -
                                           scaled_cache +
                                           static_cast<std::size_t>(opts.scaled_cache_factor * static_cast<double>(scaled_cache));
       if (!opts.config.scaled_cache || scaled_refused || scaled_overhead >= overhead) {
         give_up(infeasible + ": the smallest feasible budget for it is " + traced_smallest + "; no plan can go below " +
-                format_bytes(budget_for_planner_bytes(traced_error.lower_bound(), tm)) +
+                format_bytes(policy::budget_for_planner_bytes(traced_error.lower_bound(), tm)) +
                 " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here)" +
                 (scaled_refused ? std::string(", and a plan with the cache allowance scaled to the budget ran out of "
                                               "room in a planned iteration (Note [Scaled cache allowance])")
@@ -423,18 +351,18 @@ struct engine::impl {
         plan = make(overhead);
       } catch (const policy::infeasible_budget& e) {
         const std::string scaled_smallest =
-            format_bytes(budget_for_planner_bytes(e.smallest_feasible(), tm, cache_allowance_mode::scaled));
+            format_bytes(policy::budget_for_planner_bytes(e.smallest_feasible(), tm, policy::cache_allowance_mode::scaled));
         give_up(infeasible + ": the smallest feasible budget for it is " + scaled_smallest +
                 (scaled_smallest == traced_smallest
                      ? std::string()
                      : " with the allocator's cache scaled to the budget (" + traced_smallest +
                            " with the whole traced cache, which holds a budget strictly)") +
                 "; no plan can go below " +
-                format_bytes(budget_for_planner_bytes(e.lower_bound(), tm, cache_allowance_mode::scaled)) +
+                format_bytes(policy::budget_for_planner_bytes(e.lower_bound(), tm, policy::cache_allowance_mode::scaled)) +
                 " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here).");
         return;
       }
-      allowance = cache_allowance_mode::scaled;
+      allowance = policy::cache_allowance_mode::scaled;
       log_warn("budget " + format_bytes(budget_bytes) + " is below the smallest the traced cache allows for planner '" +
                opts.config.policy + "' (" + traced_smallest + "): planning with the allocator's cache scaled to the "
                "budget. If a planned iteration still runs out of room, the rest of it runs without the budget and "
@@ -1455,7 +1383,7 @@ struct engine::impl {
   // the device's memory or the address space ran out, no budget would help, and the error
   // goes to the caller as it would without a plan.
   bool overrun(const out_of_memory& error) {
-    if (!active() || prefetching || allowance != cache_allowance_mode::scaled || current.budget_lifted) return false;
+    if (!active() || prefetching || allowance != policy::cache_allowance_mode::scaled || current.budget_lifted) return false;
     if (error.details().ran_out != out_of_memory::cause::budget) return false;
     log_warn("iteration " + std::to_string(iteration_index) + ": the plan made with the allocator's cache scaled to "
              "the budget ran out of room at launch " + std::to_string(pos) + " (" + error.what() +
@@ -1914,7 +1842,7 @@ std::size_t engine::planning_mapped_peak() const {
   return impl_->plan_mapped_peak;
 }
 
-cache_allowance_mode engine::plan_allowance() const {
+policy::cache_allowance_mode engine::plan_allowance() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->allowance;
 }

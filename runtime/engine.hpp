@@ -146,7 +146,6 @@
 #pragma once
 
 #include <cstddef>
-#include <limits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -155,13 +154,10 @@
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
+#include "policy/planning_overhead.hpp"
 #include "runtime/settings.hpp"
 #include "tracer/events.hpp"
 #include "tracer/recorder.hpp"
-
-namespace sublinear::policy {
-struct iteration;
-}  // namespace sublinear::policy
 
 namespace sublinear::runtime {
 
@@ -293,97 +289,6 @@ struct engine_options {
   double scaled_cache_factor = 1.0;
 };
 
-// Note [Planning overhead]
-// Rationale: the planners count live bytes (at page granularity for what they evict); the
-//   budget limits mapped bytes, which also hold the allocator's cache: free space inside
-//   partly used segments, and whole segments nobody asked back. Keeping too much of the
-//   budget out of the planner's share costs recomputation and makes small budgets
-//   infeasible; keeping too little runs the allocator out of room in a planned iteration,
-//   which the pressure valve (Note [Pressure valve]) cannot always relieve, and runs it
-//   against the budget more often, which costs time even when the valve succeeds.
-// Approach: the share kept back is the cache the traced iteration showed at its peak
-//   (mapped bytes minus live bytes as the plans count them, each buffer rounded to 512
-//   bytes), one page, and a sixteenth of the budget, for fragmentation the trace cannot
-//   show and for prefetches. The page is what a sub-page allocation costs under pressure
-//   when no free block fits: a fresh page-sized segment. The sixteenth is capped at the
-//   most bytes the traced iteration held in sub-page buffers at once: that fragmentation
-//   is of pages that sub-page buffers share (larger blocks get segments of their own size,
-//   evicted ones whole pages the plans count), and prefetches wait for room.
-// History: until 2026-11-21 the cache was taken against the raw live bytes, which kept
-//   each buffer's rounding back twice (2.3 MiB of ResNet-434's 20 MiB budget at 0.5x, for
-//   its 9,361 buffers). Counting it once made `sublinear demo` (ResNet-218) run out of
-//   memory at a regeneration, one page short, in 6 of 24 runs of a stress (budgets
-//   0.4x-0.65x, reforward and chen, three runs at a time), with 1.5-1.9 MiB free inside
-//   2 MiB small-pool segments that one live block kept mapped. Small segments now follow
-//   the request (Note [Exact small segments] in caching_allocator.cpp): the same stress
-//   passed 24 of 24 runs twice with the rounding counted once and no pressure event.
-// Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
-//   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
-//   pages. They let the end-to-end matrix plan 14-20 of 105 cells instead of 12-14, but at
-//   the smallest budgets the benchmark sweeps choose an LSTM of 128 steps ran out of
-//   memory in a planned iteration (44 KiB short, nothing the valve could evict: the
-//   fragmentation of thousands of sub-page buffers does not shrink with the budget).
-//   The cap (2026-11-27): on PyTorch's GPT-2 blocks on an H200, with 2 MiB pages, the
-//   sub-page buffers held at most 4.46 MiB while the sixteenth of the 362 MiB budget that
-//   matched torch.utils.checkpoint's memory was 22.6 MiB, and reforward's smallest budget
-//   was 366.97 MiB. Every host workload of `sublinear demo` holds more in sub-page
-//   buffers than a sixteenth of its budget, so the cap leaves its arithmetic as measured.
-// The engine and `sublinear plan` both plan for `budget - planning_overhead(...)`.
-// What the traced iteration showed of memory: its peak of mapped bytes, its peak of live
-// bytes as the plans count them (the simulator's peak with nothing evicted) and the
-// allocator's page granularity.
-struct traced_memory {
-  std::size_t mapped_peak = 0;
-  std::size_t live_peak = 0;
-  std::size_t granularity = 0;
-  // The most bytes held at once in buffers smaller than a page (each rounded to 512
-  // bytes); the largest value when unknown, which leaves the sixteenth uncapped.
-  std::size_t sub_page_peak = std::numeric_limits<std::size_t>::max();
-};
-[[nodiscard]] traced_memory traced_memory_of(const policy::iteration& graph, std::size_t traced_mapped_peak);
-
-// Note [Scaled cache allowance]
-// Rationale: the traced cache (Note [Planning overhead]) is what the allocator held beside
-//   the live bytes of an unbudgeted iteration at its peak: mostly blocks and segments it
-//   kept because nothing asked for them back. A planned iteration under a small budget
-//   runs with a fraction of those live bytes, and the budget's pressure gives idle
-//   segments back, so keeping the whole traced cache out of a small budget makes budgets
-//   infeasible that hold. DenseNet-121 at batch 32 on the host device: 14.3 MiB of the
-//   traced cache kept reforward's smallest budget at 31.5 MiB; planned at 18.5-22 MiB with
-//   the cache scaled to the budget, it held the budget and trained bit-identically. Every
-//   budget the traced cache admits has held in every stress run since session 11, so it
-//   stays the rule there.
-// Approach: `traced` keeps the whole traced cache back. Only when the planner finds that
-//   share infeasible does the engine plan again with `scaled`: the traced cache times
-//   budget / traced mapped peak (at most all of it), the page and the capped sixteenth as
-//   before. If a planned iteration of such a plan still runs out of room after the
-//   pressure valve and every fallback, the engine lifts the budget for the rest of that
-//   iteration (a warning names the shortfall; the iteration's report says
-//   `budget_lifted`), plans again with the traced cache, and without a plan runs plain
-//   caching, as it would have without the attempt. A plan made with the traced cache
-//   never lifts the budget: it fails with out_of_memory as before; nor does a request the
-//   device's memory or the address space refused (out_of_memory::cause), which no budget
-//   would let through. SUBLINEAR_SCALED_CACHE=0
-//   (settings::scaled_cache) refuses such budgets instead.
-// Limitations: a budget below the traced cache's smallest is held only as long as its
-//   plan does not run out; the time a plan costs is not monotone across that smallest
-//   budget (just below it the planner gets more bytes than just above). The scaling is
-//   measured, not derived: fragmentation among sub-page buffers does not shrink with the
-//   budget (docs/runtime.md, "Budget arithmetic"), which the sixteenth still covers.
-enum class cache_allowance_mode : std::uint8_t { traced, scaled };
-[[nodiscard]] const char* to_string(cache_allowance_mode m) noexcept;
-
-// The traced cache (what `sublinear plan` adds to a plan's live bytes to predict mapped
-// bytes); with `scaled`, that cache times budget / traced mapped peak, at most all of it.
-[[nodiscard]] std::size_t cache_allowance(const traced_memory& traced);
-[[nodiscard]] std::size_t cache_allowance(const traced_memory& traced, std::size_t budget, cache_allowance_mode mode);
-[[nodiscard]] std::size_t planning_overhead(std::size_t budget, const traced_memory& traced,
-                                            cache_allowance_mode mode = cache_allowance_mode::traced);
-// The smallest budget whose share for the planner (budget - planning_overhead) is at least
-// `planner_bytes`: what to tell a user whose budget was infeasible.
-[[nodiscard]] std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& traced,
-                                                   cache_allowance_mode mode = cache_allowance_mode::traced);
-
 // The allocator settings the engine runs with (`on`; off restores PyTorch's): exact
 // segments for large and small requests, so that mapped bytes follow live bytes (Note
 // [Exact small segments] in caching_allocator.cpp). The engine applies them when it starts
@@ -435,7 +340,7 @@ class engine final : public allocator::allocation_observer {
   // peak they mapped: `sublinear plan --mapped-peak` needs this one to make the same plan.
   [[nodiscard]] std::size_t planning_mapped_peak() const;
   // The cache allowance the current plan was made with (Note [Scaled cache allowance]).
-  [[nodiscard]] cache_allowance_mode plan_allowance() const;
+  [[nodiscard]] policy::cache_allowance_mode plan_allowance() const;
   // What the current plan recomputes against what any plan must (all zero: no plan).
   struct plan_compute {
     double added_s = 0.0;   // the plan's added compute per iteration (traced durations)

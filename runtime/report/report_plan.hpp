@@ -79,7 +79,7 @@ struct plan_preview_row {
   std::size_t smallest_feasible = 0;   // infeasible: the smallest budget it meets, as the runtime plans
                                        // (with the cache scaled to the budget where the traced cache is too much)
   // "traced" or "scaled": the cache allowance the row's plan was made with, as the engine
-  // would choose it (Note [Scaled cache allowance] in engine.hpp).
+  // would choose it (Note [Scaled cache allowance] in policy/planning_overhead.hpp).
   std::string cache_allowance = "traced";
   std::size_t planner_budget = 0;      // the budget less the overhead of that allowance
   std::size_t predicted_peak = 0;      // the plan's peak (live buffers at page granularity)

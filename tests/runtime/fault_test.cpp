@@ -825,7 +825,7 @@ TEST(EngineFaults, ThePlanWithTheScaledCacheDoesNotLiftItsBudgetWhenTheDeviceRun
       m.iteration(12, kFloats, false);
       rt.mark_iteration();
     }
-    if (rt.get().budget() == 0 || rt.get().plan_allowance() != cache_allowance_mode::scaled) continue;
+    if (rt.get().budget() == 0 || rt.get().plan_allowance() != policy::cache_allowance_mode::scaled) continue;
     const std::size_t planned_budget = m.alloc.get_stats().budget;
     try {
       m.iteration(12, kFloats, false, [&] { m.exhaust_device(); });

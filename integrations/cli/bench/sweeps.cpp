@@ -28,6 +28,7 @@
 #include "integrations/cli/args.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/planning_overhead.hpp"
 #include "policy/recompute_floor.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
@@ -249,24 +250,24 @@ struct probe_result {
   // (the engine's own arithmetic, Note [Planning overhead]), for a planner whose smallest
   // feasible share is `smallest`: with the cache scaled to the budget where the whole
   // traced cache would leave it less than that (Note [Scaled cache allowance]).
-  [[nodiscard]] runtime::traced_memory traced() const { return runtime::traced_memory_of(graph, mapped_peak); }
+  [[nodiscard]] policy::traced_memory traced() const { return policy::traced_memory_of(graph, mapped_peak); }
   [[nodiscard]] std::size_t user_budget(std::size_t planner_bytes, std::size_t smallest) const {
     const std::size_t scaled =
-        runtime::budget_for_planner_bytes(planner_bytes, traced(), runtime::cache_allowance_mode::scaled);
-    if (share(scaled, runtime::cache_allowance_mode::traced) < smallest) return scaled;
-    return runtime::budget_for_planner_bytes(planner_bytes, traced());
+        policy::budget_for_planner_bytes(planner_bytes, traced(), policy::cache_allowance_mode::scaled);
+    if (share(scaled, policy::cache_allowance_mode::traced) < smallest) return scaled;
+    return policy::budget_for_planner_bytes(planner_bytes, traced());
   }
   // What the engine gives that planner from a budget of `budget` bytes, and with which
   // allowance.
-  [[nodiscard]] runtime::cache_allowance_mode allowance_at(std::size_t budget, std::size_t smallest) const {
-    return share(budget, runtime::cache_allowance_mode::traced) < smallest ? runtime::cache_allowance_mode::scaled
-                                                                           : runtime::cache_allowance_mode::traced;
+  [[nodiscard]] policy::cache_allowance_mode allowance_at(std::size_t budget, std::size_t smallest) const {
+    return share(budget, policy::cache_allowance_mode::traced) < smallest ? policy::cache_allowance_mode::scaled
+                                                                          : policy::cache_allowance_mode::traced;
   }
   [[nodiscard]] std::size_t planner_share(std::size_t budget, std::size_t smallest) const {
     return share(budget, allowance_at(budget, smallest));
   }
-  [[nodiscard]] std::size_t share(std::size_t budget, runtime::cache_allowance_mode mode) const {
-    const std::size_t o = runtime::planning_overhead(budget, traced(), mode);
+  [[nodiscard]] std::size_t share(std::size_t budget, policy::cache_allowance_mode mode) const {
+    const std::size_t o = policy::planning_overhead(budget, traced(), mode);
     return budget > o ? budget - o : 0;
   }
 };
@@ -347,7 +348,7 @@ void fill_choice(budget_choice& c, const probe_result& p, const policy::plan& pl
                  std::size_t smallest) {
   c.feasible = true;
   c.budget = budget;
-  c.predicted_peak = plan.predicted_peak + runtime::cache_allowance(p.traced(), budget, p.allowance_at(budget, smallest));
+  c.predicted_peak = plan.predicted_peak + policy::cache_allowance(p.traced(), budget, p.allowance_at(budget, smallest));
   c.extra_compute = p.forward_s > 0.0 ? plan.added_compute_s / p.forward_s : -1.0;
 }
 
@@ -995,8 +996,8 @@ sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
     std::string floors;
     for (double f : fractions) {
       const auto budget = static_cast<std::size_t>(f * static_cast<double>(p.mapped_peak));
-      const std::size_t share = std::max(p.share(budget, runtime::cache_allowance_mode::traced),
-                                         p.share(budget, runtime::cache_allowance_mode::scaled));
+      const std::size_t share = std::max(p.share(budget, policy::cache_allowance_mode::traced),
+                                         p.share(budget, policy::cache_allowance_mode::scaled));
       const policy::recompute_floor fl = policy::find_recompute_floor(p.graph, share);
       const std::string rule = fmt("%.2fx", f);
       floors += (floors.empty() ? "" : ", ") + rule + " " +
