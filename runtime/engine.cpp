@@ -33,6 +33,7 @@
 #include "policy/simulator.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/block_hashes.hpp"
+#include "tracer/recorder.hpp"
 #include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
