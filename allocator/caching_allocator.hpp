@@ -81,7 +81,7 @@
 // cached free segments, then wait for pending evictions; a new block may then also be cut
 // from a free block of the stream's other size class. If it still does not fit and a
 // pressure handler is installed (the replay engine's, Note [Pressure valve] in
-// runtime/engine.hpp), the handler is asked, outside the lock, to evict more, and the
+// runtime/engine_pressure.cpp), the handler is asked, outside the lock, to evict more, and the
 // request is retried for as long as the handler frees something. A request the observer
 // chose to place evictable (allocation_observer::place_evictable) that still finds no room
 // for its own pages is then served as the caller asked, from a free block of a shared

@@ -5,8 +5,8 @@
 // Rationale: users choose a budget and a policy before a long run; the trace of one
 //   iteration (SUBLINEAR_TRACE, or any recorder) holds everything a planner needs, so the
 //   cost of a budget can be shown in a second instead of discovered in an hour.
-// Approach: exactly what the engine does at the end of its traced iteration (engine.cpp,
-//   make_plan), on the last iteration of the trace file: analyse it at the trace's
+// Approach: exactly what the engine does at the end of its traced iteration
+//   (engine_plan.cpp, make_plan), on the last iteration of the trace file: analyse it at the trace's
 //   granularity, resolve the budget ("x" against the traced peak of mapped bytes, "%"
 //   against the device's memory), take off the allocator's overhead (traced mapped peak
 //   less the iteration's live-byte peak), run each planner at what is left, and report

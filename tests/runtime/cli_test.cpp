@@ -210,7 +210,7 @@ runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std:
   o.config.policy = policy;
   o.device_capacity = session.vmm().physical_capacity();
   // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
-  // plan from the same iteration (Note [Offloading the traced iteration] in engine.hpp).
+  // plan from the same iteration (Note [Offloading the traced iteration] in engine_offload.cpp).
   o.budget_traced_iterations = false;
   runtime_outcome out;
   {

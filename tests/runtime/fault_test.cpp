@@ -966,7 +966,7 @@ TEST(EngineFaults, PressureThatNothingCanRelieveFailsNamingTheBudgetAndWhatWasTr
 }
 
 // ---- an absolute budget from the first traced iteration on (Note [Offloading the traced
-// iteration] in engine.hpp) ----
+// iteration] in runtime/engine_offload.cpp) ----
 
 // The mapped peak of a traced iteration without a budget.
 std::size_t unbudgeted_traced_peak() {
