@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "runtime/engine.hpp"
 #include "runtime/report/report_json.hpp"
 #include "runtime/report/report_text.hpp"
 #include "policy/budget.hpp"
