@@ -71,7 +71,7 @@ struct traced_memory {
 };
 [[nodiscard]] traced_memory traced_memory_of(const iteration& graph, std::size_t traced_mapped_peak);
 
-// Note [Scaled cache allowance].
+// How much of the traced cache the planner keeps back (Note [Scaled cache allowance]).
 enum class cache_allowance_mode : std::uint8_t { traced, scaled };
 [[nodiscard]] const char* to_string(cache_allowance_mode m) noexcept;
 

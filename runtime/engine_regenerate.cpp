@@ -218,7 +218,6 @@ std::vector<launch_id> engine::impl::runnable_recipe(const policy::eviction& e,
 //   does not see, which the planning margin and the pressure valve absorb. Out of memory
 //   partway through a recipe evicts its regenerated buffers again (their bytes are
 //   incomplete) before the error propagates.
-//
 void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle stream, int depth, bool prefetch) {
   const auto& e = plan.evictions[entry_index];
   std::vector<buffer_id> targets{e.target};
