@@ -81,7 +81,7 @@
 // cached free segments, then wait for pending evictions; a new block may then also be cut
 // from a free block of the stream's other size class. If it still does not fit and a
 // pressure handler is installed (the replay engine's, Note [Pressure valve] in
-// runtime/engine.hpp), the handler is asked, outside the lock, to evict more, and the
+// runtime/engine_pressure.cpp), the handler is asked, outside the lock, to evict more, and the
 // request is retried for as long as the handler frees something. A request the observer
 // chose to place evictable (allocation_observer::place_evictable) that still finds no room
 // for its own pages is then served as the caller asked, from a free block of a shared
@@ -311,7 +311,8 @@ class caching_allocator {
   // the error about to be thrown. A handler that lifts the budget (set_budget(0)) and
   // returns true has the request tried once more; false lets the error propagate. The
   // replay engine lifts it only for a plan made with the scaled cache allowance (Note
-  // [Scaled cache allowance] in runtime/engine.hpp). An empty function removes it.
+  // [Scaled cache allowance] in policy/planning_overhead.hpp). An empty function removes
+  // it.
   using overrun_handler = std::function<bool(const out_of_memory& error)>;
   void set_overrun_handler(overrun_handler handler);
 

@@ -160,7 +160,7 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
     bool conflict = false;
     // A side output that launch l writes and also reads (it updates it in place) starts
     // its scratch from the bytes it has at the restore point (Note [Replay recipes] in
-    // engine.cpp). Those are the bytes l read only if the buffer is resident at r and
+    // runtime/engine_regenerate.cpp). Those are the bytes l read only if the buffer is resident at r and
     // every later write to it before r is the recipe's own; the runtime checks this by
     // version. Otherwise the recipe is refused, and why is returned. (Rebuilding such a
     // buffer from its writers was tried: on traces without observed writes, where every

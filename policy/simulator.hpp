@@ -23,7 +23,7 @@
 //     mapped on top of what launch r will see. A recipe's temporary holds round_up(size,
 //     512) bytes from the first recipe launch that touches it to the last; the recipe's
 //     scratch is the most its temporaries hold at once, rounded up to the granularity
-//     (scratch_bytes below; Note [Recipe scratch] in engine.hpp).
+//     (scratch_bytes below; Note [Recipe scratch] in runtime/engine_regenerate.cpp).
 //   The peak is the maximum over every launch and every recipe moment. Validation, in
 //   order: entry fields in range; the target is evictable (allocated in the iteration,
 //   freed in it, not never_evict) and allocated over [evict_after, restore_before]; no use

@@ -29,7 +29,7 @@ struct settings {
   validate_mode validate = validate_mode::first;
   bool retention = true;           // plans may keep freed buffers alive (Note [Retention])
   bool scaled_cache = true;        // below the traced cache's smallest budget, plan with the cache scaled
-                                   // to the budget (Note [Scaled cache allowance], engine.hpp)
+                                   // to the budget (Note [Scaled cache allowance], policy/planning_overhead.hpp)
   bool multi_pass = true;          // plans may recompute a buffer more than once (Note [Multi-pass], policy/solver_multipass.cpp)
   bool packs = true;               // evicted sub-page buffers share pages (Note [Packs], policy/packs.hpp)
   std::string trace;               // trace file path ("" = none)

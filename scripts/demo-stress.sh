@@ -3,7 +3,7 @@
 # which ones ran out of memory or met pressure the plan did not foresee (pressure: the
 # valve's calls; kept: planned evictions the allocator could not give pages of their own;
 # status "lifted": a plan made with the cache scaled to the budget ran out of room and fell
-# back, Note [Scaled cache allowance] in runtime/engine.hpp). This is the
+# back, Note [Scaled cache allowance] in policy/planning_overhead.hpp). This is the
 # reproduction behind docs/runtime.md, "Budget arithmetic": a margin that is one page too
 # tight shows up here as a run that fails, far more often than in one run on an idle
 # machine, because runs side by side shift the stream's timing.

@@ -255,7 +255,7 @@ struct budgeted_run {
   std::size_t trimmed_bytes = 0;
   bool bit_identical = false;
   std::string plan_error;
-  std::string cache_allowance = "traced";  // Note [Scaled cache allowance] in engine.hpp
+  std::string cache_allowance = "traced";  // Note [Scaled cache allowance] in policy/planning_overhead.hpp
   std::size_t budget_lifted = 0;           // iterations that ran out of room and finished without the budget
 };
 
@@ -324,7 +324,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.predicted_peak = rt.get().predicted_peak();
   out.plan_cost = rt.get().planned_compute();
   out.plan_error = rt.get().plan_error();
-  out.cache_allowance = runtime::to_string(rt.get().plan_allowance());
+  out.cache_allowance = policy::to_string(rt.get().plan_allowance());
   const allocator::stats st = session.allocator().get_stats();
   out.segment_trims = st.segment_trims;
   out.trimmed_bytes = st.trimmed_bytes;

@@ -2,7 +2,7 @@
 //
 // Note [Replay through the driver]
 // Rationale: a recipe re-runs recorded launches verbatim (Note [Replay at the launch] in
-//   engine.hpp). The recorder keeps each kernel's parameters as one packed block in the
+//   runtime/engine_regenerate.cpp). The recorder keeps each kernel's parameters as one packed block in the
 //   device-side layout (tracer/param_packing.hpp), which is exactly what cuLaunchKernel
 //   takes through `extra`; no per-kernel knowledge is needed to launch it again.
 // Approach: kernels go back through cuLaunchKernel with the recorded handle (a CUfunction,
@@ -39,7 +39,7 @@
 //   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the
 //   tracer marks it never-replay, so no plan asks). A launch the driver still refuses
 //   throws; the engine turns that into a validation mismatch while a copy exists (Note
-//   [Failed recipe] in engine.cpp).
+//   [Failed recipe] in runtime/engine_regenerate.cpp).
 //
 // This header does not include <cuda.h>.
 #pragma once

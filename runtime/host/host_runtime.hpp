@@ -26,7 +26,7 @@ class host_replay_device final : public replay_device {
   double now_s() override;
 
   // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
-  // cannot run as a plain one (Note [Failed recipe] in engine.cpp): the fault tests use it.
+  // cannot run as a plain one (Note [Failed recipe] in engine_regenerate.cpp): the fault tests use it.
   void refuse_replay_of(std::string kernel_name) { refused_.insert(std::move(kernel_name)); }
   // Replays refused so far.
   [[nodiscard]] std::size_t refusals() const noexcept { return refusals_; }

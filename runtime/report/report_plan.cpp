@@ -14,11 +14,11 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "runtime/engine.hpp"
 #include "runtime/report/report_json.hpp"
 #include "runtime/report/report_text.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/planning_overhead.hpp"
 #include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
 #include "sublinear/error.hpp"
@@ -59,9 +59,9 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   const std::size_t reference_peak = options.traced_mapped_peak > 0 ? options.traced_mapped_peak : g.peak_bytes;
   out.budget_text = options.budget.text;
   out.budget = policy::resolve_budget(options.budget, options.device_capacity, reference_peak);
-  // As the engine does (planning_overhead in engine.hpp).
-  const traced_memory tm = traced_memory_of(g, options.traced_mapped_peak);
-  out.overhead = planning_overhead(out.budget, tm);
+  // As the engine does (planning_overhead in policy/planning_overhead.hpp).
+  const policy::traced_memory tm = policy::traced_memory_of(g, options.traced_mapped_peak);
+  out.overhead = policy::planning_overhead(out.budget, tm);
   out.sub_page_peak = tm.sub_page_peak;
   out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
   {
@@ -92,15 +92,16 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       try {
         made = policy::make_planner(name)->make_plan(g, out.planner_budget, po);
       } catch (const policy::infeasible_budget&) {
-        const std::size_t scaled = planning_overhead(out.budget, tm, cache_allowance_mode::scaled);
+        const std::size_t scaled = policy::planning_overhead(out.budget, tm, policy::cache_allowance_mode::scaled);
         if (scaled >= out.overhead) throw;  // no cache traced: the same share
-        row.cache_allowance = to_string(cache_allowance_mode::scaled);
+        row.cache_allowance = policy::to_string(policy::cache_allowance_mode::scaled);
         row.planner_budget = out.budget > scaled ? out.budget - scaled : 0;
         try {
           made = policy::make_planner(name)->make_plan(g, row.planner_budget, po);
         } catch (const policy::infeasible_budget& again) {
           row.error = again.what();
-          row.smallest_feasible = budget_for_planner_bytes(again.smallest_feasible(), tm, cache_allowance_mode::scaled);
+          row.smallest_feasible =
+              policy::budget_for_planner_bytes(again.smallest_feasible(), tm, policy::cache_allowance_mode::scaled);
         }
       }
       if (made) {
@@ -110,9 +111,10 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
         row.predicted_peak = p.predicted_peak;
         // The prediction adds what the allocator was seen to cost, not the safety allowance
         // (Note [Planning overhead]).
-        row.predicted_mapped = p.predicted_peak + cache_allowance(tm, out.budget, row.cache_allowance == "scaled"
-                                                                                     ? cache_allowance_mode::scaled
-                                                                                     : cache_allowance_mode::traced);
+        row.predicted_mapped =
+            p.predicted_peak + policy::cache_allowance(tm, out.budget, row.cache_allowance == "scaled"
+                                                                           ? policy::cache_allowance_mode::scaled
+                                                                           : policy::cache_allowance_mode::traced);
         row.added_compute_s = p.added_compute_s;
         row.recomputed_launches = p.recomputed_launches;
         row.evicted_buffers = sim.evicted_buffers;
@@ -148,7 +150,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       }
     } catch (const policy::infeasible_budget& e) {
       row.error = e.what();
-      row.smallest_feasible = budget_for_planner_bytes(e.smallest_feasible(), tm);
+      row.smallest_feasible = policy::budget_for_planner_bytes(e.smallest_feasible(), tm);
     } catch (const std::logic_error& e) {
       // A planner's bug: its row says so and the others still run (the GPU suite's trace
       // diagnosis lost every planner's figures to one such failure in session 24).

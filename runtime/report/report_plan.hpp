@@ -5,8 +5,8 @@
 // Rationale: users choose a budget and a policy before a long run; the trace of one
 //   iteration (SUBLINEAR_TRACE, or any recorder) holds everything a planner needs, so the
 //   cost of a budget can be shown in a second instead of discovered in an hour.
-// Approach: exactly what the engine does at the end of its traced iteration (engine.cpp,
-//   make_plan), on the last iteration of the trace file: analyse it at the trace's
+// Approach: exactly what the engine does at the end of its traced iteration
+//   (engine_plan.cpp, make_plan), on the last iteration of the trace file: analyse it at the trace's
 //   granularity, resolve the budget ("x" against the traced peak of mapped bytes, "%"
 //   against the device's memory), take off the allocator's overhead (traced mapped peak
 //   less the iteration's live-byte peak), run each planner at what is left, and report
@@ -79,7 +79,7 @@ struct plan_preview_row {
   std::size_t smallest_feasible = 0;   // infeasible: the smallest budget it meets, as the runtime plans
                                        // (with the cache scaled to the budget where the traced cache is too much)
   // "traced" or "scaled": the cache allowance the row's plan was made with, as the engine
-  // would choose it (Note [Scaled cache allowance] in engine.hpp).
+  // would choose it (Note [Scaled cache allowance] in policy/planning_overhead.hpp).
   std::string cache_allowance = "traced";
   std::size_t planner_budget = 0;      // the budget less the overhead of that allowance
   std::size_t predicted_peak = 0;      // the plan's peak (live buffers at page granularity)

@@ -210,7 +210,7 @@ runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std:
   o.config.policy = policy;
   o.device_capacity = session.vmm().physical_capacity();
   // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
-  // plan from the same iteration (Note [Offloading the traced iteration] in engine.hpp).
+  // plan from the same iteration (Note [Offloading the traced iteration] in engine_offload.cpp).
   o.budget_traced_iterations = false;
   runtime_outcome out;
   {
@@ -260,8 +260,9 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   if (!preview.rows[0].feasible) {
     const std::size_t smallest = preview.rows[0].smallest_feasible;
     // The budget that needs no eviction at all, in the same terms (planning_overhead).
-    const std::size_t unplanned = budget_for_planner_bytes(
-        preview.unplanned_peak, traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity});
+    const std::size_t unplanned = policy::budget_for_planner_bytes(
+        preview.unplanned_peak,
+        policy::traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity});
     ASSERT_LT(smallest, unplanned) << preview.rows[0].error;
     po.budget = policy::parse_budget(std::to_string(smallest + (unplanned - smallest) / 4));
     preview = preview_plans(t, po);
@@ -271,7 +272,8 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   ASSERT_GT(row.evicted_buffers, 0u) << "a budget of 0.6x should need evictions";
   EXPECT_EQ(row.predicted_mapped,
             row.predicted_peak +
-                cache_allowance(traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity}));
+                policy::cache_allowance(
+                    policy::traced_memory{po.traced_mapped_peak, preview.unplanned_peak, preview.granularity}));
 
   const runtime_outcome run = run_with_budget(c.kind, c.policy, preview.budget);
   ASSERT_TRUE(run.plan_error.empty()) << run.plan_error << "\npreview: budget " << preview.budget << ", planner budget "
@@ -308,7 +310,8 @@ TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvic
   // iterations): the prediction is a floor within a page per evicted buffer plus the
   // allowance planning keeps back (Note [Planning overhead]), the budget the ceiling.
   EXPECT_EQ(validated, 1u) << "the first planned iteration validates";
-  const std::size_t allowance = planning_overhead(preview.budget, traced_memory{0, 0, preview.granularity});
+  const std::size_t allowance =
+      policy::planning_overhead(preview.budget, policy::traced_memory{0, 0, preview.granularity});
   const std::size_t tolerance = rec.granularity * row.evicted_buffers + allowance;
   EXPECT_GE(measured + tolerance, row.predicted_mapped)
       << "predicted " << row.predicted_mapped << " (plan " << row.predicted_peak << " + allocator overhead "
@@ -344,8 +347,8 @@ TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheC
   ASSERT_FALSE(low.rows[0].feasible) << "0.3x of this DenseNet's peak should be below every plan";
   EXPECT_EQ(low.rows[0].cache_allowance, "scaled");
   ASSERT_GT(low.rows[0].smallest_feasible, low.budget);
-  const traced_memory tm{rec.mapped_peak, low.unplanned_peak, low.granularity, low.sub_page_peak};
-  ASSERT_GT(cache_allowance(tm), 0u) << "no cache traced: both allowances are the same";
+  const policy::traced_memory tm{rec.mapped_peak, low.unplanned_peak, low.granularity, low.sub_page_peak};
+  ASSERT_GT(policy::cache_allowance(tm), 0u) << "no cache traced: both allowances are the same";
   // At the smallest budget it named (a page or two more if the search's answer is refused).
   std::size_t budget = low.rows[0].smallest_feasible;
   plan_preview at;
@@ -357,9 +360,10 @@ TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheC
   const plan_preview_row& row = at.rows[0];
   ASSERT_TRUE(row.feasible) << row.error;
   ASSERT_EQ(row.cache_allowance, "scaled") << "the whole traced cache already allows " << budget << " bytes";
-  EXPECT_EQ(row.planner_budget, budget - planning_overhead(budget, tm, cache_allowance_mode::scaled));
+  EXPECT_EQ(row.planner_budget, budget - policy::planning_overhead(budget, tm, policy::cache_allowance_mode::scaled));
   EXPECT_GT(row.planner_budget, at.planner_budget) << "the scaled cache gives the planner more than the traced one";
-  EXPECT_EQ(row.predicted_mapped, row.predicted_peak + cache_allowance(tm, budget, cache_allowance_mode::scaled));
+  EXPECT_EQ(row.predicted_mapped,
+            row.predicted_peak + policy::cache_allowance(tm, budget, policy::cache_allowance_mode::scaled));
   EXPECT_LE(row.predicted_mapped, budget);
   const std::string text = render_plan_preview(at);
   EXPECT_NE(text.find("reforward *"), std::string::npos) << text;

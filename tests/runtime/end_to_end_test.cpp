@@ -39,7 +39,7 @@ struct outcome {
   std::size_t mapped_peak = 0;  // the allocator's, over the whole run
   std::uint64_t handoffs = 0;   // Note [Stream-ordered handoff]
   std::uint64_t restore_handoffs = 0;
-  cache_allowance_mode allowance = cache_allowance_mode::traced;  // the last plan's
+  policy::cache_allowance_mode allowance = policy::cache_allowance_mode::traced;  // the last plan's
   std::size_t lifted = 0;       // iterations whose budget was lifted (Note [Scaled cache allowance])
   std::size_t planned_recomputed = 0;  // launches the last plan replays per iteration
   double planned_added_s = 0.0;        // the last plan's added compute (traced durations)
@@ -269,7 +269,7 @@ TEST(EndToEndScaledAllowance, ADenseNetHoldsABudgetTheTracedCacheRefusesAndTrain
     EXPECT_NE(traced_only.plan_error.find("smallest feasible"), std::string::npos) << traced_only.plan_error;
     const outcome run = train(config, "reforward", budget);
     ASSERT_EQ(run.plan_error, "") << "the scaled allowance did not plan the first budget the traced cache refuses";
-    EXPECT_EQ(run.allowance, cache_allowance_mode::scaled);
+    EXPECT_EQ(run.allowance, policy::cache_allowance_mode::scaled);
     EXPECT_EQ(run.lifted, 0u);
     EXPECT_GT(run.evictions, 0u);
     expect_exact_within_budget(run, baseline);
@@ -294,7 +294,7 @@ TEST(EndToEndScaledAllowance, APlanThatRunsOutOfRoomFinishesItsIterationWithoutT
     ASSERT_EQ(run.params, baseline) << "parameters differ after the budget was lifted";
     EXPECT_EQ(run.lifted, 1u) << "the budget was lifted once; then the engine stopped planning";
     EXPECT_NE(run.plan_error.find("ran out of room"), std::string::npos) << run.plan_error;
-    EXPECT_EQ(run.allowance, cache_allowance_mode::traced) << "the fallback planned with the whole traced cache";
+    EXPECT_EQ(run.allowance, policy::cache_allowance_mode::traced) << "the fallback planned with the whole traced cache";
     bool after = false;
     for (const auto& r : run.reports) {
       if (after) {
@@ -398,8 +398,8 @@ TEST(EndToEndMultiLevel, TheRuntimeReplaysARotorScheduleBitIdentically) {
   std::size_t traced_mapped_peak = 0;
   for (const auto& r : run.reports)
     if (r.state == engine_state::trace) traced_mapped_peak = std::max(traced_mapped_peak, r.peak_mapped);
-  const traced_memory tm = traced_memory_of(an.graph, traced_mapped_peak);
-  const std::size_t planner_budget = run.budget - planning_overhead(run.budget, tm);
+  const policy::traced_memory tm = policy::traced_memory_of(an.graph, traced_mapped_peak);
+  const std::size_t planner_budget = run.budget - policy::planning_overhead(run.budget, tm);
   policy::planner::context ctx(an.graph);
   const auto two = policy::solve_two_level(ctx, planner_budget);
   const auto many = policy::solve_multi_level(ctx, planner_budget);
@@ -480,8 +480,8 @@ TEST(EndToEndTiered, AResNetKeepsItsConvolutionsDropsTheCheapTierAndTrainsBitIde
     std::size_t traced_mapped_peak = 0;
     for (const auto& r : run.reports)
       if (r.state == engine_state::trace) traced_mapped_peak = std::max(traced_mapped_peak, r.peak_mapped);
-    const traced_memory tm = traced_memory_of(an.graph, traced_mapped_peak);
-    const std::size_t planner_budget = run.budget - planning_overhead(run.budget, tm);
+    const policy::traced_memory tm = policy::traced_memory_of(an.graph, traced_mapped_peak);
+    const std::size_t planner_budget = run.budget - policy::planning_overhead(run.budget, tm);
     const auto tiered = evicted_by_kernel(an, policy::make_planner("tiered")->make_plan(an.graph, planner_budget));
     const auto chain = evicted_by_kernel(an, policy::make_planner("chain")->make_plan(an.graph, planner_budget));
     const auto count = [](const std::map<std::string, std::size_t>& m, const std::string& k) {

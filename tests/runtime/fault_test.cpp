@@ -825,7 +825,7 @@ TEST(EngineFaults, ThePlanWithTheScaledCacheDoesNotLiftItsBudgetWhenTheDeviceRun
       m.iteration(12, kFloats, false);
       rt.mark_iteration();
     }
-    if (rt.get().budget() == 0 || rt.get().plan_allowance() != cache_allowance_mode::scaled) continue;
+    if (rt.get().budget() == 0 || rt.get().plan_allowance() != policy::cache_allowance_mode::scaled) continue;
     const std::size_t planned_budget = m.alloc.get_stats().budget;
     try {
       m.iteration(12, kFloats, false, [&] { m.exhaust_device(); });
@@ -966,7 +966,7 @@ TEST(EngineFaults, PressureThatNothingCanRelieveFailsNamingTheBudgetAndWhatWasTr
 }
 
 // ---- an absolute budget from the first traced iteration on (Note [Offloading the traced
-// iteration] in engine.hpp) ----
+// iteration] in runtime/engine_offload.cpp) ----
 
 // The mapped peak of a traced iteration without a budget.
 std::size_t unbudgeted_traced_peak() {

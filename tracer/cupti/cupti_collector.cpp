@@ -240,7 +240,7 @@ struct decoded_call {
 // cluster shape, a cooperative grid, programmatic dependent launch or an event the launch
 // records do, and such a launch is recorded as not replayable (its outputs are never
 // evicted). The engine also survives a replay the driver refuses (Note [Failed recipe]
-// in engine.cpp); this keeps such kernels out of plans from the start.
+// in runtime/engine_regenerate.cpp); this keeps such kernels out of plans from the start.
 bool plainly_replayable(const decoded_call& d) {
   if (d.cooperative) return false;
   for (unsigned i = 0; i < d.num_attrs; ++i) {

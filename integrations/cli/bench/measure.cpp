@@ -286,7 +286,7 @@ void fill_choice(budget_choice& c, const probe_result& p, const policy::plan& pl
                  std::size_t smallest) {
   c.feasible = true;
   c.budget = budget;
-  c.predicted_peak = plan.predicted_peak + runtime::cache_allowance(p.traced(), budget, p.allowance_at(budget, smallest));
+  c.predicted_peak = plan.predicted_peak + policy::cache_allowance(p.traced(), budget, p.allowance_at(budget, smallest));
   c.extra_compute = p.forward_s > 0.0 ? plan.added_compute_s / p.forward_s : -1.0;
 }
 

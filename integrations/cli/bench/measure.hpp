@@ -41,6 +41,7 @@
 #include "integrations/cli/bench/sweep_results.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
+#include "policy/planning_overhead.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/settings.hpp"
 #include "workloads/host_session.hpp"
@@ -91,24 +92,24 @@ struct probe_result {
   // (the engine's own arithmetic, Note [Planning overhead]), for a planner whose smallest
   // feasible share is `smallest`: with the cache scaled to the budget where the whole
   // traced cache would leave it less than that (Note [Scaled cache allowance]).
-  [[nodiscard]] runtime::traced_memory traced() const { return runtime::traced_memory_of(graph, mapped_peak); }
+  [[nodiscard]] policy::traced_memory traced() const { return policy::traced_memory_of(graph, mapped_peak); }
   [[nodiscard]] std::size_t user_budget(std::size_t planner_bytes, std::size_t smallest) const {
     const std::size_t scaled =
-        runtime::budget_for_planner_bytes(planner_bytes, traced(), runtime::cache_allowance_mode::scaled);
-    if (share(scaled, runtime::cache_allowance_mode::traced) < smallest) return scaled;
-    return runtime::budget_for_planner_bytes(planner_bytes, traced());
+        policy::budget_for_planner_bytes(planner_bytes, traced(), policy::cache_allowance_mode::scaled);
+    if (share(scaled, policy::cache_allowance_mode::traced) < smallest) return scaled;
+    return policy::budget_for_planner_bytes(planner_bytes, traced());
   }
   // What the engine gives that planner from a budget of `budget` bytes, and with which
   // allowance.
-  [[nodiscard]] runtime::cache_allowance_mode allowance_at(std::size_t budget, std::size_t smallest) const {
-    return share(budget, runtime::cache_allowance_mode::traced) < smallest ? runtime::cache_allowance_mode::scaled
-                                                                           : runtime::cache_allowance_mode::traced;
+  [[nodiscard]] policy::cache_allowance_mode allowance_at(std::size_t budget, std::size_t smallest) const {
+    return share(budget, policy::cache_allowance_mode::traced) < smallest ? policy::cache_allowance_mode::scaled
+                                                                           : policy::cache_allowance_mode::traced;
   }
   [[nodiscard]] std::size_t planner_share(std::size_t budget, std::size_t smallest) const {
     return share(budget, allowance_at(budget, smallest));
   }
-  [[nodiscard]] std::size_t share(std::size_t budget, runtime::cache_allowance_mode mode) const {
-    const std::size_t o = runtime::planning_overhead(budget, traced(), mode);
+  [[nodiscard]] std::size_t share(std::size_t budget, policy::cache_allowance_mode mode) const {
+    const std::size_t o = policy::planning_overhead(budget, traced(), mode);
     return budget > o ? budget - o : 0;
   }
 };

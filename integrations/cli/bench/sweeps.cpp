@@ -295,8 +295,8 @@ sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
     std::string floors;
     for (double f : fractions) {
       const auto budget = static_cast<std::size_t>(f * static_cast<double>(p.mapped_peak));
-      const std::size_t share = std::max(p.share(budget, runtime::cache_allowance_mode::traced),
-                                         p.share(budget, runtime::cache_allowance_mode::scaled));
+      const std::size_t share = std::max(p.share(budget, policy::cache_allowance_mode::traced),
+                                         p.share(budget, policy::cache_allowance_mode::scaled));
       const policy::recompute_floor fl = policy::find_recompute_floor(p.graph, share);
       const std::string rule = fmt("%.2fx", f);
       floors += (floors.empty() ? "" : ", ") + rule + " " +

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "runtime/engine.hpp"
+#include "policy/planning_overhead.hpp"
 #include "policy/policy_support.hpp"
 
-namespace sublinear::runtime {
+namespace sublinear::policy {
 namespace {
 
 constexpr std::size_t KiB = 1024;
@@ -43,7 +43,7 @@ TEST(PlanningOverhead, TheSixteenthIsCappedAtTheBytesInSubPageBuffers) {
 // traced_memory_of sweeps the iteration: the most bytes live at once in buffers below the
 // page size, each rounded to 512 bytes, persistent ones included.
 TEST(PlanningOverhead, TheSubPagePeakIsTheMostSubPageBytesLiveAtOnce) {
-  policy::test::hand_iteration h(64 * KiB);
+  test::hand_iteration h(64 * KiB);
   const auto weights = h.persistent(1000);                 // 1024 counted
   const auto small_a = h.transient(10 * KiB, 0, 2);        // live at launches 0, 1
   const auto small_b = h.transient(20 * KiB + 1, 1, 3);    // live at 1, 2; 20.5 KiB counted
@@ -52,7 +52,7 @@ TEST(PlanningOverhead, TheSubPagePeakIsTheMostSubPageBytesLiveAtOnce) {
   h.launch({weights}, {small_a, large});
   h.launch({small_a}, {small_b});
   h.launch({small_b, large}, {late});
-  const policy::iteration it = h.finish(1);
+  const iteration it = h.finish(1);
   const traced_memory t = traced_memory_of(it, 0);
   EXPECT_EQ(t.sub_page_peak, 1024 + 20 * KiB + 512 + 30 * KiB) << "launch 2: weights, small_b and late";
   EXPECT_EQ(t.granularity, 64 * KiB);
@@ -98,4 +98,4 @@ TEST(PlanningOverhead, TheScaledAllowanceKeepsTheTracedCacheInProportionToTheBud
 }
 
 }  // namespace
-}  // namespace sublinear::runtime
+}  // namespace sublinear::policy

@@ -1,0 +1,294 @@
+// The replay engine's state (engine::impl) and the shared helpers its methods use. The
+// methods live by seam:
+//
+//   runtime/engine.cpp             the lifecycle (TRACE -> PLAN -> VALIDATE -> STEADY) at
+//                                  iteration boundaries, retention, divergence,
+//                                  interception at ENTER/EXIT, and the public shell
+//   runtime/engine_plan.cpp        the plan from the trace and its per-position index
+//   runtime/engine_regenerate.cpp  eviction, regeneration (recipes), validation of what
+//                                  they regenerate, the ENTER safety net, prefetch
+//   runtime/engine_pressure.cpp    the pressure valve and the budget overrun
+//   runtime/engine_offload.cpp     offloading to host memory while tracing
+//
+// Type map:
+//
+//   schedule      : the plan turned into per-position lists (evict after, restore before)
+//   live          : per buffer, this iteration's address and whether the engine evicted it
+//   saved_op      : a launch of this iteration that some recipe replays, with its bytes
+//   backup        : validation's host copy of an evicted buffer
+//   uses, writers : per buffer, the traced launches touching / writing it (the valve's
+//                   look-ahead, Note [Pressure valve] in runtime/engine_pressure.cpp)
+//   tracked_block : per live block under an absolute budget: its last touch while tracing,
+//                   its host copy while offloaded (Note [Offloading the traced iteration]
+//                   in runtime/engine_offload.cpp)
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "policy/iteration.hpp"
+#include "policy/plan.hpp"
+#include "policy/planning_overhead.hpp"
+#include "runtime/engine.hpp"
+#include "runtime/settings.hpp"
+#include "tracer/analysis.hpp"
+#include "tracer/events.hpp"
+#include "tracer/recorder.hpp"
+
+namespace sublinear::runtime {
+
+struct engine::impl {
+  using buffer_id = policy::buffer_id;
+  using launch_id = policy::launch_id;
+  static constexpr std::uint32_t none = policy::none;
+
+  // A launch of this iteration that some recipe replays, with its bytes.
+  struct saved_op {
+    bool present = false;
+    launch_view view;
+    std::vector<std::byte> params;  // view.params points here
+    std::vector<std::uint64_t> input_versions;  // versions of touched buffers at the original launch
+  };
+
+  allocator::caching_allocator& alloc;
+  replay_device& dev;
+  tracer::recorder& rec;
+  engine_options opts;
+  allocation_observer* previous_observer = nullptr;
+
+  mutable std::recursive_mutex mutex;
+  engine_state st = engine_state::trace;
+  std::size_t traced_iterations = 0;  // in the current TRACE phase
+  std::size_t iteration_index = 0;
+  double iteration_started_s = 0.0;
+
+  // ---- the plan -----------------------------------------------------------------------
+  bool have_plan = false;
+  std::string plan_error;
+  // The cache allowance the plan was made with, and whether the scaled one ran out of room
+  // in a planned iteration (then only the traced one is tried again; Note [Scaled cache
+  // allowance]).
+  policy::cache_allowance_mode allowance = policy::cache_allowance_mode::traced;
+  bool scaled_refused = false;
+  tracer::analysed_iteration an;
+  policy::plan plan;
+  std::size_t budget_bytes = 0;
+  std::vector<std::uint32_t> transient_buffers;          // k-th allocation of an iteration -> buffer
+  std::vector<std::uint8_t> buffer_evictable;            // buffer -> placed evictable
+  std::vector<std::uint32_t> pack_of;                    // buffer -> plan.packs index, or none (Note [Packs])
+  std::vector<std::size_t> pack_offset;                  // buffer -> its offset in that pack
+  std::vector<std::vector<std::size_t>> evict_at;        // position -> plan entries
+  std::vector<std::vector<std::size_t>> restore_at;      // position -> plan entries
+  std::vector<std::int32_t> entry_of;                    // buffer -> plan entry carrying it, or -1
+  std::vector<std::uint8_t> saved_needed;                // position -> a recipe replays it
+  std::vector<std::uint64_t> expected_handle;            // position -> kernel handle (or ~kind)
+  std::unordered_set<std::uint32_t> never_evict_allocs;  // alloc_index values that failed validation
+  std::unordered_set<std::string> unreplayable_kernels;  // kernels whose replay the device refused
+  std::unordered_set<buffer_id> regenerating;            // targets of the recipes running now
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> earlier_writing_slots;  // from earlier traced iterations
+  std::vector<std::vector<launch_id>> uses;              // buffer -> launches touching it, ascending
+  std::vector<std::vector<launch_id>> writers;           // buffer -> launches writing it, ascending
+  // Note [Retention] (policy/retention.hpp): the plan's retentions are applied to
+  // an.graph once it is planned; these restore the traced lifetimes before planning again.
+  std::vector<std::pair<buffer_id, launch_id>> traced_free_at;
+  // Whether the plan retains anything: every free asks defer_free, and without retentions
+  // the answer needs no lock.
+  std::atomic<bool> retaining{false};
+  std::vector<launch_id> retain_until;                   // buffer -> release_before, or none
+  std::vector<std::vector<buffer_id>> release_at;        // position -> retained buffers freed there
+
+  // ---- this iteration -------------------------------------------------------------------
+  std::size_t pos = 0;
+  std::size_t alloc_count = 0;
+  bool diverged = false;
+  bool restore_all_pending = false;
+  bool memory_op_pending = false;
+  launch_view pending_op;
+  std::vector<char*> addr;                               // buffer -> address this iteration
+  std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
+  std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
+  std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
+  std::uint64_t waits_at_begin = 0;                      // the allocator's budget + release waits when it began
+  std::uint64_t handoffs_at_begin = 0;                   // and its handoffs
+  std::uint64_t pack_members_at_begin = 0;               // and its pack members
+  std::vector<std::uint8_t> held;                        // buffer -> freed by the program, kept by the engine
+  std::size_t held_count = 0;                            // of `held`: set now
+  std::vector<std::int32_t> active_entry;                // buffer -> the entry that evicted it (dtr may
+                                                         // evict a buffer more than once)
+  std::unordered_map<const void*, buffer_id> buffer_at;  // live address -> buffer
+  std::map<const char*, buffer_id> evicted_ranges;       // for the safety-net scan
+  std::vector<saved_op> saved;                           // position -> saved launch
+  std::vector<std::uint64_t> version;                    // buffer -> writes so far
+  std::vector<launch_id> last_write;                     // buffer -> last launch this iteration that wrote it
+  std::vector<std::uint32_t> pins;                       // buffer -> regenerations in progress that need it
+  bool prefetching = false;                              // inside prefetch(): the valve stays shut
+  std::size_t prefetch_scan = 0;                         // next position whose restores prefetch looks at
+  std::unordered_map<buffer_id, std::vector<std::byte>> backups;
+  iteration_report current;
+
+  // ---- offloading while tracing (Note [Offloading the traced iteration]) ---------------------
+  struct tracked_block {
+    std::size_t size = 0;  // bytes the program asked for
+    device::stream_handle stream = nullptr;
+    bool evictable = false;
+    bool offloaded = false;
+    std::uint64_t last_touch = 0;  // launch_clock of the last launch touching it
+    std::vector<std::byte> host;   // its bytes while offloaded
+  };
+  std::size_t trace_budget_bytes = 0;        // the absolute budget (0: trace unbudgeted)
+  std::map<const char*, tracked_block> blocks;  // live blocks, by base (only with trace_budget_bytes)
+  std::size_t offloaded_live = 0;            // of `blocks`: offloaded now
+  std::uint64_t launch_clock = 0;
+  bool announcing_live_blocks = false;  // the engine's constructor tells the recorder of them
+  std::vector<const char*> entering;         // blocks the launch entering now touches
+  std::size_t unoffloaded_peak = 0;          // this iteration's peak had nothing been offloaded
+  std::size_t planning_peak = 0;             // the last traced iteration's, for the overhead
+  std::size_t plan_mapped_peak = 0;          // what the last make_plan took the overhead from
+  engine::plan_compute plan_cost;            // the current plan's added compute and its floor
+
+  std::vector<iteration_report> reports;
+  std::vector<timeline_event> timeline;
+  double started_s = 0.0;
+
+  void note(timeline_event::kind what, double begin, std::size_t bytes, std::string label) {
+    if (!opts.record_timeline || timeline.size() >= opts.timeline_limit) return;
+    auto s = alloc.get_stats();
+    timeline_event e;
+    e.what = what;
+    e.begin_s = begin - started_s;
+    e.end_s = dev.now_s() - started_s;
+    e.bytes = bytes;
+    e.mapped = s.mapped;
+    e.allocated = s.allocated;
+    e.label = std::move(label);
+    timeline.push_back(std::move(e));
+  }
+  // A block's event (allocate, release, evict, regenerate) with its address: the PyTorch
+  // memory snapshot is drawn from these (report_snapshot.cpp).
+  void note_block(timeline_event::kind what, double begin, const void* address, std::size_t bytes,
+                  std::string label) {
+    const std::size_t before = timeline.size();
+    note(what, begin, bytes, std::move(label));
+    if (timeline.size() > before) timeline.back().address = reinterpret_cast<std::uintptr_t>(address);
+  }
+  std::map<std::uint32_t, eviction_record> records;      // alloc_index -> record
+  // The analysed iteration keeps indices into the trace it came from; keep that trace.
+  tracer::trace kept_trace;
+
+  impl(allocator::caching_allocator& a, replay_device& d, tracer::recorder& r, engine_options o)
+      : alloc(a), dev(d), rec(r), opts(std::move(o)) {
+    if (opts.config.disable) st = engine_state::disabled;
+    iteration_started_s = started_s = dev.now_s();
+    if (opts.config.log >= log_level::debug)
+      std::fprintf(stderr, "sublinear: effective configuration:\n%s", describe(opts.config).c_str());
+  }
+
+  // ---- helpers --------------------------------------------------------------------------
+  static std::uint64_t handle_of(const launch_view& op) {
+    switch (op.what) {
+      case launch_view::kind::kernel: return op.kernel_handle;
+      case launch_view::kind::memcpy: return ~std::uint64_t{1};
+      case launch_view::kind::memset: return ~std::uint64_t{2};
+    }
+    return 0;
+  }
+  const policy::iteration& graph() const { return an.graph; }
+  void log_info(const std::string& line) const {
+    if (opts.config.log >= log_level::info) std::fprintf(stderr, "sublinear: %s\n", line.c_str());
+  }
+  void log_debug(const std::string& line) const {
+    if (opts.config.log >= log_level::debug) std::fprintf(stderr, "sublinear: debug: %s\n", line.c_str());
+  }
+  void log_warn(const std::string& line) const {
+    if (opts.config.log >= log_level::warn) std::fprintf(stderr, "sublinear: warning: %s\n", line.c_str());
+  }
+  std::string launch_name(launch_id l) const {
+    const auto& ev = recorded_event(l);
+    return "#" + std::to_string(l) + ":" +
+           (ev.kind == tracer::event_kind::launch ? kept_trace.kernels[ev.kernel].name : tracer::to_string(ev.kind));
+  }
+  const tracer::event& recorded_event(launch_id l) const { return kept_trace.events[an.launch_events[l]]; }
+  std::uint64_t kernel_handle(const tracer::event& ev) const { return kept_trace.kernels[ev.kernel].handle; }
+  bool active() const { return have_plan && !diverged && (st == engine_state::validate || st == engine_state::steady); }
+
+  eviction_record& record_for(buffer_id b) {
+    const auto& buf = graph().buffers[b];
+    auto& r = records[buf.alloc_index];
+    if (r.size == 0) {
+      r.size = buf.size;
+      auto p = an.producer.size() > b ? an.producer[b] : none;
+      if (p != none) {
+        const auto& ev = recorded_event(p);
+        r.producer = ev.kind == tracer::event_kind::launch ? kept_trace.kernels[ev.kernel].name
+                                                           : tracer::to_string(ev.kind);
+      }
+    }
+    return r;
+  }
+
+  // ---- planning (runtime/engine_plan.cpp) -----------------------------------------------
+  void log_plan() const;
+  void build_plan_from_trace();
+  void make_plan(std::size_t traced_peak);
+  void index_plan();
+
+  // ---- iteration boundaries, retention, divergence, interception (runtime/engine.cpp) ----
+  void begin_iteration();
+  void end_iteration();
+  std::size_t max_traced_peak() const;
+  bool hold(const void* ptr);
+  void release_held(launch_id at);
+  void forget_freed(const void* ptr);
+  void diverge(const std::string& why);
+  void flush_memory_op();
+  void before(const launch_view& op);
+  void after(const launch_view& op);
+
+  // ---- eviction and regeneration (runtime/engine_regenerate.cpp) ------------------------
+  void evict(std::size_t entry_index, device::stream_handle stream);
+  void evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned);
+  void regenerate(std::size_t entry_index, device::stream_handle stream, int depth = 0, bool prefetch = false);
+  bool recover_failed_recipe(const std::vector<buffer_id>& pending, const std::string& why,
+                             device::stream_handle stream);
+  std::vector<launch_id> runnable_recipe(const policy::eviction& e, const std::vector<buffer_id>& targets) const;
+  void regenerate_now(std::size_t entry_index, device::stream_handle stream, int depth, bool prefetch);
+  void check_versions(launch_id l, const saved_op& so, const std::unordered_set<buffer_id>& regenerated,
+                      const std::unordered_set<buffer_id>& temps,
+                      const std::unordered_map<buffer_id, std::uint64_t>& recipe_writes) const;
+  [[nodiscard]] bool reads(launch_id l, buffer_id u) const;
+  [[nodiscard]] std::string kernel_name_of(launch_id l) const;
+  void validate_regenerated(buffer_id b, device::stream_handle stream);
+  void restore_everything(device::stream_handle stream);
+  std::int32_t carrier_of(buffer_id b) const;
+  bool traced_touch(std::size_t l, std::size_t offset, buffer_id b) const;
+  void regenerate_touched(const launch_view& op);
+  bool written_in(buffer_id b, std::size_t from, std::size_t until) const;
+  bool recipe_valid(std::size_t i, std::size_t until) const;
+  void prefetch(device::stream_handle stream);
+
+  // ---- the pressure valve (runtime/engine_pressure.cpp) ---------------------------------
+  std::size_t relieve(std::size_t shortfall);
+  bool overrun(const out_of_memory& error);
+
+  // ---- offloading while tracing (runtime/engine_offload.cpp) ----------------------------
+  void sample_unoffloaded_peak();
+  template <class F>
+  void for_blocks_in(std::uintptr_t p, std::size_t bytes, F&& f);
+  std::vector<const char*> touched_blocks(const launch_view& op);
+  void bring_back(const char* base, device::stream_handle stream);
+  void touch_and_restore(const launch_view& op, device::stream_handle stream);
+  std::size_t offload(std::size_t shortfall);
+  void lift_trace_budget(std::size_t shortfall);
+};
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,292 @@
+// The plan (Note [Iteration lifecycle] in engine.cpp, PLAN): the traced iteration
+// analysed, the planner asked for a plan under the budget less the planning overhead
+// (Note [Planning overhead] in policy/planning_overhead.hpp), and the plan indexed by
+// launch position for the planned iterations.
+#include "common/text.hpp"
+#include "runtime/detail/engine_impl.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "policy/budget.hpp"
+#include "policy/planner.hpp"
+#include "policy/planning_overhead.hpp"
+#include "policy/recompute_floor.hpp"
+#include "tracer/analysis.hpp"
+#include "tracer/trace_file.hpp"
+
+namespace sublinear::runtime {
+
+namespace {
+
+using policy::buffer_id;
+using policy::launch_id;
+using policy::none;
+
+}  // namespace
+
+void engine::impl::log_plan() const {
+  if (opts.config.log < log_level::debug) return;
+  for (const auto& e : plan.evictions) {
+    std::string line = "evict buffer " + std::to_string(e.target) + " (" + format_bytes(graph().buffers[e.target].size) +
+                       ") after " + launch_name(e.evict_after) + ", back before " + launch_name(e.restore_before) +
+                       "; recipe:";
+    for (launch_id l : e.recipe) line += " " + launch_name(l);
+    line += "; temporaries:";
+    for (buffer_id t : e.temporaries) line += " " + std::to_string(t);
+    line += "; also:";
+    for (buffer_id t : e.also_regenerates) line += " " + std::to_string(t);
+    log_debug(line);
+  }
+}
+
+void engine::impl::build_plan_from_trace() {
+  kept_trace = rec.take();
+  rec.stop();
+  if (kept_trace.events.empty()) throw config_error("sublinear: the traced iteration recorded no events");
+  if (!opts.config.trace.empty()) {
+    try {
+      tracer::write_trace_file(kept_trace, opts.config.trace);
+      log_info("trace of the planned iteration written to " + opts.config.trace);
+    } catch (const std::exception& e) {
+      log_warn(std::string("SUBLINEAR_TRACE: ") + e.what());
+    }
+  }
+  tracer::analysis_options ao;
+  ao.granularity = alloc.granularity();
+  ao.known_writing_slots = earlier_writing_slots;
+  an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
+  const std::size_t traced_peak = std::max(alloc.get_stats().mapped_peak, unoffloaded_peak);
+  planning_peak = traced_peak;
+  log_info("traced iteration: " + std::to_string(an.graph.launches.size()) + " launches (" +
+           std::to_string(an.observed_launches) + " with observed writes, " + std::to_string(an.timed_launches) +
+           " timed), " + std::to_string(an.graph.buffers.size()) + " buffers, " +
+           std::to_string(an.graph.candidates.size()) + " candidate activations, live peak " +
+           format_bytes(an.graph.peak_bytes) + " at launch " + std::to_string(an.graph.turning_point) +
+           ", mapped peak " + format_bytes(traced_peak));
+  if (!an.unproduced.empty()) {
+    std::size_t bytes = 0;
+    for (buffer_id b : an.unproduced) bytes += an.graph.buffers[b].size;
+    log_info(std::to_string(an.unproduced.size()) + " buffers (" + format_bytes(bytes) +
+             ") are read before any observed write: their producer is unknown and they are never evicted "
+             "(`sublinear plan` on SUBLINEAR_TRACE's file lists them)");
+  }
+  make_plan(traced_peak);
+}
+
+void engine::impl::make_plan(std::size_t traced_peak) {
+  plan_mapped_peak = traced_peak;
+  have_plan = false;
+  plan = {};
+  plan_cost = {};
+  plan_error.clear();
+  budget_bytes = 0;
+  auto& g = an.graph;
+  for (const auto& [b, f] : traced_free_at) g.buffers[b].free_at = f;
+  traced_free_at.clear();
+  retaining = false;
+  for (auto& b : g.buffers)
+    if (b.alloc_index != none && never_evict_allocs.count(b.alloc_index) != 0) b.never_evict = true;
+  if (!unreplayable_kernels.empty()) {
+    for (auto& l : g.launches)
+      if (l.kernel < g.kernel_names.size() && unreplayable_kernels.count(g.kernel_names[l.kernel]) != 0)
+        l.replayable = false;
+  }
+  if (!opts.config.budget) {
+    plan_error = "no budget set (SUBLINEAR_BUDGET)";
+    return;
+  }
+  budget_bytes = policy::resolve_budget(*opts.config.budget, opts.device_capacity, traced_peak);
+  // The planner counts live bytes at page granularity; the allocator's mapped bytes also
+  // hold what its caching costs.
+  const policy::traced_memory tm = policy::traced_memory_of(g, traced_peak);
+  allowance = policy::cache_allowance_mode::traced;
+  std::size_t overhead = policy::planning_overhead(budget_bytes, tm);
+  const auto make = [&](std::size_t planner_overhead) {
+    policy::planner::options po;
+    po.retention = opts.config.retention;
+    po.multi_pass = opts.config.multi_pass;
+    po.packs = opts.config.packs;
+    return policy::make_planner(opts.config.policy)
+        ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, po);
+  };
+  const auto give_up = [&](const std::string& why) {
+    plan_error = why;
+    log_warn(plan_error + " Continuing without eviction (plain caching).");
+    budget_bytes = 0;
+    alloc.set_budget(0);
+  };
+  const std::string infeasible = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget->text +
+                                 ") is infeasible for planner '" + opts.config.policy + "'";
+  try {
+    plan = make(overhead);
+  } catch (const policy::infeasible_budget& traced_error) {
+    // The planner speaks of the bytes it was given; the user set the whole budget.
+    const std::string traced_smallest =
+        format_bytes(policy::budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
+    // Again with the cache scaled to the budget (Note [Scaled cache allowance]), unless that
+    // gives the planner no more (no cache traced, or a budget at the traced peak).
+    const std::size_t scaled_cache = policy::cache_allowance(tm, budget_bytes, policy::cache_allowance_mode::scaled);
+    const std::size_t scaled_overhead =
+        policy::planning_overhead(budget_bytes, tm, policy::cache_allowance_mode::scaled) - scaled_cache +
+        static_cast<std::size_t>(opts.scaled_cache_factor * static_cast<double>(scaled_cache));
+    if (!opts.config.scaled_cache || scaled_refused || scaled_overhead >= overhead) {
+      give_up(infeasible + ": the smallest feasible budget for it is " + traced_smallest + "; no plan can go below " +
+              format_bytes(policy::budget_for_planner_bytes(traced_error.lower_bound(), tm)) +
+              " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here)" +
+              (scaled_refused ? std::string(", and a plan with the cache allowance scaled to the budget ran out of "
+                                            "room in a planned iteration (Note [Scaled cache allowance])")
+               : !opts.config.scaled_cache
+                   ? std::string(" (SUBLINEAR_SCALED_CACHE=0: the allocator's whole traced cache is kept out of "
+                                 "the budget)")
+                   : std::string()) +
+              ".");
+      return;
+    }
+    overhead = scaled_overhead;
+    try {
+      plan = make(overhead);
+    } catch (const policy::infeasible_budget& e) {
+      const std::string scaled_smallest = format_bytes(
+          policy::budget_for_planner_bytes(e.smallest_feasible(), tm, policy::cache_allowance_mode::scaled));
+      give_up(infeasible + ": the smallest feasible budget for it is " + scaled_smallest +
+              (scaled_smallest == traced_smallest
+                   ? std::string()
+                   : " with the allocator's cache scaled to the budget (" + traced_smallest +
+                         " with the whole traced cache, which holds a budget strictly)") +
+              "; no plan can go below " +
+              format_bytes(
+                  policy::budget_for_planner_bytes(e.lower_bound(), tm, policy::cache_allowance_mode::scaled)) +
+              " (live buffers plus the allocator's overhead, " + format_bytes(overhead) + " here).");
+      return;
+    }
+    allowance = policy::cache_allowance_mode::scaled;
+    log_warn("budget " + format_bytes(budget_bytes) + " is below the smallest the traced cache allows for planner '" +
+             opts.config.policy + "' (" + traced_smallest + "): planning with the allocator's cache scaled to the "
+             "budget. If a planned iteration still runs out of room, the rest of it runs without the budget and "
+             "sublinear plans again with the whole cache (Note [Scaled cache allowance]).");
+  }
+  // How far the plan is from any plan at the same share (reported; planning is done).
+  plan_cost.added_s = plan.added_compute_s;
+  for (const auto& l : g.launches) plan_cost.traced_s += l.cost_s;
+  const policy::recompute_floor floor =
+      policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0);
+  plan_cost.floor_s = floor.feasible ? floor.added_s : 0.0;  // a plan exists: it is feasible
+  // From here on the engine's graph has the retained lifetimes: recipes, the valve's
+  // checks and the simulator agree on them.
+  for (const policy::retention& r : plan.retentions) {
+    traced_free_at.emplace_back(r.buffer, g.buffers[r.buffer].free_at);
+    g.buffers[r.buffer].free_at = r.release_before;
+  }
+  retaining = !plan.retentions.empty();
+  index_plan();
+  try {
+    alloc.set_budget(budget_bytes);
+  } catch (const out_of_memory& e) {
+    plan_error = e.what();
+    log_warn("cannot bring mapped memory under the budget: " + std::string(e.what()));
+    budget_bytes = 0;
+    have_plan = false;
+    alloc.set_budget(0);
+    return;
+  }
+  have_plan = true;
+  log_plan();
+  log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, budget " +
+           format_bytes(budget_bytes) + ", predicted peak " + format_bytes(plan.predicted_peak) +
+           ", added compute " + std::to_string(plan.added_compute_s) + " s");
+}
+
+void engine::impl::index_plan() {
+  const auto& g = graph();
+  const std::size_t n = g.launches.size();
+  transient_buffers.clear();
+  // Note [Recurring allocations]
+  // Later iterations are matched against the traced one allocation by allocation, so the
+  // list must hold exactly the allocations every iteration makes. Those freed within the
+  // traced iteration recur. One allocated and not freed may be lazily created state
+  // (optimizer moments, made once) or the iteration's batch or loss, which the program
+  // holds until the next iteration allocates their successors and frees them: PyTorch's
+  // loops do that, and taking those for state diverged every validation iteration of
+  // ResNet-50 on the first GPU run. A carried-out allocation recurs when the traced
+  // iteration also freed a carried-in block of its size (its predecessor); the rest is
+  // state.
+  std::multiset<std::size_t> carried_in_freed;
+  for (const auto& buf : g.buffers) {
+    if (buf.alloc_index == none && buf.free_at != none) carried_in_freed.insert(buf.size);
+  }
+  std::vector<std::pair<std::uint32_t, buffer_id>> by_alloc;
+  for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+    const auto& buf = g.buffers[b];
+    if (buf.alloc_index != none && buf.free_at != none) by_alloc.emplace_back(buf.alloc_index, b);
+  }
+  std::vector<std::pair<std::uint32_t, buffer_id>> carried_out;
+  for (buffer_id b = 0; b < g.buffers.size(); ++b) {
+    if (g.buffers[b].alloc_index != none && g.buffers[b].free_at == none) carried_out.emplace_back(g.buffers[b].alloc_index, b);
+  }
+  std::sort(carried_out.begin(), carried_out.end());
+  for (const auto& [idx, b] : carried_out) {
+    if (const auto it = carried_in_freed.find(g.buffers[b].size); it != carried_in_freed.end()) {
+      carried_in_freed.erase(it);
+      by_alloc.emplace_back(idx, b);
+    }
+  }
+  std::sort(by_alloc.begin(), by_alloc.end());
+  for (auto& [idx, b] : by_alloc) transient_buffers.push_back(b);
+  buffer_evictable.assign(g.buffers.size(), 0);
+  entry_of.assign(g.buffers.size(), -1);
+  evict_at.assign(n + 1, {});
+  restore_at.assign(n + 1, {});
+  saved_needed.assign(n + 1, 0);
+  for (std::size_t i = 0; i < plan.evictions.size(); ++i) {
+    const auto& e = plan.evictions[i];
+    buffer_evictable[e.target] = 1;
+    if (entry_of[e.target] < 0 || !e.recipe.empty()) entry_of[e.target] = static_cast<std::int32_t>(i);
+    if (e.evict_after < n) evict_at[e.evict_after].push_back(i);
+    if (e.restore_before <= n && !e.recipe.empty()) restore_at[e.restore_before].push_back(i);
+    for (launch_id l : e.recipe) saved_needed[l] = 1;
+  }
+  // Entries without a recipe are regenerated by the entry that lists them.
+  for (std::size_t i = 0; i < plan.evictions.size(); ++i)
+    for (buffer_id b : plan.evictions[i].also_regenerates)
+      if (entry_of[b] < 0 || plan.evictions[static_cast<std::size_t>(entry_of[b])].recipe.empty())
+        entry_of[b] = static_cast<std::int32_t>(i);
+  pack_of.assign(g.buffers.size(), none);
+  pack_offset.assign(g.buffers.size(), 0);
+  if (opts.config.packs) {
+    for (std::size_t j = 0; j < plan.packs.size(); ++j) {
+      for (std::size_t i = 0; i < plan.packs[j].members.size(); ++i) {
+        pack_of[plan.packs[j].members[i]] = static_cast<std::uint32_t>(j);
+        pack_offset[plan.packs[j].members[i]] = plan.packs[j].offsets[i];
+      }
+    }
+  }
+  retain_until.assign(g.buffers.size(), none);
+  release_at.assign(n + 1, {});
+  for (const policy::retention& r : plan.retentions) {
+    retain_until[r.buffer] = r.release_before;
+    release_at[r.release_before].push_back(r.buffer);
+  }
+  uses.assign(g.buffers.size(), {});
+  writers.assign(g.buffers.size(), {});
+  for (launch_id l = 0; l < n; ++l) {
+    for (buffer_id b : g.launches[l].touched) uses[b].push_back(l);
+    for (buffer_id b : g.launches[l].written) writers[b].push_back(l);
+  }
+  expected_handle.assign(n, 0);
+  for (launch_id l = 0; l < n; ++l) {
+    const auto& ev = recorded_event(l);
+    switch (ev.kind) {
+      case tracer::event_kind::launch: expected_handle[l] = kernel_handle(ev); break;
+      case tracer::event_kind::memcpy: expected_handle[l] = ~std::uint64_t{1}; break;
+      default: expected_handle[l] = ~std::uint64_t{2}; break;
+    }
+  }
+}
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,146 @@
+// The types the replay engine (runtime/engine.hpp) shares with its callers: what a
+// collector hands it at a launch (launch_view), what a device does for it
+// (replay_device), how it is configured (engine_options) and what it reports
+// (iteration_report, eviction_record, timeline_event).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "device/stream_events.hpp"
+#include "runtime/settings.hpp"
+#include "tracer/events.hpp"
+
+namespace sublinear::runtime {
+
+// One operation as the engine sees it at ENTER/EXIT: a kernel, a copy or a set.
+struct launch_view {
+  enum class kind : std::uint8_t { kernel, memcpy, memset };
+  kind what = kind::kernel;
+  std::uint64_t kernel_handle = 0;  // the device's handle (host: kernel id)
+  tracer::dims grid, block;
+  std::uint32_t shared_mem = 0;
+  device::stream_handle stream = nullptr;
+  std::span<const std::byte> params;  // kernels: the packed parameter block
+  void* dst = nullptr;                // copies and sets
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  int value = 0;
+};
+
+// What the engine needs from a device to regenerate buffers. Work queued through it is
+// not intercepted by the engine or the tracer.
+class replay_device {
+ public:
+  virtual ~replay_device() = default;
+  // Queues `op` (as recorded, with its possibly rewritten parameters) on `stream`.
+  virtual void replay(const launch_view& op, device::stream_handle stream) = 0;
+  // Copies device bytes into host memory, waiting for `stream`'s work first (validation).
+  virtual void download(void* host_dst, const void* device_src, std::size_t bytes,
+                        device::stream_handle stream) = 0;
+  // Copies host bytes into device memory and waits for it (validation repairs).
+  virtual void upload(void* device_dst, const void* host_src, std::size_t bytes,
+                      device::stream_handle stream) = 0;
+  // Queues a device-to-device copy on `stream` (scratch copies of side outputs).
+  virtual void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) = 0;
+  // Sets `bytes` at `dst` to `value` on `stream` and waits for it, so that work on any
+  // stream afterwards sees the bytes (Note [Filled fresh blocks] in tracer/block_hashes.hpp).
+  virtual void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) = 0;
+  // Monotonic seconds, for recompute-time accounting.
+  virtual double now_s() = 0;
+};
+
+enum class engine_state : std::uint8_t { trace, validate, steady, disabled };
+const char* to_string(engine_state s) noexcept;
+
+// Figures for one finished iteration.
+struct iteration_report {
+  std::size_t index = 0;
+  engine_state state = engine_state::trace;
+  std::size_t peak_mapped = 0;
+  std::size_t budget = 0;
+  std::size_t evictions = 0;
+  std::size_t evicted_bytes = 0;
+  std::size_t recomputed_launches = 0;
+  double recompute_s = 0.0;         // host time spent queuing replays (device time on GPU)
+  double stall_s = 0.0;             // time launches waited for regeneration at ENTER
+  double engine_s = 0.0;            // host time inside the engine's hooks (launch interception, allocation,
+                                    // free), recipes and stalls included: what the engine itself costs
+  std::size_t prefetched = 0;       // regenerations done ahead of their restore point
+  std::size_t pressure_evictions = 0;  // unplanned evictions by the pressure valve
+  std::size_t kept_resident = 0;    // planned evictions not made: no room for the buffer's own pages, so
+                                    // the allocator placed it in a shared segment (Note [Pressure valve])
+  std::size_t stray_pointers = 0;   // parameter words pointing into an evicted block where the traced
+                                    // launch held no pointer to it: left alone (Note [Stray pointer words])
+  std::size_t retained = 0;         // frees the engine deferred so recipes read the block in place
+                                    // (Note [Retention] in policy/retention.hpp)
+  std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)
+  std::size_t offloaded_bytes = 0;  // their bytes
+  std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch
+  std::size_t allocator_waits = 0;  // times the allocator waited for a stream to make room (budget and
+                                    // release waits: each one drains that stream's queue)
+  std::size_t handoffs = 0;         // mappings that took a chunk still in use by queued work of their
+                                    // stream instead of waiting (Note [Stream-ordered handoff])
+  std::size_t packed = 0;           // planned buffers placed in a pack's shared pages (Note [Packs])
+  bool budget_lifted = false;       // a plan made with the scaled cache allowance ran out of room and the
+                                    // rest of this iteration ran without the budget (Note [Scaled cache allowance])
+  bool diverged = false;
+  std::string divergence;           // why it diverged: the first event that differed from the trace
+  std::size_t validation_mismatches = 0;
+  double wall_s = 0.0;
+};
+
+// Per evicted buffer, over the whole run.
+struct eviction_record {
+  std::size_t size = 0;
+  std::string producer;             // kernel name of its first writer
+  std::size_t times_evicted = 0;
+  std::size_t times_recomputed = 0;
+  double recompute_cost_s = 0.0;    // planned cost of its recipe, per regeneration
+  bool never_evict = false;         // failed validation
+};
+
+// One entry of the timeline behind the Chrome trace and the memory plot.
+struct timeline_event {
+  enum class kind : std::uint8_t {
+    memory,      // a sample of mapped and allocated bytes after a launch
+    evict,       // a buffer's eviction was requested (bytes: its size)
+    regenerate,  // a recipe ran (begin..end: host time spent queuing it)
+    iteration,   // an iteration ended (label: its state)
+    allocate,    // the program allocated a block (address, bytes)
+    release,     // the program freed a block (address, bytes)
+  };
+  kind what = kind::memory;
+  double begin_s = 0.0;  // seconds since the engine started
+  double end_s = 0.0;
+  std::size_t bytes = 0;
+  std::size_t mapped = 0;
+  std::size_t allocated = 0;
+  std::uintptr_t address = 0;  // allocate, release, evict, regenerate: the block's address
+  std::string label;     // producer kernel, state name
+};
+
+struct engine_options {
+  settings config;                  // budget, policy, validation mode, ...
+  std::size_t device_capacity = 0;  // for budgets given as a share of device memory
+  bool record_timeline = false;     // keep timeline events (reports, plots)
+  std::size_t timeline_limit = 1'000'000;  // events kept at most
+  // Launches ahead of a plan's restore point at which regeneration may start when the
+  // budget has room (Note [Prefetch]); 0 regenerates at the restore point only.
+  std::size_t prefetch_launches = 8;
+  // Hold an absolute budget in the traced iterations too, offloading to host memory what
+  // does not fit (Note [Offloading the traced iteration]). Off, they run unbudgeted, as
+  // a recording for `sublinear plan` does: its preview then matches the runtime's plan.
+  bool budget_traced_iterations = true;
+  // Fill the blocks handed out while tracing, so that the collectors can tell a block no
+  // one wrote from one an unseen writer wrote (Note [Filled fresh blocks] in
+  // tracer/block_hashes.hpp). Off only in tests that show what it is for.
+  bool fill_fresh_blocks = true;
+  // Tests only: multiplies the scaled cache allowance (0 keeps no cache at all back, so a
+  // planned iteration runs out of room and the fallback shows).
+  double scaled_cache_factor = 1.0;
+};
+
+}  // namespace sublinear::runtime
