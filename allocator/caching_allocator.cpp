@@ -1,15 +1,18 @@
-// The caching allocator. Design notes live in caching_allocator.hpp; this file keeps the
-// data structures (a type map first) and the slow-path ladder of Note [Strict budget].
+// The caching allocator. Design notes live in caching_allocator.hpp and in the component
+// headers of allocator/detail/ (the context its parts share, the address space, the chunk
+// source); this file keeps the data structures (a type map first) and the slow-path ladder
+// of Note [Strict budget].
 //
 //   segment       : a granularity-aligned piece of the reserved range, backed by one chunk
 //   block         : a piece of a segment: allocated, free (in a free set) or pending-free
 //   stream_pool   : per stream, three free sets (small, large, dedicated) ordered by size
 //   live_         : allocated blocks ordered by address (find() and deallocate())
-//   address_space : free pieces of the reservation, lowest address first
-//   chunk_pool    : unmapped chunks kept for the next mapping of their size (Note [Chunk pool])
 //   pack          : a dedicated segment shared by several evictable blocks (Note [Packs]),
 //                   found by key in packs
 #include "allocator/caching_allocator.hpp"
+#include "allocator/detail/address_space.hpp"
+#include "allocator/detail/chunk_source.hpp"
+#include "allocator/detail/context.hpp"
 #include "common/round_up.hpp"
 #include "common/text.hpp"
 
@@ -117,31 +120,22 @@ struct pending {
   std::uint64_t pack_key = 0;
 };
 
-// The old address of a chunk handed to a new mapping while work queued on its stream may
-// still use it (Note [Stream-ordered handoff]): unmapped once `events` have completed.
-struct old_mapping {
-  char* base = nullptr;
-  std::size_t size = 0;
-  chunk_handle chunk = 0;
-  std::vector<event_handle> events;
-  bool give_range = false;  // the range belonged to a released segment: back to the address space
-  bool orphan = false;      // the new mapping failed: the chunk is released after the unmap
-};
-
 }  // namespace
 
 struct caching_allocator::impl {
-  vmm& device;
-  stream_events& events;
-  options opts;
-  std::size_t granularity;
-  std::size_t physical_capacity;
+  detail::context ctx;
+  // Shorthands for the shared parts, while the rest of the allocator lives here.
+  vmm& device = ctx.device;
+  stream_events& events = ctx.events;
+  options& opts = ctx.opts;
+  const std::size_t granularity = ctx.granularity;
+  const std::size_t physical_capacity = ctx.physical_capacity;
+  stats& st = ctx.st;
+  detail::address_space space;
+  detail::chunk_source chunks{ctx, space};
 
   mutable std::mutex mutex;
   std::atomic<allocation_observer*> observer{nullptr};
-  char* reservation = nullptr;
-  std::size_t reservation_size = 0;
-  std::map<char*, std::size_t> address_space;             // free VA pieces: base -> size
   std::map<char*, std::unique_ptr<segment>> segments;     // every segment, by base
   std::vector<std::unique_ptr<stream_pool>> pools;
   stream_pool* last_pool = nullptr;
@@ -149,62 +143,19 @@ struct caching_allocator::impl {
   std::vector<block*> spare_blocks;
   std::deque<pending> pending_frees;
   std::deque<pending> pending_evictions;
-  std::multimap<std::size_t, chunk_handle> chunk_pool;    // size -> unmapped chunk (Note [Chunk pool])
-  std::vector<old_mapping> old_mappings;                   // Note [Stream-ordered handoff]
-  static constexpr std::size_t kSettleBatch = 16;          // old mappings a poll lets build up
-  struct handed_chunk {
-    std::size_t size = 0;
-    chunk_handle chunk = 0;
-    stream_handle stream = nullptr;
-  };
-  std::optional<handed_chunk> handoff;  // set aside by hand_off for the next map_segment
   std::map<std::uint64_t, segment*> packs;                 // live packs by key (Note [Packs])
   std::uint64_t next_unmap_id = 0;
   caching_allocator::pressure_handler pressure;
   caching_allocator::overrun_handler overrun;
   std::size_t last_shortfall = 0;                          // bytes missing at the last budget failure
-  stats st;
 
-  impl(vmm& d, stream_events& e, options o) : device(d), events(e), opts(o) {
-    granularity = device.granularity();
-    physical_capacity = device.physical_capacity();
-    if (granularity == 0 || (granularity & (granularity - 1)) != 0)
-      throw config_error("sublinear: the VMM backend reports a granularity that is not a power of two");
-    if (opts.min_block == 0 || (opts.min_block & (opts.min_block - 1)) != 0)
-      throw config_error("sublinear: options.min_block must be a power of two");
-    if (opts.small_size > opts.small_segment || opts.min_large_alloc > opts.large_segment)
-      throw config_error("sublinear: size classes must fit in their segments (small_size <= small_segment, "
-                         "min_large_alloc <= large_segment)");
-    opts.small_segment = round_up(opts.small_segment, granularity);
-    opts.large_segment = round_up(opts.large_segment, granularity);
-    opts.round_large = round_up(std::max<std::size_t>(opts.round_large, 1), granularity);
-    st.budget = opts.budget == 0 ? physical_capacity : opts.budget;
-    reservation_size = round_up(opts.reserve == 0 ? 2 * physical_capacity : opts.reserve, granularity);
-    void* base = nullptr;
-    if (vmm_status s = device.reserve(reservation_size, &base); s != vmm_status::ok) {
-      throw out_of_memory("sublinear: cannot reserve " + format_bytes(reservation_size) +
-                              " of address space on the " + device.name() + " device (" + to_string(s) +
-                              ": " + device.last_error() + "); set a smaller options.reserve",
-                          {reservation_size, 0, 0, st.budget, 0, out_of_memory::cause::address_space});
-    }
-    reservation = static_cast<char*>(base);
-    address_space.emplace(reservation, reservation_size);
-  }
+  impl(vmm& d, stream_events& e, options o) : ctx(d, e, o), space(ctx) {}
 
   ~impl() {
     // Wait for everything still pending, then give every page and the range back.
     for (auto& p : pending_frees) drain(p, true);
     for (auto& p : pending_evictions) drain(p, true);
-    orphan_handoff();
-    for (old_mapping& m : old_mappings) {
-      for (event_handle e : m.events) {
-        events.synchronize(e);
-        events.release(e);
-      }
-      device.unmap(m.base, m.size);
-      if (m.orphan) device.release_chunk(m.chunk);
-    }
-    old_mappings.clear();
+    chunks.shutdown_old_mappings();
     live.clear();
     for (auto& pool : pools) {
       pool->small.clear();
@@ -231,8 +182,7 @@ struct caching_allocator::impl {
       }
     }
     for (block* b : spare_blocks) delete b;
-    for (auto& [size, handle] : chunk_pool) device.release_chunk(handle);
-    device.release(reservation, reservation_size);
+    chunks.shutdown_pool();  // the address space releases the reservation after this
   }
 
   void drain(pending& p, bool wait) {
@@ -322,11 +272,6 @@ struct caching_allocator::impl {
     return *(last_pool = pools.back().get());
   }
 
-  void note_mapped(std::ptrdiff_t delta) {
-    st.mapped = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(st.mapped) + delta);
-    st.mapped_peak = std::max(st.mapped_peak, st.mapped);
-  }
-
   void insert_free(block* b) {
     b->allocated = false;
     b->in_free_set = true;
@@ -347,125 +292,16 @@ struct caching_allocator::impl {
     return largest;
   }
 
-  // ---- address space ------------------------------------------------------------------
-  char* take_address_range(std::size_t size) {
-    for (auto it = address_space.begin(); it != address_space.end(); ++it) {
-      if (it->second < size) continue;
-      char* base = it->first;
-      std::size_t left = it->second - size;
-      address_space.erase(it);
-      if (left > 0) address_space.emplace(base + size, left);
-      return base;
-    }
-    return nullptr;
-  }
-  void give_address_range(char* base, std::size_t size) {
-    auto next = address_space.lower_bound(base);
-    if (next != address_space.end() && base + size == next->first) {
-      size += next->second;
-      next = address_space.erase(next);
-    }
-    if (next != address_space.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == base) {
-        prev->second += size;
-        return;
-      }
-    }
-    address_space.emplace(base, size);
-  }
-
   // ---- physical pages -----------------------------------------------------------------
-  // Maps a chunk of seg->size bytes at seg->base: a pooled one if there is one (Note
-  // [Chunk pool]), else a fresh one. Returns the status of the failing call, rolling back
-  // what succeeded.
+  // Maps a chunk at `seg` (Note [Chunk pool]). Returns the status of the failing call.
   vmm_status map_segment(segment& seg) {
-    settle_old_mappings(true, seg.base, seg.size);  // an old mapping of a handed-off chunk here
     chunk_handle handle = 0;
-    bool pooled = false;
-    bool handed = false;
-    vmm_status s = vmm_status::ok;
-    if (handoff && handoff->size == seg.size) {
-      handle = handoff->chunk;  // already counted in mapped, like a pooled chunk
-      handoff.reset();
-      handed = true;
-    } else if (auto it = chunk_pool.find(seg.size); it != chunk_pool.end()) {
-      handle = it->second;
-      chunk_pool.erase(it);
-      st.pooled -= seg.size;
-      pooled = true;
-    } else {
-      s = device.create_chunk(seg.size, &handle);
-      ++st.create_calls;
-      if (s != vmm_status::ok) return s;
+    const vmm_status s = chunks.map(seg.base, seg.size, handle);
+    if (s == vmm_status::ok) {
+      seg.handle = handle;
+      seg.mapped = true;
     }
-    // A chunk that cannot be mapped is given back; a pooled one stays counted until then.
-    auto give_back = [&] {
-      if (handed) {  // still mapped at its old address: released once that is unmapped
-        mark_orphan(handle);
-        return;
-      }
-      device.release_chunk(handle);
-      ++st.release_calls;
-      if (pooled) note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
-    };
-    s = device.map(seg.base, seg.size, handle);
-    ++st.map_calls;
-    if (s != vmm_status::ok) {
-      give_back();
-      return s;
-    }
-    s = device.set_access(seg.base, seg.size);
-    ++st.set_access_calls;
-    if (s != vmm_status::ok) {
-      device.unmap(seg.base, seg.size);
-      ++st.unmap_calls;
-      give_back();
-      return s;
-    }
-    seg.handle = handle;
-    seg.mapped = true;
-    if (handed) {
-      // counted in mapped since its first mapping, and in handoffs when it was handed over
-    } else if (pooled) {
-      ++st.pool_reuses;  // already counted in mapped
-    } else {
-      note_mapped(static_cast<std::ptrdiff_t>(seg.size));
-    }
-    return vmm_status::ok;
-  }
-
-  bool pool_has(std::size_t size) const { return size != 0 && chunk_pool.find(size) != chunk_pool.end(); }
-
-  void release_pooled(std::multimap<std::size_t, chunk_handle>::iterator it) {
-    const std::size_t size = it->first;
-    vmm_status r = device.release_chunk(it->second);
-    ++st.release_calls;
-    chunk_pool.erase(it);
-    st.pooled -= size;
-    note_mapped(-static_cast<std::ptrdiff_t>(size));
-    if (r != vmm_status::ok) {
-      throw device_error("sublinear: releasing a pooled chunk of " + format_bytes(size) + " on the " + device.name() +
-                         " device failed (" + to_string(r) + ": " + device.last_error() + ")");
-    }
-  }
-
-  // Releases pooled chunks until `bytes` more fit under the budget: other sizes first,
-  // largest first, then chunks of `keep_size`. `bytes` 0 with `all` empties the pool.
-  void trim_pool(std::size_t bytes, std::size_t keep_size, bool all = false) {
-    for (auto it = chunk_pool.end(); it != chunk_pool.begin() && (all || !fits(bytes));) {
-      --it;
-      if (it->first == keep_size && !all) continue;
-      auto victim = it++;
-      release_pooled(victim);
-      ++st.pool_trims;
-    }
-    while (!chunk_pool.empty() && (all || !fits(bytes))) {
-      auto it = chunk_pool.find(keep_size);
-      if (it == chunk_pool.end()) break;
-      release_pooled(it);
-      ++st.pool_trims;
-    }
+    return s;
   }
 
   // Precondition: no pending work touches the segment (Note [Deferred unmap]). With
@@ -480,37 +316,12 @@ struct caching_allocator::impl {
   void unmap_segments(std::span<segment* const> segs, bool keep) {
     std::vector<vmm_range> ranges;
     ranges.reserve(segs.size());
-    std::size_t bytes = 0;
-    for (const segment* seg : segs) {
-      ranges.push_back({seg->base, seg->size});
-      bytes += seg->size;
-    }
-    const vmm_status s = device.unmap_ranges(ranges);
-    st.unmap_calls += segs.size();
-    if (s != vmm_status::ok) {
-      throw device_error("sublinear: unmapping " + format_bytes(bytes) + " in " + std::to_string(segs.size()) +
-                         " ranges on the " + device.name() + " device failed (" + to_string(s) + ": " +
-                         device.last_error() + ")");
-    }
+    for (const segment* seg : segs) ranges.push_back({seg->base, seg->size});
+    chunks.unmap(ranges);
     for (segment* seg : segs) {
-      // Its old mapping's last use ran before this one's: no real wait, and the chunk
-      // must have no other mapping before it is pooled or released.
-      settle_old_mappings(true, nullptr, 0, seg->handle);
-      vmm_status r = vmm_status::ok;
-      if (keep) {
-        chunk_pool.emplace(seg->size, seg->handle);
-        st.pooled += seg->size;
-        st.pooled_peak = std::max(st.pooled_peak, st.pooled);
-      } else {
-        r = device.release_chunk(seg->handle);
-        ++st.release_calls;
-      }
+      const vmm_status r = chunks.retire(seg->handle, seg->size, keep);
       seg->mapped = false;
-      if (!keep) note_mapped(-static_cast<std::ptrdiff_t>(seg->size));
-      if (r != vmm_status::ok) {
-        throw device_error("sublinear: releasing a chunk of " + format_bytes(seg->size) + " on the " +
-                           device.name() + " device failed (" + to_string(r) + ": " + device.last_error() + ")");
-      }
+      if (r != vmm_status::ok) throw ctx.device_failure("releasing a chunk of " + format_bytes(seg->size), r);
     }
   }
 
@@ -528,7 +339,7 @@ struct caching_allocator::impl {
     if (seg->mapped) unmap_segment(*seg, keep_chunk);
     st.reserved -= seg->size;
     ++st.segments_released;
-    if (give_range) give_address_range(seg->base, seg->size);
+    if (give_range) space.give(seg->base, seg->size);
     recycle(b);
     segments.erase(seg->base);
   }
@@ -542,81 +353,11 @@ struct caching_allocator::impl {
   }
 
   // ---- stream-ordered handoff (Note [Stream-ordered handoff]) -------------------------
-  // Unmaps the old mappings whose events have completed (all of them with `wait`), or
-  // only those overlapping [lo, lo + bytes) when `lo` is given, or only those of `chunk`.
-  // With `in_order`, stops at the first one not complete: polls take them oldest first.
-  void settle_old_mappings(bool wait, const char* lo = nullptr, std::size_t bytes = 0,
-                           std::optional<chunk_handle> chunk = std::nullopt, bool in_order = false) {
-    if (old_mappings.empty()) return;
-    std::vector<old_mapping> done;
-    for (auto it = old_mappings.begin(); it != old_mappings.end();) {
-      const bool in_range = (lo == nullptr || (it->base < lo + bytes && lo < it->base + it->size)) &&
-                            (!chunk || it->chunk == *chunk);
-      bool complete = in_range;
-      for (event_handle e : it->events) {
-        if (!complete) break;
-        if (wait) {
-          events.synchronize(e);
-        } else {
-          complete = events.query(e);
-        }
-      }
-      if (!complete) {
-        if (in_order) break;
-        ++it;
-        continue;
-      }
-      for (event_handle e : it->events) events.release(e);
-      it->events.clear();
-      done.push_back(std::move(*it));
-      it = old_mappings.erase(it);
-    }
-    if (done.empty()) return;
-    std::vector<vmm_range> ranges;
-    ranges.reserve(done.size());
-    for (const old_mapping& m : done) ranges.push_back({m.base, m.size});
-    const vmm_status s = device.unmap_ranges(ranges);
-    st.unmap_calls += done.size();
-    if (s != vmm_status::ok) {
-      throw device_error("sublinear: unmapping the old addresses of " + std::to_string(done.size()) +
-                         " handed-off chunks on the " + device.name() + " device failed (" + to_string(s) + ": " +
-                         device.last_error() + ")");
-    }
-    for (const old_mapping& m : done) {
-      if (m.give_range) give_address_range(m.base, m.size);
-      if (m.orphan) {
-        const vmm_status r = device.release_chunk(m.chunk);
-        ++st.release_calls;
-        note_mapped(-static_cast<std::ptrdiff_t>(m.size));
-        if (r != vmm_status::ok) {
-          throw device_error("sublinear: releasing a chunk of " + format_bytes(m.size) + " on the " + device.name() +
-                             " device failed (" + to_string(r) + ": " + device.last_error() + ")");
-        }
-      }
-    }
-  }
-
-  // A handed-off chunk that no mapping took: released once its old address is unmapped
-  // (until then it stays counted in mapped).
-  void mark_orphan(chunk_handle chunk) {
-    for (old_mapping& m : old_mappings) {
-      if (m.chunk == chunk) m.orphan = true;
-    }
-  }
-  void orphan_handoff() {
-    if (!handoff) return;
-    mark_orphan(handoff->chunk);
-    handoff.reset();
-  }
-  [[nodiscard]] bool has_orphans() const {
-    return std::any_of(old_mappings.begin(), old_mappings.end(), [](const old_mapping& m) { return m.orphan; });
-  }
-
   // Finds a chunk of exactly `bytes` whose last use is queued on `stream` and nowhere else,
   // and sets it aside for the next map_segment: a pending eviction's first (its block is
   // gone for now anyway), else a wholly free cached segment's. Returns false if none.
   bool hand_off(std::size_t bytes, std::optional<stream_handle> on) {
-    if (!opts.stream_ordered_handoff || !on || bytes == 0 || handoff) return false;
+    if (!opts.stream_ordered_handoff || !on || bytes == 0 || chunks.holding_handoff()) return false;
     const stream_handle stream = *on;
     for (auto it = pending_evictions.begin(); it != pending_evictions.end(); ++it) {
       block* b = it->b;
@@ -626,12 +367,10 @@ struct caching_allocator::impl {
       if (std::any_of(b->stream_uses.begin(), b->stream_uses.end(), [&](stream_handle u) { return u != stream; }))
         continue;
       segment* seg = b->seg;
-      old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(it->events), false, false});
+      chunks.hand_over(seg->base, seg->size, seg->handle, std::move(it->events), false, stream);
       pending_evictions.erase(it);
       seg->mapped = false;
       note_evicted(b);
-      handoff = handed_chunk{bytes, seg->handle, stream};
-      ++st.handoffs;
       return true;
     }
     stream_pool& pool = pool_for(stream);
@@ -649,11 +388,9 @@ struct caching_allocator::impl {
         } else {
           evs.push_back(events.record(seg->stream));
         }
-        old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(evs), true, false});
-        handoff = handed_chunk{bytes, seg->handle, stream};
+        chunks.hand_over(seg->base, seg->size, seg->handle, std::move(evs), true, stream);
         seg->mapped = false;  // the old mapping is unmapped when settled, not here
         release_segment(b, false, false);
-        ++st.handoffs;
         return true;
       }
     }
@@ -743,10 +480,7 @@ struct caching_allocator::impl {
   void poll() {
     if (!pending_frees.empty()) process_pending_frees(false);
     if (!pending_evictions.empty()) process_pending_evictions(false);
-    // Old mappings hold no memory of their own (their chunks are counted where they are
-    // mapped now), only address space: settled in batches, oldest first, which keeps the
-    // event queries off every allocation's path.
-    if (old_mappings.size() >= kSettleBatch) settle_old_mappings(false, nullptr, 0, std::nullopt, true);
+    chunks.poll();
   }
 
   // Releases the wholly free segments `whole` (blocks spanning their segment) until
@@ -803,11 +537,7 @@ struct caching_allocator::impl {
   }
 
   // Blocks the host until everything queued on `s` so far has run.
-  void wait_for_stream(stream_handle s) {
-    event_handle e = events.record(s);
-    events.synchronize(e);
-    events.release(e);
-  }
+  void wait_for_stream(stream_handle s) { ctx.wait_for_stream(s); }
 
   // Appends the free blocks of `set` that span their whole, mapped segment.
   static void collect_whole(free_set& set, std::vector<block*>& out) {
@@ -827,7 +557,7 @@ struct caching_allocator::impl {
     }
     const std::size_t keep = opts.pool_chunks && !all && keep_size != 0 ? keep_size : 0;
     return release_whole(whole, keep, [&](std::size_t) {
-      return !all && (fits(bytes) || (keep != 0 && pool_has(keep)));
+      return !all && (fits(bytes) || (keep != 0 && chunks.pooled(keep)));
     });
   }
 
@@ -847,38 +577,34 @@ struct caching_allocator::impl {
     st.idle_releases += st.segments_released - before;
   }
 
-  bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }
-  // A mapping of `bytes` can be made now: a pooled chunk of that size (already counted)
-  // or room under the budget.
-  bool ready(std::size_t bytes) const {
-    return (handoff && handoff->size == bytes) || pool_has(bytes) || fits(bytes);
-  }
+  bool fits(std::size_t bytes) const { return ctx.fits(bytes); }
+  bool ready(std::size_t bytes) const { return chunks.ready(bytes); }
 
   // The ladder of Note [Strict budget]. Returns false if `bytes` cannot be made to fit.
   // `stream`: the mapping's pages are used on it (none: unknown), which allows a
   // handoff (Note [Stream-ordered handoff]).
   bool make_room(std::size_t bytes, std::optional<stream_handle> stream = std::nullopt) {
     // One left by a request that failed before mapping it serves only its own size and stream.
-    if (handoff && (handoff->size != bytes || !stream || handoff->stream != *stream)) orphan_handoff();
+    chunks.keep_handoff_for(bytes, stream);
     if (ready(bytes)) return true;
     poll();
     if (ready(bytes) || hand_off(bytes, stream)) return true;
     // Pooled chunks first, then cached segments, then the chunks their release pooled.
     const auto give_back = [&] {
       if (ready(bytes)) return true;
-      trim_pool(bytes, bytes);
+      chunks.trim(bytes, bytes);
       if (fits(bytes)) return true;
       release_cached(bytes, false, bytes);
       if (ready(bytes)) return true;
-      trim_pool(bytes, bytes);
+      chunks.trim(bytes, bytes);
       return fits(bytes);
     };
     if (give_back()) return true;
-    if (!pending_evictions.empty() || !pending_frees.empty() || has_orphans()) {
+    if (!pending_evictions.empty() || !pending_frees.empty() || chunks.has_orphans()) {
       ++st.budget_waits;
       process_pending_evictions(true);
       process_pending_frees(true);
-      if (has_orphans()) settle_old_mappings(true);
+      if (chunks.has_orphans()) chunks.settle_all();
       if (give_back()) return true;
     }
     if (opts.trim_segments && trim_free_holes(bytes)) return true;
@@ -1003,7 +729,7 @@ struct caching_allocator::impl {
           return s;
         }
       }
-      note_mapped(static_cast<std::ptrdiff_t>(head + tail));
+      ctx.note_mapped(static_cast<std::ptrdiff_t>(head + tail));
       return vmm_status::ok;
     };
     const bool beside = fits(head + tail);
@@ -1012,7 +738,7 @@ struct caching_allocator::impl {
     for (int i = 0; i < 2; ++i) {
       if (sizes[i] == 0) continue;
       if (device.copy_to_host(stash.data() + (i == 0 ? 0 : head), bases[i], sizes[i]) != vmm_status::ok) {
-        if (beside) note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
+        if (beside) ctx.note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
         release_fresh();
         return;  // this backend cannot copy: nothing has changed
       }
@@ -1020,7 +746,7 @@ struct caching_allocator::impl {
     try {
       unmap_segment(seg);
     } catch (...) {
-      if (beside) note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
+      if (beside) ctx.note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
       release_fresh();
       throw;
     }
@@ -1040,7 +766,7 @@ struct caching_allocator::impl {
       if (s != vmm_status::ok) throw fail("copying a live part back", s);
     }
     split_at_hole(h, fresh[0], fresh[1]);  // may destroy `seg`
-    give_address_range(base + h.lo, h.gain());
+    space.give(base + h.lo, h.gain());
     st.reserved -= h.gain();
     ++st.segment_trims;
     st.trimmed_bytes += h.gain();
@@ -1122,7 +848,7 @@ struct caching_allocator::impl {
     if (s == vmm_status::out_of_memory) {
       release_cached(0, true);
       process_pending_evictions(true);
-      trim_pool(0, 0, true);
+      chunks.empty_pool();
       s = map_segment(seg);
     }
     if (s == vmm_status::out_of_memory)
@@ -1134,10 +860,10 @@ struct caching_allocator::impl {
   }
 
   block* new_segment(std::size_t size, pool_kind kind, stream_handle stream, std::size_t requested) {
-    char* base = take_address_range(size);
+    char* base = space.take(size);
     if (base == nullptr) {
-      orphan_handoff();  // make_room may have set one aside for this segment
-      throw_oom(requested, out_of_memory::cause::address_space, "the reserved address space (" + format_bytes(reservation_size) +
+      chunks.orphan_handoff();  // make_room may have set one aside for this segment
+      throw_oom(requested, out_of_memory::cause::address_space, "the reserved address space (" + format_bytes(space.size()) +
                                ") has no free range of " + format_bytes(size) + "; set a larger options.reserve");
     }
     auto seg = std::make_unique<segment>();
@@ -1148,7 +874,7 @@ struct caching_allocator::impl {
     try {
       map_under_budget(*seg, requested, stream);
     } catch (...) {
-      give_address_range(base, size);
+      space.give(base, size);
       throw;
     }
     block* b = new_block();
@@ -1639,7 +1365,7 @@ struct caching_allocator::impl {
     std::size_t budget = bytes == 0 ? physical_capacity : bytes;
     std::size_t old = st.budget;
     st.budget = budget;
-    trim_pool(0, 0, true);  // a new plan, new sizes: the pool starts empty (Note [Chunk pool])
+    chunks.empty_pool();  // a new plan, new sizes: the pool starts empty (Note [Chunk pool])
     if (!make_room(0)) {
       st.budget = old;
       throw_oom(0, out_of_memory::cause::budget,
@@ -1659,8 +1385,7 @@ struct caching_allocator::impl {
     for (const auto& [base, seg] : segments) {
       reserved += seg->size;
       if (seg->mapped) mapped += seg->size;
-      if (seg->base < reservation || seg->base + seg->size > reservation + reservation_size)
-        return fail("segment outside the reservation");
+      if (!space.contains(seg->base, seg->size)) return fail("segment outside the reservation");
       if (reinterpret_cast<std::uintptr_t>(seg->base) % granularity != 0 || seg->size % granularity != 0)
         return fail("segment not granularity-aligned");
       std::size_t covered = 0;
@@ -1711,14 +1436,11 @@ struct caching_allocator::impl {
       }
     }
     if (pack_segments != packs.size()) return fail("pack keys name segments that are not packs");
-    std::size_t pooled = 0;
-    for (const auto& [size, handle] : chunk_pool) pooled += size;
+    const std::size_t pooled = chunks.pooled_bytes();
     if (pooled != st.pooled) return fail("pooled statistic disagrees with a recount");
     mapped += pooled;
-    for (const old_mapping& m : old_mappings) {
-      if (m.orphan) mapped += m.size;
-    }
-    if (handoff) return fail("a handed-off chunk was left unmapped");
+    mapped += chunks.orphaned_bytes();
+    if (chunks.holding_handoff()) return fail("a handed-off chunk was left unmapped");
     std::size_t in_sets = 0;
     for (const auto& p : pools) in_sets += p->small.size() + p->large.size() + p->dedicated.size();
     if (in_sets != free_blocks) return fail("free sets disagree with block states");
@@ -1976,7 +1698,7 @@ std::size_t caching_allocator::reclaim() {
   // Bytes taken out of segments: a chunk that goes to the pool is unmapped too.
   std::size_t before = impl_->st.mapped - impl_->st.pooled;
   impl_->poll();
-  impl_->settle_old_mappings(false);  // every completed one, not only a batch
+  impl_->chunks.settle_completed();  // every completed one, not only a batch
   return before - (impl_->st.mapped - impl_->st.pooled);
 }
 
@@ -1985,9 +1707,9 @@ std::size_t caching_allocator::empty_cache() {
   std::size_t before = impl_->st.mapped;
   impl_->process_pending_frees(true);
   impl_->process_pending_evictions(true);
-  impl_->settle_old_mappings(true);
+  impl_->chunks.settle_all();
   impl_->release_cached(0, true);
-  impl_->trim_pool(0, 0, true);
+  impl_->chunks.empty_pool();
   return before - impl_->st.mapped;
 }
 
@@ -2009,7 +1731,7 @@ void caching_allocator::set_segment_trim(bool trim) {
 void caching_allocator::set_stream_ordered_handoff(bool handoff) {
   std::lock_guard lock(impl_->mutex);
   impl_->opts.stream_ordered_handoff = handoff;
-  if (!handoff) impl_->orphan_handoff();
+  if (!handoff) impl_->chunks.orphan_handoff();
 }
 
 void caching_allocator::set_budget(std::size_t bytes) {

@@ -1,5 +1,8 @@
 // The caching allocator: PyTorch-style size classes, per-stream reuse, split and merge,
 // over the VMM interface, with page-level eviction and a strict budget on mapped bytes.
+// Its parts shared or split out so far live in allocator/detail/: the context, the
+// address space (Note [Address space]) and the chunk source (Note [Chunk pool], Note
+// [Stream-ordered handoff]).
 //
 // Note [Segments and blocks]
 // Rationale: a cudaMalloc per tensor costs tens of microseconds; a caching allocator
@@ -30,49 +33,6 @@
 //   event has completed: polled on each allocate() and reclaim(), waited for only when
 //   the budget cannot be met otherwise. Until then the pages count as mapped. restore()
 //   of a block whose eviction is still pending simply cancels it.
-//
-// Note [Chunk pool]
-// Rationale: eviction gives pages back and regeneration wants the same amount again a
-//   few launches later. Releasing the chunk and creating a fresh one costs a create, a
-//   release and, worst of all, a page fault per page on first touch (zero-filled pages on
-//   the host, the driver's own zeroing on CUDA). Profiles of replayed training spent more
-//   time there than in most kernels.
-// Approach: when an eviction completes, the segment's chunk is unmapped but kept, in a
-//   pool keyed by its exact size (a mapping covers a whole chunk, so only an equal size
-//   can reuse it). Every mapping (a new segment of any kind, a restore) first takes a
-//   pooled chunk of its size: one map and one set_access, no create, and on the host
-//   device no fresh pages. A cached free segment released under pressure whose size is
-//   the one wanted goes through the pool too. The pool is honest about memory: pooled
-//   chunks are physical memory, so `stats::mapped` (the budgeted quantity) counts them
-//   (`stats::pooled` says how much of it is pooled) and a budget bounds mapped + pooled.
-//   Under pressure the pool is trimmed first (other sizes before the wanted one), before
-//   cached segments are released or pending evictions waited for. empty_cache() and
-//   set_budget() empty it. `options::pool_chunks = false` restores release + create.
-// Limitations: exact sizes only; a workload whose evicted sizes never recur gains
-//   nothing and holds up to the budget in pooled chunks until pressure trims them.
-//
-// Note [Stream-ordered handoff]
-// Rationale: at a tight budget the pages a mapping needs are often held by an eviction
-//   or a freed segment whose last use is still queued on the stream. Waiting for that
-//   event drains the stream's queue, and the stream then idles while the host maps and
-//   queues the next work: at the Re-forwarding table's smallest ResNet-152 budget about
-//   35 such waits per iteration, 28 of them for a chunk of exactly the size wanted, on the
-//   very stream that would use the new mapping.
-// Approach: work queued later on the same stream runs after that last use, so the chunk
-//   can be mapped at its new address at once (a second mapping of the same physical
-//   chunk: the ledger counts mappings per chunk, and a CUDA chunk is freed only once
-//   every mapping of it is gone). The old address is unmapped once its events complete,
-//   and only then given back to the address space; the chunk is counted once, as the new
-//   mapping's. Taken only for an exact size, when every event of the old use is on the
-//   requesting stream: allocate() (a block is used on its stream) and restore() with the
-//   stream the caller will use the pages on; restore() without one never hands off.
-//   Mapping over an address whose old mapping is still pending settles that one first.
-//   `options::stream_ordered_handoff = false` waits as before.
-// Limitations: exact sizes only, like the pool; work on other streams never takes part.
-//   Until its old use completes, an evicted block's address shows the new owner's pages:
-//   a stray access queued after the eviction (a pointer the engine's safety net cannot
-//   see) lands there instead of faulting once the pages are gone. The handoff trades that
-//   late fault for not draining the stream; switch it off to debug such a program.
 //
 // Note [Strict budget]
 // Every path that maps pages (new segment, restore) first checks mapped + size <=
