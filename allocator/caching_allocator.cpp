@@ -1,18 +1,15 @@
 // The caching allocator. Design notes live in caching_allocator.hpp and in the component
-// headers of allocator/detail/ (the context its parts share, the address space, the chunk
-// source); this file keeps the data structures (a type map first) and the slow-path ladder
-// of Note [Strict budget].
-//
-//   segment       : a granularity-aligned piece of the reserved range, backed by one chunk
-//   block         : a piece of a segment: allocated, free (in a free set) or pending-free
-//   stream_pool   : per stream, three free sets (small, large, dedicated) ordered by size
-//   live_         : allocated blocks ordered by address (find() and deallocate())
-//   pack          : a dedicated segment shared by several evictable blocks (Note [Packs]),
-//                   found by key in packs
+// headers of allocator/detail/ (the data types in blocks.hpp); this file keeps the
+// slow-path ladder of Note [Strict budget], packs (found by key in `packs`), evictions and
+// the validator.
 #include "allocator/caching_allocator.hpp"
 #include "allocator/detail/address_space.hpp"
+#include "allocator/detail/block_pool.hpp"
+#include "allocator/detail/blocks.hpp"
 #include "allocator/detail/chunk_source.hpp"
 #include "allocator/detail/context.hpp"
+#include "allocator/detail/segment_table.hpp"
+#include "allocator/detail/segment_trim.hpp"
 #include "common/round_up.hpp"
 #include "common/text.hpp"
 
@@ -29,86 +26,15 @@
 #include <utility>
 #include <vector>
 
-#include <boost/intrusive/set.hpp>
-
 namespace sublinear::allocator {
 namespace {
 
-namespace bi = boost::intrusive;
-
-std::size_t round_down(std::size_t n, std::size_t multiple) { return n / multiple * multiple; }
-
-enum class pool_kind : std::uint8_t { small, large, dedicated };
-
-struct block;
-
-// What makes a dedicated segment a pack (Note [Packs]).
-struct pack_info {
-  std::uint64_t key = 0;
-  std::size_t bytes = 0;  // as the pack was made (before rounding)
-  // Member ranges ever used, [offset, offset + size): never used again in this pack.
-  std::vector<std::pair<std::size_t, std::size_t>> used;
-  // The last uses of members no longer resident (evicting or freed): the latest event per
-  // stream, since a later event on a stream completes after every earlier one there.
-  std::vector<std::pair<stream_handle, event_handle>> events;
-  std::uint64_t unmap_id = 0;  // nonzero: the unmap is queued in pending_evictions under this id
-  bool pinned = false;         // being mapped: the pack must not end under the caller
-};
-
-struct segment {
-  char* base = nullptr;
-  std::size_t size = 0;
-  chunk_handle handle = 0;
-  bool mapped = false;
-  pool_kind kind = pool_kind::small;
-  stream_handle stream = nullptr;
-  block* first = nullptr;
-  // Recorded on `stream` when the segment last became wholly free under a budget: once it
-  // has completed the pages can be given back without waiting for the whole stream.
-  event_handle free_event = nullptr;
-  bool has_free_event = false;
-  std::unique_ptr<pack_info> pack;  // set while the segment is a pack (kind dedicated)
-};
-
-using set_hook = bi::set_member_hook<bi::link_mode<bi::safe_link>>;
-
-struct block {
-  set_hook hook;  // in a free set when free, in live_ when allocated; never both
-  char* ptr = nullptr;
-  std::size_t size = 0;
-  std::size_t requested = 0;
-  segment* seg = nullptr;
-  block* prev = nullptr;  // address neighbours inside the segment
-  block* next = nullptr;
-  stream_handle stream = nullptr;
-  bool allocated = false;
-  bool in_free_set = false;
-  bool filler = false;  // an unused piece of a pack (Note [Packs]): never allocated, never free
-  residency state = residency::resident;
-  std::uint64_t eviction_generation = 0;  // bumped to cancel a pending eviction
-  std::vector<stream_handle> stream_uses;
-};
-
-struct by_size_key {
-  using type = std::pair<std::size_t, const char*>;
-  type operator()(const block& b) const { return {b.size, b.ptr}; }
-};
-struct by_address_key {
-  using type = const char*;
-  type operator()(const block& b) const { return b.ptr; }
-};
-
-using free_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_size_key>>;
-using live_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_address_key>>;
-
-struct stream_pool {
-  stream_handle stream = nullptr;
-  free_set small;
-  free_set large;
-  free_set dedicated;  // whole free segments of evictable blocks, reused by exact size
-
-  free_set& of(pool_kind k) { return k == pool_kind::small ? small : k == pool_kind::large ? large : dedicated; }
-};
+using detail::block;
+using detail::by_size_key;
+using detail::free_set;
+using detail::pack_info;
+using detail::pool_kind;
+using detail::segment;
 
 // Events a block waits on before it can be reused (frees) or unmapped (evictions). A
 // pack's unmap (Note [Packs]) has no block: `pack_key` names the pack, `generation` is the
@@ -133,14 +59,12 @@ struct caching_allocator::impl {
   stats& st = ctx.st;
   detail::address_space space;
   detail::chunk_source chunks{ctx, space};
+  detail::block_pool pool{ctx};
+  detail::segment_table segments{ctx, space, chunks, pool};
+  detail::segment_trim trim{ctx, space, pool, segments};
 
   mutable std::mutex mutex;
   std::atomic<allocation_observer*> observer{nullptr};
-  std::map<char*, std::unique_ptr<segment>> segments;     // every segment, by base
-  std::vector<std::unique_ptr<stream_pool>> pools;
-  stream_pool* last_pool = nullptr;
-  live_set live;
-  std::vector<block*> spare_blocks;
   std::deque<pending> pending_frees;
   std::deque<pending> pending_evictions;
   std::map<std::uint64_t, segment*> packs;                 // live packs by key (Note [Packs])
@@ -156,32 +80,8 @@ struct caching_allocator::impl {
     for (auto& p : pending_frees) drain(p, true);
     for (auto& p : pending_evictions) drain(p, true);
     chunks.shutdown_old_mappings();
-    live.clear();
-    for (auto& pool : pools) {
-      pool->small.clear();
-      pool->large.clear();
-      pool->dedicated.clear();
-    }
-    for (auto& [base, seg] : segments) {
-      if (seg->has_free_event) events.release(seg->free_event);
-      if (seg->pack) {
-        for (auto [s, e] : seg->pack->events) {
-          events.synchronize(e);
-          events.release(e);
-        }
-        seg->pack->events.clear();
-      }
-      if (seg->mapped) {
-        device.unmap(seg->base, seg->size);
-        device.release_chunk(seg->handle);
-      }
-      for (block* b = seg->first; b != nullptr;) {
-        block* next = b->next;
-        delete b;
-        b = next;
-      }
-    }
-    for (block* b : spare_blocks) delete b;
+    pool.clear();
+    segments.shutdown();
     chunks.shutdown_pool();  // the address space releases the reservation after this
   }
 
@@ -191,105 +91,6 @@ struct caching_allocator::impl {
       events.release(e);
     }
     p.events.clear();
-  }
-
-  // ---- size classes (PyTorch's rules) -------------------------------------------------
-  std::size_t round_size(std::size_t size) const { return round_up(std::max(size, opts.min_block), opts.min_block); }
-
-  std::size_t segment_size(std::size_t rounded) const {
-    // Note [Exact small segments]
-    // Rationale: under a budget, a small-pool segment that holds one live block cannot give
-    //   any of its pages back (a mapping is unmapped whole). With PyTorch's 2 MiB small
-    //   segments on the host device's 64 KiB pages, `sublinear demo` (ResNet-218, planned
-    //   with each buffer's 512-byte rounding counted once in the margin) ran out of memory
-    //   at a regeneration in 6 of 24 runs of a stress (six budgets, two planners, three runs
-    //   at a time): one page short, with 1.5-1.9 MiB free inside small segments.
-    // Approach: with exact_small_segments (on while the replay engine runs) a new small
-    //   segment is the request rounded up to the granularity; later small requests still
-    //   split it (best fit), and a wholly free one is released like any cached segment.
-    //   On CUDA the granularity is the small segment size, so nothing changes there.
-    //   Best fit alone still let one tiny block pin a large segment: a 512-byte request
-    //   split a wholly free 576 KiB small segment and held all of it mapped while the
-    //   engine needed one page for a regeneration (stress of docs/runtime.md, after the
-    //   planners began filling their budgets). So in this mode a small request prefers a
-    //   free block in a segment that is already partly used (small_fit below). Making a
-    //   new exact segment rather than splitting a wholly free larger one was tried too: it
-    //   grew the unbudgeted traced iteration's cache (19.88 -> 21.38 MiB mapped in the
-    //   demo) and with it the planning margin, so it is not done.
-    // Limitations: more, smaller segments: a map call per page of small requests the first
-    //   time they are needed (the chunk pool serves later ones).
-    if (rounded <= opts.small_size) return opts.exact_small_segments ? round_up(rounded, granularity) : opts.small_segment;
-    if (rounded < opts.min_large_alloc) return opts.large_segment;
-    return round_up(rounded, opts.round_large);
-  }
-
-  // The free block a small request takes (Note [Exact small segments]): best fit, except
-  // that with exact_small_segments a wholly free segment larger than the request's own
-  // pages is split only when no partly used segment has room (among the next 32
-  // candidates in size order). set.end(): make a new segment.
-  free_set::iterator small_fit(free_set& set, std::size_t rounded) {
-    auto best = set.lower_bound(by_size_key::type{rounded, nullptr});
-    if (!opts.exact_small_segments || best == set.end()) return best;
-    const std::size_t own = round_up(rounded, granularity);
-    const auto whole_and_larger = [&](const block& b) { return b.prev == nullptr && b.next == nullptr && b.size > own; };
-    if (!whole_and_larger(*best)) return best;
-    auto it = best;
-    for (int looked = 0; it != set.end() && looked < 32; ++it, ++looked) {
-      if (!whole_and_larger(*it)) return it;
-    }
-    return best;
-  }
-
-  bool should_split(const block& b, std::size_t size) const {
-    std::size_t remaining = b.size - size;
-    if (b.seg->kind == pool_kind::small) return remaining >= opts.min_block;
-    if (b.seg->kind == pool_kind::large) return remaining > opts.small_size;
-    return false;  // dedicated segments are never split (Note [Evictable blocks])
-  }
-
-  // ---- bookkeeping --------------------------------------------------------------------
-  block* new_block() {
-    if (spare_blocks.empty()) return new block;
-    block* b = spare_blocks.back();
-    spare_blocks.pop_back();
-    return b;
-  }
-  void recycle(block* b) {
-    b->stream_uses.clear();
-    b->prev = b->next = nullptr;
-    b->allocated = b->in_free_set = b->filler = false;
-    b->state = residency::resident;
-    spare_blocks.push_back(b);
-  }
-
-  stream_pool& pool_for(stream_handle s) {
-    if (last_pool != nullptr && last_pool->stream == s) return *last_pool;
-    for (auto& p : pools) {
-      if (p->stream == s) return *(last_pool = p.get());
-    }
-    pools.push_back(std::make_unique<stream_pool>());
-    pools.back()->stream = s;
-    return *(last_pool = pools.back().get());
-  }
-
-  void insert_free(block* b) {
-    b->allocated = false;
-    b->in_free_set = true;
-    pool_for(b->seg->stream).of(b->seg->kind).insert(*b);
-  }
-  void erase_free(block* b) {
-    pool_for(b->seg->stream).of(b->seg->kind).erase(free_set::s_iterator_to(*b));
-    b->in_free_set = false;
-  }
-
-  std::size_t largest_free_block() const {
-    std::size_t largest = 0;
-    for (const auto& p : pools) {
-      for (const free_set* s : {&p->small, &p->large, &p->dedicated}) {
-        if (!s->empty()) largest = std::max(largest, s->rbegin()->size);
-      }
-    }
-    return largest;
   }
 
   // ---- physical pages -----------------------------------------------------------------
@@ -302,46 +103,6 @@ struct caching_allocator::impl {
       seg.mapped = true;
     }
     return s;
-  }
-
-  // Precondition: no pending work touches the segment (Note [Deferred unmap]). With
-  // `keep`, the chunk goes to the pool and stays counted in mapped (Note [Chunk pool]).
-  void unmap_segment(segment& seg, bool keep = false) {
-    segment* one[] = {&seg};
-    unmap_segments(one, keep);
-  }
-
-  // Unmaps several segments in one device call (adjacent ones merge on the host: Note
-  // [Batched unmap] in host_vmm.cpp), then pools or releases each chunk.
-  void unmap_segments(std::span<segment* const> segs, bool keep) {
-    std::vector<vmm_range> ranges;
-    ranges.reserve(segs.size());
-    for (const segment* seg : segs) ranges.push_back({seg->base, seg->size});
-    chunks.unmap(ranges);
-    for (segment* seg : segs) {
-      const vmm_status r = chunks.retire(seg->handle, seg->size, keep);
-      seg->mapped = false;
-      if (r != vmm_status::ok) throw ctx.device_failure("releasing a chunk of " + format_bytes(seg->size), r);
-    }
-  }
-
-  // Releases a fully free segment whose single block `b` is in a free set (or, for an
-  // evicted dedicated block, already unmapped).
-  // With `give_range` false the address range stays taken: a handed-off chunk's old
-  // mapping still covers it and gives it back once settled (Note [Stream-ordered handoff]).
-  void release_segment(block* b, bool keep_chunk = false, bool give_range = true) {
-    segment* seg = b->seg;
-    if (seg->has_free_event) {
-      events.release(seg->free_event);
-      seg->has_free_event = false;
-    }
-    if (b->in_free_set) erase_free(b);
-    if (seg->mapped) unmap_segment(*seg, keep_chunk);
-    st.reserved -= seg->size;
-    ++st.segments_released;
-    if (give_range) space.give(seg->base, seg->size);
-    recycle(b);
-    segments.erase(seg->base);
   }
 
   // An evicting block's pages are gone from it (unmapped, or handed to another mapping).
@@ -373,28 +134,7 @@ struct caching_allocator::impl {
       note_evicted(b);
       return true;
     }
-    stream_pool& pool = pool_for(stream);
-    for (free_set* set : {&pool.dedicated, &pool.large, &pool.small}) {
-      for (auto it = set->lower_bound(by_size_key::type{bytes, nullptr}); it != set->end() && it->size == bytes; ++it) {
-        block* b = &*it;
-        segment* seg = b->seg;
-        if (seg->size != bytes || !seg->mapped) continue;
-        // Frees used on other streams reach the free sets only once that work is done
-        // (pending_frees), so what may still touch the segment is queued on `stream`.
-        std::vector<event_handle> evs;
-        if (seg->has_free_event) {
-          evs.push_back(seg->free_event);
-          seg->has_free_event = false;
-        } else {
-          evs.push_back(events.record(seg->stream));
-        }
-        chunks.hand_over(seg->base, seg->size, seg->handle, std::move(evs), true, stream);
-        seg->mapped = false;  // the old mapping is unmapped when settled, not here
-        release_segment(b, false, false);
-        return true;
-      }
-    }
-    return false;
+    return segments.hand_off(bytes, stream);
   }
 
   // ---- pending events -----------------------------------------------------------------
@@ -458,7 +198,7 @@ struct caching_allocator::impl {
     segs.reserve(done.size() + done_packs.size());
     for (block* b : done) segs.push_back(b->seg);
     segs.insert(segs.end(), done_packs.begin(), done_packs.end());
-    unmap_segments(segs, opts.pool_chunks);
+    segments.unmap(segs, opts.pool_chunks);
     for (block* b : done) {
       note_evicted(b);
       unmapped += b->size;
@@ -483,100 +223,6 @@ struct caching_allocator::impl {
     chunks.poll();
   }
 
-  // Releases the wholly free segments `whole` (blocks spanning their segment) until
-  // `done(released bytes)` says so. Those whose free has completed on their stream go
-  // first, with no wait at all, then those the host must wait for (Note [Idle first]). In
-  // each group a segment of exactly `keep_size` bytes (0: none) goes first and its chunk
-  // is pooled (Note [Chunk pool]), then the largest.
-  //
-  // Note [Idle first]
-  // Rationale: a wait here is for the event recorded when the segment became free, most
-  //   often at a kernel the host has only just queued: the host waits until the stream
-  //   has drained that far, and then the stream idles while the host maps the next pages.
-  //   A pooled chunk of the wanted size saves a create and the first touch of its pages,
-  //   which costs less than a drained queue. Until session 16 a segment of the wanted
-  //   size went first even when it meant a wait: `sublinear demo --depth 434 --batch 32`
-  //   at 0.5x waited here about 19 times per planned iteration.
-  // Approach: give back idle segments of any size before waiting for one of the wanted
-  //   size. In that demo the waits fell to about 8 per iteration, and the wall time the
-  //   stream spent outside its items from 16-19 ms to 11-13 ms per iteration
-  //   (docs/benchmarks.md, "Where the time goes", session 16).
-  template <class Done>
-  std::size_t release_whole(const std::vector<block*>& whole, std::size_t keep_size, Done done) {
-    std::vector<std::pair<block*, bool>> order;
-    order.reserve(whole.size());
-    for (block* b : whole) order.emplace_back(b, b->seg->has_free_event && events.query(b->seg->free_event));
-    std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
-      if (x.second != y.second) return x.second;
-      const bool kx = keep_size != 0 && x.first->size == keep_size;
-      const bool ky = keep_size != 0 && y.first->size == keep_size;
-      if (kx != ky) return kx;
-      return x.first->size > y.first->size;
-    });
-    std::size_t released = 0;
-    std::vector<stream_handle> drained;
-    for (auto [b, idle] : order) {
-      if (done(released)) break;
-      // A free block may still be read by work queued on its stream before the free
-      // (stream-ordered reuse is safe, unmapping is not): wait for the event recorded when
-      // the segment became free, or else for that stream once.
-      if (idle || std::find(drained.begin(), drained.end(), b->seg->stream) != drained.end()) {
-        // nothing to wait for
-      } else if (b->seg->has_free_event) {
-        events.synchronize(b->seg->free_event);
-        ++st.release_waits;
-      } else {
-        wait_for_stream(b->seg->stream);
-        drained.push_back(b->seg->stream);
-        ++st.release_waits;
-      }
-      released += b->size;
-      release_segment(b, keep_size != 0 && b->size == keep_size);
-    }
-    return released;
-  }
-
-  // Blocks the host until everything queued on `s` so far has run.
-  void wait_for_stream(stream_handle s) { ctx.wait_for_stream(s); }
-
-  // Appends the free blocks of `set` that span their whole, mapped segment.
-  static void collect_whole(free_set& set, std::vector<block*>& out) {
-    for (block& b : set) {
-      if (b.size == b.seg->size && b.seg->mapped) out.push_back(&b);
-    }
-  }
-
-  // Releases cached fully-free segments until `bytes` more fit under the budget (or
-  // everything cached is gone when `bytes` is 0 and `all`). A segment of exactly
-  // `keep_size` bytes is taken first and its chunk pooled, so the caller maps it again
-  // with no create (Note [Chunk pool]); the others go largest first.
-  std::size_t release_cached(std::size_t bytes, bool all, std::size_t keep_size = 0) {
-    std::vector<block*> whole;
-    for (auto& p : pools) {
-      for (free_set* s : {&p->small, &p->large, &p->dedicated}) collect_whole(*s, whole);
-    }
-    const std::size_t keep = opts.pool_chunks && !all && keep_size != 0 ? keep_size : 0;
-    return release_whole(whole, keep, [&](std::size_t) {
-      return !all && (fits(bytes) || (keep != 0 && chunks.pooled(keep)));
-    });
-  }
-
-  // Note [Exact large segments]: a new exact segment of `bytes` is about to be mapped
-  // because no free block of `set` is large enough. Wholly free segments of the set are
-  // given back first, until as many bytes as the new segment's have been released, so
-  // that a run of growing sizes (DenseNet's concatenations) does not leave a trail of
-  // cached segments too small for anything that follows. Idle ones go first; for the
-  // others the host waits for the event recorded when the segment became free (recorded
-  // for exact large segments even without a budget: note_whole_free), never for the whole
-  // stream.
-  void release_idle_smaller(free_set& set, std::size_t bytes) {
-    std::vector<block*> whole;
-    collect_whole(set, whole);
-    const std::uint64_t before = st.segments_released;
-    release_whole(whole, 0, [&](std::size_t released) { return released >= bytes; });
-    st.idle_releases += st.segments_released - before;
-  }
-
   bool fits(std::size_t bytes) const { return ctx.fits(bytes); }
   bool ready(std::size_t bytes) const { return chunks.ready(bytes); }
 
@@ -594,7 +240,7 @@ struct caching_allocator::impl {
       if (ready(bytes)) return true;
       chunks.trim(bytes, bytes);
       if (fits(bytes)) return true;
-      release_cached(bytes, false, bytes);
+      segments.release_cached(bytes, false, bytes);
       if (ready(bytes)) return true;
       chunks.trim(bytes, bytes);
       return fits(bytes);
@@ -607,230 +253,14 @@ struct caching_allocator::impl {
       if (chunks.has_orphans()) chunks.settle_all();
       if (give_back()) return true;
     }
-    if (opts.trim_segments && trim_free_holes(bytes)) return true;
+    if (opts.trim_segments && trim.cut_holes(bytes)) return true;
     last_shortfall = st.mapped + bytes - st.budget;
     return false;
   }
 
-  // Note [Segment trim]
-  // Rationale: a mapping is unmapped whole, so one live block in a segment keeps all its
-  //   pages mapped. Blocks allocated while an iteration is traced without a budget and
-  //   kept for good pin whatever segment they split: `sublinear demo --depth 56 --budget
-  //   0.5x` ran out of memory in its first planned iteration, 32 KiB short, with its 576
-  //   KiB convolution workspace's segment held by a 64 KiB block (the optimizer's state,
-  //   created in the first step) and 512 KiB free behind it that nothing could use. With
-  //   free tails given back, the stress runs' remaining failures were free holes *between*
-  //   live blocks (a 576 KiB segment: 64 KiB live, 437 KiB free, live blocks after it).
-  // Approach: the last step of the ladder before failing. A segment of the shared pools
-  //   gives back the whole pages of its largest free block (a hole, or a free head or
-  //   tail): wait for every stream that may touch the segment, copy the live parts before
-  //   and after the hole to host memory, unmap the chunk, map a chunk for each live part
-  //   at its old address, and copy them back. The part after a hole becomes a segment of
-  //   its own. Addresses do not change, so nobody holding a pointer notices; the hole's
-  //   address range goes back to the reservation. Largest gain first, and only if the
-  //   holes together cover the shortfall (a wait for nothing is not worth it). Where the
-  //   budget has room for the new chunks beside the old one they are created first, so a
-  //   device that refuses them changes nothing; where it has not (the usual case: the
-  //   trim runs when the budget is already short of room), the old chunk goes first and
-  //   the budget holds at every step.
-  // Limitations: it waits for the segments' streams (the host thread stalls once). The
-  //   live parts are copied out and back while the allocator's lock is held, but other
-  //   threads do not take that lock to use their blocks: a host write or a launch from
-  //   another thread into the segment during the move would be lost or fault. So it is an
-  //   option (options::trim_segments) that the replay engine turns on, whose training
-  //   loop launches from the thread that allocates; the allocator's four-thread stress
-  //   test, which writes its blocks from four threads, lost a write with it on. Backends
-  //   must copy (vmm::copy_to_host/copy_to_device). One hole per segment per failing
-  //   request: the largest. When the old chunk went first, a device that then refuses the
-  //   smaller chunks (only another process taking the freed memory in between) leaves
-  //   the live parts in host memory alone: that is a device error.
-  struct hole {
-    segment* seg;
-    block* free;     // the free block whose whole pages go
-    std::size_t lo;  // the pages kept before it: [0, lo) of the segment
-    std::size_t hi;  // ... and after it: [hi, size)
-    std::size_t gain() const { return hi - lo; }
-  };
-
-  bool trim_free_holes(std::size_t bytes) {
-    std::vector<hole> holes;
-    std::size_t gain = 0;
-    for (auto& [base, sp] : segments) {
-      segment& seg = *sp;
-      if (!seg.mapped || seg.kind == pool_kind::dedicated || seg.first == nullptr || seg.first->next == nullptr)
-        continue;  // unmapped, never split, or wholly one block (released, not trimmed)
-      hole best{&seg, nullptr, 0, 0};
-      for (block* b = seg.first; b != nullptr; b = b->next) {
-        if (!b->in_free_set) continue;
-        const auto from = static_cast<std::size_t>(b->ptr - seg.base);
-        const std::size_t lo = round_up(from, granularity);
-        const std::size_t hi = round_down(from + b->size, granularity);
-        if (hi > lo && hi - lo > best.gain()) best = {&seg, b, lo, hi};
-      }
-      if (best.free == nullptr) continue;
-      holes.push_back(best);
-      gain += best.gain();
-    }
-    if (holes.empty() || st.mapped + bytes > st.budget + gain) return false;
-    std::sort(holes.begin(), holes.end(), [](const hole& a, const hole& b) { return a.gain() > b.gain(); });
-    // Every stream that may still touch a segment: its own and those its live blocks
-    // were used on (record_stream).
-    std::vector<stream_handle> streams;
-    for (const hole& h : holes) {
-      streams.push_back(h.seg->stream);
-      for (block* b = h.seg->first; b != nullptr; b = b->next)
-        streams.insert(streams.end(), b->stream_uses.begin(), b->stream_uses.end());
-    }
-    std::sort(streams.begin(), streams.end());
-    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
-    for (stream_handle s : streams) wait_for_stream(s);
-    std::vector<std::byte> stash;
-    for (const hole& h : holes) {
-      if (fits(bytes)) break;
-      cut_hole(h, stash);
-    }
-    return fits(bytes);
-  }
-
-  // Replaces `h.seg`'s chunk by chunks of its live parts before and after the hole, the
-  // part after becoming a segment of its own (Note [Segment trim]). Precondition: no
-  // device work touches the segment. With room under the budget for the new chunks
-  // beside the old one they are created first, and a device that refuses them leaves
-  // everything as it was; without, the old chunk goes first (the budget holds at every
-  // step), and a device that then refuses the smaller chunks is a device error.
-  void cut_hole(const hole& h, std::vector<std::byte>& stash) {
-    segment& seg = *h.seg;
-    char* const base = seg.base;
-    const std::size_t head = h.lo, tail = seg.size - h.hi;
-    const auto fail = [&](const char* what, vmm_status s) {
-      return device_error("sublinear: cutting " + format_bytes(h.gain()) + " out of a segment of " +
-                          format_bytes(h.hi + tail) + " on the " + device.name() + " device failed at " + what +
-                          " (" + to_string(s) + ": " + device.last_error() + "); its live blocks are lost");
-    };
-    chunk_handle fresh[2] = {0, 0};  // head, tail
-    const std::size_t sizes[2] = {head, tail};
-    char* const bases[2] = {base, base + h.hi};
-    const auto release_fresh = [&] {
-      for (chunk_handle& c : fresh) {
-        if (c == 0) continue;
-        device.release_chunk(c);
-        ++st.release_calls;
-        c = 0;
-      }
-    };
-    // Creates the chunks; false (none kept) if the device refuses one.
-    const auto create = [&]() -> vmm_status {
-      for (int i = 0; i < 2; ++i) {
-        if (sizes[i] == 0) continue;
-        const vmm_status s = device.create_chunk(sizes[i], &fresh[i]);
-        ++st.create_calls;
-        if (s != vmm_status::ok) {
-          release_fresh();
-          return s;
-        }
-      }
-      ctx.note_mapped(static_cast<std::ptrdiff_t>(head + tail));
-      return vmm_status::ok;
-    };
-    const bool beside = fits(head + tail);
-    if (beside && create() != vmm_status::ok) return;  // no room on the device: keep the segment
-    stash.resize(head + tail);
-    for (int i = 0; i < 2; ++i) {
-      if (sizes[i] == 0) continue;
-      if (device.copy_to_host(stash.data() + (i == 0 ? 0 : head), bases[i], sizes[i]) != vmm_status::ok) {
-        if (beside) ctx.note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
-        release_fresh();
-        return;  // this backend cannot copy: nothing has changed
-      }
-    }
-    try {
-      unmap_segment(seg);
-    } catch (...) {
-      if (beside) ctx.note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
-      release_fresh();
-      throw;
-    }
-    // From here the live parts' bytes live only in `stash`.
-    if (!beside) {
-      if (const vmm_status s = create(); s != vmm_status::ok) throw fail("create_chunk", s);
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (sizes[i] == 0) continue;
-      vmm_status s = device.map(bases[i], sizes[i], fresh[i]);
-      ++st.map_calls;
-      if (s != vmm_status::ok) throw fail("map", s);
-      s = device.set_access(bases[i], sizes[i]);
-      ++st.set_access_calls;
-      if (s != vmm_status::ok) throw fail("set_access", s);
-      s = device.copy_to_device(bases[i], stash.data() + (i == 0 ? 0 : head), sizes[i]);
-      if (s != vmm_status::ok) throw fail("copying a live part back", s);
-    }
-    split_at_hole(h, fresh[0], fresh[1]);  // may destroy `seg`
-    space.give(base + h.lo, h.gain());
-    st.reserved -= h.gain();
-    ++st.segment_trims;
-    st.trimmed_bytes += h.gain();
-  }
-
-  // The block lists of cut_hole: `h.free` keeps what of it lies before `h.lo` (or goes),
-  // a new free block takes what lies after `h.hi`, and the blocks from there on move to
-  // a new segment at `h.hi` mapped by `tail_chunk`. With no head, that segment replaces
-  // `h.seg`.
-  void split_at_hole(const hole& h, chunk_handle head_chunk, chunk_handle tail_chunk) {
-    segment* seg = h.seg;
-    block* f = h.free;
-    char* const cut_lo = seg->base + h.lo;
-    char* const cut_hi = seg->base + h.hi;
-    char* const f_end = f->ptr + f->size;
-    block* const before = f->prev;
-    block* after = f->next;
-    erase_free(f);
-    if (f->ptr < cut_lo) {  // the free part before the hole stays, at the head's end
-      f->size = static_cast<std::size_t>(cut_lo - f->ptr);
-      f->next = nullptr;
-      insert_free(f);
-    } else {
-      if (before != nullptr) before->next = nullptr;
-      recycle(f);
-    }
-    if (h.hi < seg->size) {
-      auto tail = std::make_unique<segment>();
-      tail->base = cut_hi;
-      tail->size = seg->size - h.hi;
-      tail->handle = tail_chunk;
-      tail->mapped = true;
-      tail->kind = seg->kind;
-      tail->stream = seg->stream;
-      if (cut_hi < f_end) {  // the free part after the hole starts the new segment
-        block* g = new_block();
-        g->ptr = cut_hi;
-        g->size = static_cast<std::size_t>(f_end - cut_hi);
-        g->seg = tail.get();
-        g->stream = seg->stream;
-        g->next = after;
-        if (after != nullptr) after->prev = g;
-        after = g;
-        insert_free(g);
-      } else {
-        after->prev = nullptr;
-      }
-      tail->first = after;
-      for (block* b = after; b != nullptr; b = b->next) b->seg = tail.get();
-      segments.emplace(tail->base, std::move(tail));
-    }
-    if (h.lo == 0) {  // no head: the old segment is gone
-      if (seg->has_free_event) events.release(seg->free_event);
-      segments.erase(seg->base);
-      return;
-    }
-    seg->size = h.lo;
-    seg->handle = head_chunk;
-    seg->mapped = true;
-  }
-
   [[noreturn]] void throw_oom(std::size_t requested, out_of_memory::cause ran_out, const std::string& why) {
     ++st.oom_errors;
-    out_of_memory::figures f{requested, st.mapped, st.reserved, st.budget, largest_free_block(), ran_out};
+    out_of_memory::figures f{requested, st.mapped, st.reserved, st.budget, pool.largest_free(), ran_out};
     throw out_of_memory("sublinear: out of memory: " + why + ". Requested " + format_bytes(requested) +
                             "; mapped " + format_bytes(f.mapped) + ", reserved " + format_bytes(f.reserved) +
                             ", budget " + format_bytes(f.budget) + ", largest free block " +
@@ -846,7 +276,7 @@ struct caching_allocator::impl {
       throw_oom(requested, out_of_memory::cause::budget, "mapping " + format_bytes(seg.size) + " would exceed the budget");
     vmm_status s = map_segment(seg);
     if (s == vmm_status::out_of_memory) {
-      release_cached(0, true);
+      segments.release_cached(0, true);
       process_pending_evictions(true);
       chunks.empty_pool();
       s = map_segment(seg);
@@ -877,84 +307,49 @@ struct caching_allocator::impl {
       space.give(base, size);
       throw;
     }
-    block* b = new_block();
-    b->ptr = base;
-    b->size = size;
-    b->seg = seg.get();
-    b->stream = stream;
-    seg->first = b;
-    st.reserved += size;
-    st.reserved_peak = std::max(st.reserved_peak, st.reserved);
-    ++st.segments_created;
-    segments.emplace(base, std::move(seg));
-    return b;
+    return segments.add(std::move(seg));
   }
 
   // ---- allocate / free ----------------------------------------------------------------
   // A whole dedicated segment of exactly `bytes` for `stream`: a free one of that size from
   // its pool, else a new one (`requested`: what the caller asked for, for the error).
-  block* dedicated_segment(stream_pool& pool, std::size_t bytes, stream_handle stream, std::size_t requested) {
-    auto it = pool.dedicated.lower_bound(by_size_key::type{bytes, nullptr});
-    if (it != pool.dedicated.end() && it->size == bytes) {
-      block* b = &*it;
-      erase_free(b);
-      return b;
-    }
+  block* dedicated_segment(std::size_t bytes, stream_handle stream, std::size_t requested) {
+    if (block* b = pool.take_exact(stream, pool_kind::dedicated, bytes); b != nullptr) return b;
     return new_segment(bytes, pool_kind::dedicated, stream, requested);
   }
 
   void* allocate(std::size_t size, stream_handle stream, bool evictable) {
     if (size == 0) return nullptr;
     poll();
-    stream_pool& pool = pool_for(stream);
     block* b = nullptr;
     if (evictable) {
-      b = dedicated_segment(pool, round_up(size, granularity), stream, size);
+      b = dedicated_segment(round_up(size, granularity), stream, size);
     } else {
-      std::size_t rounded = round_size(size);
+      std::size_t rounded = pool.round_size(size);
       pool_kind kind = rounded <= opts.small_size ? pool_kind::small : pool_kind::large;
-      free_set& set = pool.of(kind);
-      auto it = kind == pool_kind::small ? small_fit(set, rounded) : set.lower_bound(by_size_key::type{rounded, nullptr});
+      b = pool.take_fit(stream, kind, rounded);
       bool borrowed = false;
-      if (it != set.end()) {
-        b = &*it;
-        erase_free(b);
-      } else {
-        std::size_t seg_size = segment_size(rounded);
+      if (b == nullptr) {
+        std::size_t seg_size = pool.segment_size(rounded);
         std::size_t minimal = round_up(rounded, granularity);
         if (kind == pool_kind::large && opts.exact_large_segments) {
           seg_size = minimal;
-          release_idle_smaller(pool.large, minimal);
+          segments.release_idle_smaller(stream, minimal);
         }
         // Under pressure a smaller segment beats an out-of-memory error.
         if (!ready(seg_size) && minimal < seg_size) seg_size = minimal;
         if (!make_room(seg_size, stream)) {
           // Still no room: a free block of the stream's other size class will do, split
           // as finely as a small block (Note [Strict budget]).
-          free_set& other = pool.of(kind == pool_kind::small ? pool_kind::large : pool_kind::small);
-          auto jt = other.lower_bound(by_size_key::type{rounded, nullptr});
-          if (jt != other.end()) {
-            b = &*jt;
-            erase_free(b);
+          b = pool.take_at_least(stream, kind == pool_kind::small ? pool_kind::large : pool_kind::small, rounded);
+          if (b != nullptr) {
             borrowed = true;
             ++st.borrowed_blocks;
           }
         }
         if (b == nullptr) b = new_segment(seg_size, kind, stream, size);
       }
-      if (borrowed ? b->size - rounded >= opts.min_block : should_split(*b, rounded)) {
-        block* rest = new_block();
-        rest->ptr = b->ptr + rounded;
-        rest->size = b->size - rounded;
-        rest->seg = b->seg;
-        rest->stream = b->stream;
-        rest->prev = b;
-        rest->next = b->next;
-        if (b->next != nullptr) b->next->prev = rest;
-        b->next = rest;
-        b->size = rounded;
-        insert_free(rest);
-      }
+      if (borrowed ? b->size - rounded >= opts.min_block : pool.should_split(*b, rounded)) pool.split(b, rounded);
     }
     return hand_out(b, size, stream);
   }
@@ -965,7 +360,7 @@ struct caching_allocator::impl {
     b->allocated = true;
     b->requested = size;
     b->stream = stream;
-    live.insert(*b);
+    pool.add_live(b);
     st.allocated += b->size;
     st.allocated_peak = std::max(st.allocated_peak, st.allocated);
     st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
@@ -987,62 +382,26 @@ struct caching_allocator::impl {
         // Its pages are already gone: give the address range back too.
         st.evicted -= b->size;
         b->state = residency::resident;
-        release_segment(b);
+        segments.release(b);
         return;
       }
-      insert_free(b);
-      note_whole_free(b);
+      pool.insert_free(b);
+      segments.note_whole_free(b);
       return;
     }
-    if (block* n = b->next; n != nullptr && n->in_free_set) {
-      erase_free(n);
-      b->size += n->size;
-      b->next = n->next;
-      if (n->next != nullptr) n->next->prev = b;
-      recycle(n);
-    }
-    if (block* p = b->prev; p != nullptr && p->in_free_set) {
-      erase_free(p);
-      p->size += b->size;
-      p->next = b->next;
-      if (b->next != nullptr) b->next->prev = p;
-      recycle(b);
-      b = p;
-    }
-    insert_free(b);
-    note_whole_free(b);
-  }
-
-  // Under a budget, a segment that became wholly free records where on its stream that
-  // happened, so that releasing it under pressure waits for no more than that.
-  void note_whole_free(block* b) {
-    segment* seg = b->seg;
-    if (b->size != seg->size) return;
-    if (seg->has_free_event) {
-      // An older event says nothing about this free: never leave a stale one behind.
-      events.release(seg->free_event);
-      seg->has_free_event = false;
-    }
-    // Without a budget only exact large segments need it (Note [Exact large segments]).
-    const bool exact_large = opts.exact_large_segments && seg->kind == pool_kind::large;
-    if (st.budget >= physical_capacity && !exact_large) return;  // releasing waits for the stream
-    seg->free_event = events.record(seg->stream);
-    seg->has_free_event = true;
-  }
-
-  block* live_block(const void* ptr) {
-    auto it = live.find(static_cast<const char*>(ptr));
-    return it == live.end() ? nullptr : &*it;
+    b = pool.merge(b);
+    pool.insert_free(b);
+    segments.note_whole_free(b);
   }
 
   void deallocate(void* ptr) {
-    block* b = live_block(ptr);
+    block* b = pool.live_at(ptr);
     if (b == nullptr) {
       std::fprintf(stderr, "sublinear: free of %p, which is not a live allocation (double free or foreign pointer); ignored\n",
                    ptr);
       return;
     }
-    live.erase(live_set::s_iterator_to(*b));
+    pool.remove_live(b);
     b->allocated = false;
     st.allocated -= b->size;
     st.requested -= b->requested;
@@ -1068,7 +427,7 @@ struct caching_allocator::impl {
   }
 
   block* evictable_block(void* ptr, const char* what) {
-    block* b = live_block(ptr);
+    block* b = pool.live_at(ptr);
     if (b == nullptr) {
       char text[160];
       std::snprintf(text, sizeof text, "sublinear: %s(%p): not the base address of a live allocation", what, ptr);
@@ -1203,7 +562,7 @@ struct caching_allocator::impl {
     block* first = seg->first;
     for (block* b = first->next; b != nullptr;) {
       block* next = b->next;
-      recycle(b);
+      pool.recycle(b);
       b = next;
     }
     first->next = nullptr;
@@ -1215,10 +574,10 @@ struct caching_allocator::impl {
     first->stream_uses.clear();
     first->state = residency::resident;
     if (seg->mapped) {
-      insert_free(first);
-      note_whole_free(first);
+      pool.insert_free(first);
+      segments.note_whole_free(first);
     } else {
-      release_segment(first);
+      segments.release(first);
     }
   }
 
@@ -1289,7 +648,7 @@ struct caching_allocator::impl {
   void* allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot) {
     if (size == 0) return nullptr;
     poll();
-    const std::size_t rounded = round_size(size);
+    const std::size_t rounded = pool.round_size(size);
     const std::size_t seg_size = round_up(std::max<std::size_t>(slot.bytes, 1), granularity);
     if (slot.key == 0) refuse_slot(slot, size, "the pack key must be nonzero");
     if (slot.bytes == 0) refuse_slot(slot, size, "a pack must have a size");
@@ -1322,7 +681,7 @@ struct caching_allocator::impl {
         cancel_pack_unmap(*seg->pack);
       }
     } else {
-      block* whole = dedicated_segment(pool_for(stream), seg_size, stream, size);
+      block* whole = dedicated_segment(seg_size, stream, size);
       seg = whole->seg;
       f = whole;
       whole->filler = true;
@@ -1336,7 +695,7 @@ struct caching_allocator::impl {
     }
     char* const at = seg->base + lo;
     const auto split_off = [&](block* b, char* cut) {  // b keeps [b->ptr, cut); a new filler the rest
-      block* rest = new_block();
+      block* rest = pool.make();
       rest->ptr = cut;
       rest->size = static_cast<std::size_t>(b->ptr + b->size - cut);
       rest->seg = seg;
@@ -1382,7 +741,7 @@ struct caching_allocator::impl {
   bool validate() const {
     std::size_t allocated = 0, mapped = 0, reserved = 0, evicted = 0, free_blocks = 0, live_blocks = 0;
     std::size_t pack_segments = 0;
-    for (const auto& [base, seg] : segments) {
+    for (const auto& [base, seg] : segments.all()) {
       reserved += seg->size;
       if (seg->mapped) mapped += seg->size;
       if (!space.contains(seg->base, seg->size)) return fail("segment outside the reservation");
@@ -1442,9 +801,9 @@ struct caching_allocator::impl {
     mapped += chunks.orphaned_bytes();
     if (chunks.holding_handoff()) return fail("a handed-off chunk was left unmapped");
     std::size_t in_sets = 0;
-    for (const auto& p : pools) in_sets += p->small.size() + p->large.size() + p->dedicated.size();
+    pool.for_each_free_set([&](const free_set& set) { in_sets += set.size(); });
     if (in_sets != free_blocks) return fail("free sets disagree with block states");
-    if (live.size() != live_blocks) return fail("live set disagrees with block states");
+    if (pool.live().size() != live_blocks) return fail("live set disagrees with block states");
     if (allocated != st.allocated) return fail("allocated statistic disagrees with a recount");
     if (mapped != st.mapped) return fail("mapped statistic disagrees with a recount");
     if (reserved != st.reserved) return fail("reserved statistic disagrees with a recount");
@@ -1608,7 +967,7 @@ void caching_allocator::deallocate(void* ptr) noexcept {
   if (obs != nullptr) {
     {
       std::lock_guard lock(impl_->mutex);
-      if (block* b = impl_->live_block(ptr); b != nullptr) {
+      if (block* b = impl_->pool.live_at(ptr); b != nullptr) {
         size = b->requested;
         stream = b->stream;
         live = true;
@@ -1643,13 +1002,10 @@ allocation_observer* caching_allocator::set_observer(allocation_observer* observ
 
 void caching_allocator::record_stream(void* ptr, stream_handle stream) {
   std::lock_guard lock(impl_->mutex);
-  auto it = impl_->live.upper_bound(static_cast<const char*>(ptr));
-  if (it == impl_->live.begin()) return;
-  block& b = *std::prev(it);
-  if (static_cast<char*>(ptr) >= b.ptr + b.size) return;
-  if (stream == b.stream) return;
-  if (std::find(b.stream_uses.begin(), b.stream_uses.end(), stream) == b.stream_uses.end())
-    b.stream_uses.push_back(stream);
+  block* b = impl_->pool.live_containing(ptr);
+  if (b == nullptr || stream == b->stream) return;
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
+    b->stream_uses.push_back(stream);
 }
 
 void caching_allocator::evict(void* ptr) {
@@ -1677,18 +1033,17 @@ void caching_allocator::restore(void* ptr, stream_handle stream) {
 
 std::optional<block_info> caching_allocator::find(const void* address) const {
   std::lock_guard lock(impl_->mutex);
-  auto it = impl_->live.upper_bound(static_cast<const char*>(address));
-  if (it == impl_->live.begin()) return std::nullopt;
-  const auto& b = *std::prev(it);
-  if (static_cast<const char*>(address) >= b.ptr + b.size) return std::nullopt;
-  return block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state};
+  const detail::block_pool& pool = impl_->pool;
+  const block* b = pool.live_containing(address);
+  if (b == nullptr) return std::nullopt;
+  return block_info{b->ptr, b->size, b->requested, b->stream, b->seg->kind == pool_kind::dedicated, b->state};
 }
 
 std::vector<block_info> caching_allocator::live_blocks() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<block_info> out;
-  out.reserve(impl_->live.size());
-  for (const auto& b : impl_->live)
+  out.reserve(impl_->pool.live().size());
+  for (const auto& b : impl_->pool.live())
     out.push_back(block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state});
   return out;
 }
@@ -1708,7 +1063,7 @@ std::size_t caching_allocator::empty_cache() {
   impl_->process_pending_frees(true);
   impl_->process_pending_evictions(true);
   impl_->chunks.settle_all();
-  impl_->release_cached(0, true);
+  impl_->segments.release_cached(0, true);
   impl_->chunks.empty_pool();
   return before - impl_->st.mapped;
 }

@@ -1,22 +1,10 @@
 // The caching allocator: PyTorch-style size classes, per-stream reuse, split and merge,
 // over the VMM interface, with page-level eviction and a strict budget on mapped bytes.
 // Its parts shared or split out so far live in allocator/detail/: the context, the
-// address space (Note [Address space]) and the chunk source (Note [Chunk pool], Note
-// [Stream-ordered handoff]).
-//
-// Note [Segments and blocks]
-// Rationale: a cudaMalloc per tensor costs tens of microseconds; a caching allocator
-//   reuses freed blocks in ~100 ns. We keep PyTorch's size classes (allocator_anchors.md
-//   §1) so behaviour is comparable to what users run today.
-// Approach: one virtual range is reserved up front and never moves. A *segment* is a
-//   piece of it backed by one physical chunk (one create + one map + one set_access).
-//   Segments hold *blocks* in an address-ordered prev/next list; free blocks live in
-//   Boost.Intrusive sets ordered by (size, address) per stream and size class, so reuse
-//   is best fit on the same stream. A free block is split when the remainder is worth
-//   keeping and merged with free neighbours on free. A fully free segment stays mapped
-//   (cached) until budget pressure or empty_cache() gives its pages back; before that,
-//   the allocator waits for the segment's stream, because work queued before the free may
-//   still read the block (reuse in stream order is safe; unmapping is not).
+// address space (Note [Address space]), the chunk source (Note [Chunk pool], Note
+// [Stream-ordered handoff]), the block pool (Note [Segments and blocks], Note [Exact small
+// segments]), the segment table (Note [Idle first], Note [Exact large segments]) and the
+// segment trim (Note [Segment trim]).
 //
 // Note [Evictable blocks]
 // Rationale: a page can be unmapped only if nothing else lives on it, and CUDA cannot

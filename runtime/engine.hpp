@@ -315,7 +315,7 @@ struct engine_options {
 //   memory at a regeneration, one page short, in 6 of 24 runs of a stress (budgets
 //   0.4x-0.65x, reforward and chen, three runs at a time), with 1.5-1.9 MiB free inside
 //   2 MiB small-pool segments that one live block kept mapped. Small segments now follow
-//   the request (Note [Exact small segments] in caching_allocator.cpp): the same stress
+//   the request (Note [Exact small segments] in allocator/detail/block_pool.hpp): the same stress
 //   passed 24 of 24 runs twice with the rounding counted once and no pressure event.
 // Measured and rejected (docs/runtime.md, "Budget arithmetic"): the traced cache scaled
 //   by budget / traced peak, a thirty-second instead of a sixteenth, and a floor of two
@@ -386,7 +386,7 @@ enum class cache_allowance_mode : std::uint8_t { traced, scaled };
 
 // The allocator settings the engine runs with (`on`; off restores PyTorch's): exact
 // segments for large and small requests, so that mapped bytes follow live bytes (Note
-// [Exact small segments] in caching_allocator.cpp). The engine applies them when it starts
+// [Exact small segments] in allocator/detail/block_pool.hpp). The engine applies them when it starts
 // and lifts them when it stops. A program on the host device that allocates its model
 // before starting the engine applies them first, as sublinear's allocator in a real
 // process has them from its first allocation: parameters left in a 2 MiB small segment
