@@ -1,1236 +1,104 @@
-// The caching allocator. Design notes live in caching_allocator.hpp; this file keeps the
-// data structures (a type map first) and the slow-path ladder of Note [Strict budget].
-//
-//   segment       : a granularity-aligned piece of the reserved range, backed by one chunk
-//   block         : a piece of a segment: allocated, free (in a free set) or pending-free
-//   stream_pool   : per stream, three free sets (small, large, dedicated) ordered by size
-//   live_         : allocated blocks ordered by address (find() and deallocate())
-//   address_space : free pieces of the reservation, lowest address first
-//   chunk_pool    : unmapped chunks kept for the next mapping of their size (Note [Chunk pool])
-//   pack          : a dedicated segment shared by several evictable blocks (Note [Packs]),
-//                   found by key in packs
+// The caching allocator's shell: the components of allocator/detail/ composed in one
+// `impl`, the allocation paths that choose between them, and the public methods, which
+// take the one lock and call the observer and the handlers outside it.
 #include "allocator/caching_allocator.hpp"
-#include "common/round_up.hpp"
-#include "common/text.hpp"
 
 #include <algorithm>
 #include <atomic>
-#include <cassert>
 #include <cstdio>
-#include <deque>
 #include <exception>
-#include <map>
 #include <mutex>
-#include <span>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include <boost/intrusive/set.hpp>
+#include "allocator/detail/address_space.hpp"
+#include "allocator/detail/block_pool.hpp"
+#include "allocator/detail/blocks.hpp"
+#include "allocator/detail/budget_ladder.hpp"
+#include "allocator/detail/chunk_source.hpp"
+#include "allocator/detail/context.hpp"
+#include "allocator/detail/eviction_queue.hpp"
+#include "allocator/detail/pack_table.hpp"
+#include "allocator/detail/segment_table.hpp"
+#include "allocator/detail/segment_trim.hpp"
+#include "allocator/detail/validator.hpp"
+#include "common/round_up.hpp"
 
 namespace sublinear::allocator {
-namespace {
 
-namespace bi = boost::intrusive;
+using detail::block;
+using detail::pool_kind;
 
-std::size_t round_down(std::size_t n, std::size_t multiple) { return n / multiple * multiple; }
-
-enum class pool_kind : std::uint8_t { small, large, dedicated };
-
-struct block;
-
-// What makes a dedicated segment a pack (Note [Packs]).
-struct pack_info {
-  std::uint64_t key = 0;
-  std::size_t bytes = 0;  // as the pack was made (before rounding)
-  // Member ranges ever used, [offset, offset + size): never used again in this pack.
-  std::vector<std::pair<std::size_t, std::size_t>> used;
-  // The last uses of members no longer resident (evicting or freed): the latest event per
-  // stream, since a later event on a stream completes after every earlier one there.
-  std::vector<std::pair<stream_handle, event_handle>> events;
-  std::uint64_t unmap_id = 0;  // nonzero: the unmap is queued in pending_evictions under this id
-  bool pinned = false;         // being mapped: the pack must not end under the caller
-};
-
-struct segment {
-  char* base = nullptr;
-  std::size_t size = 0;
-  chunk_handle handle = 0;
-  bool mapped = false;
-  pool_kind kind = pool_kind::small;
-  stream_handle stream = nullptr;
-  block* first = nullptr;
-  // Recorded on `stream` when the segment last became wholly free under a budget: once it
-  // has completed the pages can be given back without waiting for the whole stream.
-  event_handle free_event = nullptr;
-  bool has_free_event = false;
-  std::unique_ptr<pack_info> pack;  // set while the segment is a pack (kind dedicated)
-};
-
-using set_hook = bi::set_member_hook<bi::link_mode<bi::safe_link>>;
-
-struct block {
-  set_hook hook;  // in a free set when free, in live_ when allocated; never both
-  char* ptr = nullptr;
-  std::size_t size = 0;
-  std::size_t requested = 0;
-  segment* seg = nullptr;
-  block* prev = nullptr;  // address neighbours inside the segment
-  block* next = nullptr;
-  stream_handle stream = nullptr;
-  bool allocated = false;
-  bool in_free_set = false;
-  bool filler = false;  // an unused piece of a pack (Note [Packs]): never allocated, never free
-  residency state = residency::resident;
-  std::uint64_t eviction_generation = 0;  // bumped to cancel a pending eviction
-  std::vector<stream_handle> stream_uses;
-};
-
-struct by_size_key {
-  using type = std::pair<std::size_t, const char*>;
-  type operator()(const block& b) const { return {b.size, b.ptr}; }
-};
-struct by_address_key {
-  using type = const char*;
-  type operator()(const block& b) const { return b.ptr; }
-};
-
-using free_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_size_key>>;
-using live_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_address_key>>;
-
-struct stream_pool {
-  stream_handle stream = nullptr;
-  free_set small;
-  free_set large;
-  free_set dedicated;  // whole free segments of evictable blocks, reused by exact size
-
-  free_set& of(pool_kind k) { return k == pool_kind::small ? small : k == pool_kind::large ? large : dedicated; }
-};
-
-// Events a block waits on before it can be reused (frees) or unmapped (evictions). A
-// pack's unmap (Note [Packs]) has no block: `pack_key` names the pack, `generation` is the
-// pack's unmap_id when queued, and the events are the pack's own.
-struct pending {
-  block* b = nullptr;
-  std::uint64_t generation = 0;
-  std::vector<event_handle> events;
-  std::uint64_t pack_key = 0;
-};
-
-// The old address of a chunk handed to a new mapping while work queued on its stream may
-// still use it (Note [Stream-ordered handoff]): unmapped once `events` have completed.
-struct old_mapping {
-  char* base = nullptr;
-  std::size_t size = 0;
-  chunk_handle chunk = 0;
-  std::vector<event_handle> events;
-  bool give_range = false;  // the range belonged to a released segment: back to the address space
-  bool orphan = false;      // the new mapping failed: the chunk is released after the unmap
-};
-
-}  // namespace
-
+// Lowest first: each component refers only to those declared before it (the ladder
+// reaches the eviction queue through budget_ladder::deferred_work).
 struct caching_allocator::impl {
-  vmm& device;
-  stream_events& events;
-  options opts;
-  std::size_t granularity;
-  std::size_t physical_capacity;
+  detail::context ctx;
+  detail::address_space space;  // released last, when the members are destroyed
+  detail::chunk_source chunks{ctx, space};
+  detail::block_pool pool{ctx};
+  detail::segment_table segments{ctx, space, chunks, pool};
+  detail::segment_trim trim{ctx, space, pool, segments};
+  detail::budget_ladder ladder{ctx, space, chunks, pool, segments, trim};
+  detail::pack_table packs{ctx, pool, segments, ladder};
+  detail::eviction_queue evictions{ctx, chunks, pool, segments, ladder, packs};
 
   mutable std::mutex mutex;
   std::atomic<allocation_observer*> observer{nullptr};
-  char* reservation = nullptr;
-  std::size_t reservation_size = 0;
-  std::map<char*, std::size_t> address_space;             // free VA pieces: base -> size
-  std::map<char*, std::unique_ptr<segment>> segments;     // every segment, by base
-  std::vector<std::unique_ptr<stream_pool>> pools;
-  stream_pool* last_pool = nullptr;
-  live_set live;
-  std::vector<block*> spare_blocks;
-  std::deque<pending> pending_frees;
-  std::deque<pending> pending_evictions;
-  std::multimap<std::size_t, chunk_handle> chunk_pool;    // size -> unmapped chunk (Note [Chunk pool])
-  std::vector<old_mapping> old_mappings;                   // Note [Stream-ordered handoff]
-  static constexpr std::size_t kSettleBatch = 16;          // old mappings a poll lets build up
-  struct handed_chunk {
-    std::size_t size = 0;
-    chunk_handle chunk = 0;
-    stream_handle stream = nullptr;
-  };
-  std::optional<handed_chunk> handoff;  // set aside by hand_off for the next map_segment
-  std::map<std::uint64_t, segment*> packs;                 // live packs by key (Note [Packs])
-  std::uint64_t next_unmap_id = 0;
-  caching_allocator::pressure_handler pressure;
-  caching_allocator::overrun_handler overrun;
-  std::size_t last_shortfall = 0;                          // bytes missing at the last budget failure
-  stats st;
 
-  impl(vmm& d, stream_events& e, options o) : device(d), events(e), opts(o) {
-    granularity = device.granularity();
-    physical_capacity = device.physical_capacity();
-    if (granularity == 0 || (granularity & (granularity - 1)) != 0)
-      throw config_error("sublinear: the VMM backend reports a granularity that is not a power of two");
-    if (opts.min_block == 0 || (opts.min_block & (opts.min_block - 1)) != 0)
-      throw config_error("sublinear: options.min_block must be a power of two");
-    if (opts.small_size > opts.small_segment || opts.min_large_alloc > opts.large_segment)
-      throw config_error("sublinear: size classes must fit in their segments (small_size <= small_segment, "
-                         "min_large_alloc <= large_segment)");
-    opts.small_segment = round_up(opts.small_segment, granularity);
-    opts.large_segment = round_up(opts.large_segment, granularity);
-    opts.round_large = round_up(std::max<std::size_t>(opts.round_large, 1), granularity);
-    st.budget = opts.budget == 0 ? physical_capacity : opts.budget;
-    reservation_size = round_up(opts.reserve == 0 ? 2 * physical_capacity : opts.reserve, granularity);
-    void* base = nullptr;
-    if (vmm_status s = device.reserve(reservation_size, &base); s != vmm_status::ok) {
-      throw out_of_memory("sublinear: cannot reserve " + format_bytes(reservation_size) +
-                              " of address space on the " + device.name() + " device (" + to_string(s) +
-                              ": " + device.last_error() + "); set a smaller options.reserve",
-                          {reservation_size, 0, 0, st.budget, 0, out_of_memory::cause::address_space});
-    }
-    reservation = static_cast<char*>(base);
-    address_space.emplace(reservation, reservation_size);
+  impl(vmm& device, stream_events& events, options opts) : ctx(device, events, opts), space(ctx) {
+    ladder.attach(evictions);
   }
 
   ~impl() {
     // Wait for everything still pending, then give every page and the range back.
-    for (auto& p : pending_frees) drain(p, true);
-    for (auto& p : pending_evictions) drain(p, true);
-    orphan_handoff();
-    for (old_mapping& m : old_mappings) {
-      for (event_handle e : m.events) {
-        events.synchronize(e);
-        events.release(e);
-      }
-      device.unmap(m.base, m.size);
-      if (m.orphan) device.release_chunk(m.chunk);
-    }
-    old_mappings.clear();
-    live.clear();
-    for (auto& pool : pools) {
-      pool->small.clear();
-      pool->large.clear();
-      pool->dedicated.clear();
-    }
-    for (auto& [base, seg] : segments) {
-      if (seg->has_free_event) events.release(seg->free_event);
-      if (seg->pack) {
-        for (auto [s, e] : seg->pack->events) {
-          events.synchronize(e);
-          events.release(e);
-        }
-        seg->pack->events.clear();
-      }
-      if (seg->mapped) {
-        device.unmap(seg->base, seg->size);
-        device.release_chunk(seg->handle);
-      }
-      for (block* b = seg->first; b != nullptr;) {
-        block* next = b->next;
-        delete b;
-        b = next;
-      }
-    }
-    for (block* b : spare_blocks) delete b;
-    for (auto& [size, handle] : chunk_pool) device.release_chunk(handle);
-    device.release(reservation, reservation_size);
-  }
-
-  void drain(pending& p, bool wait) {
-    for (event_handle e : p.events) {
-      if (wait) events.synchronize(e);
-      events.release(e);
-    }
-    p.events.clear();
-  }
-
-  // ---- size classes (PyTorch's rules) -------------------------------------------------
-  std::size_t round_size(std::size_t size) const { return round_up(std::max(size, opts.min_block), opts.min_block); }
-
-  std::size_t segment_size(std::size_t rounded) const {
-    // Note [Exact small segments]
-    // Rationale: under a budget, a small-pool segment that holds one live block cannot give
-    //   any of its pages back (a mapping is unmapped whole). With PyTorch's 2 MiB small
-    //   segments on the host device's 64 KiB pages, `sublinear demo` (ResNet-218, planned
-    //   with each buffer's 512-byte rounding counted once in the margin) ran out of memory
-    //   at a regeneration in 6 of 24 runs of a stress (six budgets, two planners, three runs
-    //   at a time): one page short, with 1.5-1.9 MiB free inside small segments.
-    // Approach: with exact_small_segments (on while the replay engine runs) a new small
-    //   segment is the request rounded up to the granularity; later small requests still
-    //   split it (best fit), and a wholly free one is released like any cached segment.
-    //   On CUDA the granularity is the small segment size, so nothing changes there.
-    //   Best fit alone still let one tiny block pin a large segment: a 512-byte request
-    //   split a wholly free 576 KiB small segment and held all of it mapped while the
-    //   engine needed one page for a regeneration (stress of docs/runtime.md, after the
-    //   planners began filling their budgets). So in this mode a small request prefers a
-    //   free block in a segment that is already partly used (small_fit below). Making a
-    //   new exact segment rather than splitting a wholly free larger one was tried too: it
-    //   grew the unbudgeted traced iteration's cache (19.88 -> 21.38 MiB mapped in the
-    //   demo) and with it the planning margin, so it is not done.
-    // Limitations: more, smaller segments: a map call per page of small requests the first
-    //   time they are needed (the chunk pool serves later ones).
-    if (rounded <= opts.small_size) return opts.exact_small_segments ? round_up(rounded, granularity) : opts.small_segment;
-    if (rounded < opts.min_large_alloc) return opts.large_segment;
-    return round_up(rounded, opts.round_large);
-  }
-
-  // The free block a small request takes (Note [Exact small segments]): best fit, except
-  // that with exact_small_segments a wholly free segment larger than the request's own
-  // pages is split only when no partly used segment has room (among the next 32
-  // candidates in size order). set.end(): make a new segment.
-  free_set::iterator small_fit(free_set& set, std::size_t rounded) {
-    auto best = set.lower_bound(by_size_key::type{rounded, nullptr});
-    if (!opts.exact_small_segments || best == set.end()) return best;
-    const std::size_t own = round_up(rounded, granularity);
-    const auto whole_and_larger = [&](const block& b) { return b.prev == nullptr && b.next == nullptr && b.size > own; };
-    if (!whole_and_larger(*best)) return best;
-    auto it = best;
-    for (int looked = 0; it != set.end() && looked < 32; ++it, ++looked) {
-      if (!whole_and_larger(*it)) return it;
-    }
-    return best;
-  }
-
-  bool should_split(const block& b, std::size_t size) const {
-    std::size_t remaining = b.size - size;
-    if (b.seg->kind == pool_kind::small) return remaining >= opts.min_block;
-    if (b.seg->kind == pool_kind::large) return remaining > opts.small_size;
-    return false;  // dedicated segments are never split (Note [Evictable blocks])
-  }
-
-  // ---- bookkeeping --------------------------------------------------------------------
-  block* new_block() {
-    if (spare_blocks.empty()) return new block;
-    block* b = spare_blocks.back();
-    spare_blocks.pop_back();
-    return b;
-  }
-  void recycle(block* b) {
-    b->stream_uses.clear();
-    b->prev = b->next = nullptr;
-    b->allocated = b->in_free_set = b->filler = false;
-    b->state = residency::resident;
-    spare_blocks.push_back(b);
-  }
-
-  stream_pool& pool_for(stream_handle s) {
-    if (last_pool != nullptr && last_pool->stream == s) return *last_pool;
-    for (auto& p : pools) {
-      if (p->stream == s) return *(last_pool = p.get());
-    }
-    pools.push_back(std::make_unique<stream_pool>());
-    pools.back()->stream = s;
-    return *(last_pool = pools.back().get());
-  }
-
-  void note_mapped(std::ptrdiff_t delta) {
-    st.mapped = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(st.mapped) + delta);
-    st.mapped_peak = std::max(st.mapped_peak, st.mapped);
-  }
-
-  void insert_free(block* b) {
-    b->allocated = false;
-    b->in_free_set = true;
-    pool_for(b->seg->stream).of(b->seg->kind).insert(*b);
-  }
-  void erase_free(block* b) {
-    pool_for(b->seg->stream).of(b->seg->kind).erase(free_set::s_iterator_to(*b));
-    b->in_free_set = false;
-  }
-
-  std::size_t largest_free_block() const {
-    std::size_t largest = 0;
-    for (const auto& p : pools) {
-      for (const free_set* s : {&p->small, &p->large, &p->dedicated}) {
-        if (!s->empty()) largest = std::max(largest, s->rbegin()->size);
-      }
-    }
-    return largest;
-  }
-
-  // ---- address space ------------------------------------------------------------------
-  char* take_address_range(std::size_t size) {
-    for (auto it = address_space.begin(); it != address_space.end(); ++it) {
-      if (it->second < size) continue;
-      char* base = it->first;
-      std::size_t left = it->second - size;
-      address_space.erase(it);
-      if (left > 0) address_space.emplace(base + size, left);
-      return base;
-    }
-    return nullptr;
-  }
-  void give_address_range(char* base, std::size_t size) {
-    auto next = address_space.lower_bound(base);
-    if (next != address_space.end() && base + size == next->first) {
-      size += next->second;
-      next = address_space.erase(next);
-    }
-    if (next != address_space.begin()) {
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == base) {
-        prev->second += size;
-        return;
-      }
-    }
-    address_space.emplace(base, size);
-  }
-
-  // ---- physical pages -----------------------------------------------------------------
-  // Maps a chunk of seg->size bytes at seg->base: a pooled one if there is one (Note
-  // [Chunk pool]), else a fresh one. Returns the status of the failing call, rolling back
-  // what succeeded.
-  vmm_status map_segment(segment& seg) {
-    settle_old_mappings(true, seg.base, seg.size);  // an old mapping of a handed-off chunk here
-    chunk_handle handle = 0;
-    bool pooled = false;
-    bool handed = false;
-    vmm_status s = vmm_status::ok;
-    if (handoff && handoff->size == seg.size) {
-      handle = handoff->chunk;  // already counted in mapped, like a pooled chunk
-      handoff.reset();
-      handed = true;
-    } else if (auto it = chunk_pool.find(seg.size); it != chunk_pool.end()) {
-      handle = it->second;
-      chunk_pool.erase(it);
-      st.pooled -= seg.size;
-      pooled = true;
-    } else {
-      s = device.create_chunk(seg.size, &handle);
-      ++st.create_calls;
-      if (s != vmm_status::ok) return s;
-    }
-    // A chunk that cannot be mapped is given back; a pooled one stays counted until then.
-    auto give_back = [&] {
-      if (handed) {  // still mapped at its old address: released once that is unmapped
-        mark_orphan(handle);
-        return;
-      }
-      device.release_chunk(handle);
-      ++st.release_calls;
-      if (pooled) note_mapped(-static_cast<std::ptrdiff_t>(seg.size));
-    };
-    s = device.map(seg.base, seg.size, handle);
-    ++st.map_calls;
-    if (s != vmm_status::ok) {
-      give_back();
-      return s;
-    }
-    s = device.set_access(seg.base, seg.size);
-    ++st.set_access_calls;
-    if (s != vmm_status::ok) {
-      device.unmap(seg.base, seg.size);
-      ++st.unmap_calls;
-      give_back();
-      return s;
-    }
-    seg.handle = handle;
-    seg.mapped = true;
-    if (handed) {
-      // counted in mapped since its first mapping, and in handoffs when it was handed over
-    } else if (pooled) {
-      ++st.pool_reuses;  // already counted in mapped
-    } else {
-      note_mapped(static_cast<std::ptrdiff_t>(seg.size));
-    }
-    return vmm_status::ok;
-  }
-
-  bool pool_has(std::size_t size) const { return size != 0 && chunk_pool.find(size) != chunk_pool.end(); }
-
-  void release_pooled(std::multimap<std::size_t, chunk_handle>::iterator it) {
-    const std::size_t size = it->first;
-    vmm_status r = device.release_chunk(it->second);
-    ++st.release_calls;
-    chunk_pool.erase(it);
-    st.pooled -= size;
-    note_mapped(-static_cast<std::ptrdiff_t>(size));
-    if (r != vmm_status::ok) {
-      throw device_error("sublinear: releasing a pooled chunk of " + format_bytes(size) + " on the " + device.name() +
-                         " device failed (" + to_string(r) + ": " + device.last_error() + ")");
-    }
-  }
-
-  // Releases pooled chunks until `bytes` more fit under the budget: other sizes first,
-  // largest first, then chunks of `keep_size`. `bytes` 0 with `all` empties the pool.
-  void trim_pool(std::size_t bytes, std::size_t keep_size, bool all = false) {
-    for (auto it = chunk_pool.end(); it != chunk_pool.begin() && (all || !fits(bytes));) {
-      --it;
-      if (it->first == keep_size && !all) continue;
-      auto victim = it++;
-      release_pooled(victim);
-      ++st.pool_trims;
-    }
-    while (!chunk_pool.empty() && (all || !fits(bytes))) {
-      auto it = chunk_pool.find(keep_size);
-      if (it == chunk_pool.end()) break;
-      release_pooled(it);
-      ++st.pool_trims;
-    }
-  }
-
-  // Precondition: no pending work touches the segment (Note [Deferred unmap]). With
-  // `keep`, the chunk goes to the pool and stays counted in mapped (Note [Chunk pool]).
-  void unmap_segment(segment& seg, bool keep = false) {
-    segment* one[] = {&seg};
-    unmap_segments(one, keep);
-  }
-
-  // Unmaps several segments in one device call (adjacent ones merge on the host: Note
-  // [Batched unmap] in host_vmm.cpp), then pools or releases each chunk.
-  void unmap_segments(std::span<segment* const> segs, bool keep) {
-    std::vector<vmm_range> ranges;
-    ranges.reserve(segs.size());
-    std::size_t bytes = 0;
-    for (const segment* seg : segs) {
-      ranges.push_back({seg->base, seg->size});
-      bytes += seg->size;
-    }
-    const vmm_status s = device.unmap_ranges(ranges);
-    st.unmap_calls += segs.size();
-    if (s != vmm_status::ok) {
-      throw device_error("sublinear: unmapping " + format_bytes(bytes) + " in " + std::to_string(segs.size()) +
-                         " ranges on the " + device.name() + " device failed (" + to_string(s) + ": " +
-                         device.last_error() + ")");
-    }
-    for (segment* seg : segs) {
-      // Its old mapping's last use ran before this one's: no real wait, and the chunk
-      // must have no other mapping before it is pooled or released.
-      settle_old_mappings(true, nullptr, 0, seg->handle);
-      vmm_status r = vmm_status::ok;
-      if (keep) {
-        chunk_pool.emplace(seg->size, seg->handle);
-        st.pooled += seg->size;
-        st.pooled_peak = std::max(st.pooled_peak, st.pooled);
-      } else {
-        r = device.release_chunk(seg->handle);
-        ++st.release_calls;
-      }
-      seg->mapped = false;
-      if (!keep) note_mapped(-static_cast<std::ptrdiff_t>(seg->size));
-      if (r != vmm_status::ok) {
-        throw device_error("sublinear: releasing a chunk of " + format_bytes(seg->size) + " on the " +
-                           device.name() + " device failed (" + to_string(r) + ": " + device.last_error() + ")");
-      }
-    }
-  }
-
-  // Releases a fully free segment whose single block `b` is in a free set (or, for an
-  // evicted dedicated block, already unmapped).
-  // With `give_range` false the address range stays taken: a handed-off chunk's old
-  // mapping still covers it and gives it back once settled (Note [Stream-ordered handoff]).
-  void release_segment(block* b, bool keep_chunk = false, bool give_range = true) {
-    segment* seg = b->seg;
-    if (seg->has_free_event) {
-      events.release(seg->free_event);
-      seg->has_free_event = false;
-    }
-    if (b->in_free_set) erase_free(b);
-    if (seg->mapped) unmap_segment(*seg, keep_chunk);
-    st.reserved -= seg->size;
-    ++st.segments_released;
-    if (give_range) give_address_range(seg->base, seg->size);
-    recycle(b);
-    segments.erase(seg->base);
-  }
-
-  // An evicting block's pages are gone from it (unmapped, or handed to another mapping).
-  void note_evicted(block* b) {
-    b->state = residency::evicted;
-    st.evicted += b->size;
-    st.evicted_total += b->size;
-    ++st.evictions;
-  }
-
-  // ---- stream-ordered handoff (Note [Stream-ordered handoff]) -------------------------
-  // Unmaps the old mappings whose events have completed (all of them with `wait`), or
-  // only those overlapping [lo, lo + bytes) when `lo` is given, or only those of `chunk`.
-  // With `in_order`, stops at the first one not complete: polls take them oldest first.
-  void settle_old_mappings(bool wait, const char* lo = nullptr, std::size_t bytes = 0,
-                           std::optional<chunk_handle> chunk = std::nullopt, bool in_order = false) {
-    if (old_mappings.empty()) return;
-    std::vector<old_mapping> done;
-    for (auto it = old_mappings.begin(); it != old_mappings.end();) {
-      const bool in_range = (lo == nullptr || (it->base < lo + bytes && lo < it->base + it->size)) &&
-                            (!chunk || it->chunk == *chunk);
-      bool complete = in_range;
-      for (event_handle e : it->events) {
-        if (!complete) break;
-        if (wait) {
-          events.synchronize(e);
-        } else {
-          complete = events.query(e);
-        }
-      }
-      if (!complete) {
-        if (in_order) break;
-        ++it;
-        continue;
-      }
-      for (event_handle e : it->events) events.release(e);
-      it->events.clear();
-      done.push_back(std::move(*it));
-      it = old_mappings.erase(it);
-    }
-    if (done.empty()) return;
-    std::vector<vmm_range> ranges;
-    ranges.reserve(done.size());
-    for (const old_mapping& m : done) ranges.push_back({m.base, m.size});
-    const vmm_status s = device.unmap_ranges(ranges);
-    st.unmap_calls += done.size();
-    if (s != vmm_status::ok) {
-      throw device_error("sublinear: unmapping the old addresses of " + std::to_string(done.size()) +
-                         " handed-off chunks on the " + device.name() + " device failed (" + to_string(s) + ": " +
-                         device.last_error() + ")");
-    }
-    for (const old_mapping& m : done) {
-      if (m.give_range) give_address_range(m.base, m.size);
-      if (m.orphan) {
-        const vmm_status r = device.release_chunk(m.chunk);
-        ++st.release_calls;
-        note_mapped(-static_cast<std::ptrdiff_t>(m.size));
-        if (r != vmm_status::ok) {
-          throw device_error("sublinear: releasing a chunk of " + format_bytes(m.size) + " on the " + device.name() +
-                             " device failed (" + to_string(r) + ": " + device.last_error() + ")");
-        }
-      }
-    }
-  }
-
-  // A handed-off chunk that no mapping took: released once its old address is unmapped
-  // (until then it stays counted in mapped).
-  void mark_orphan(chunk_handle chunk) {
-    for (old_mapping& m : old_mappings) {
-      if (m.chunk == chunk) m.orphan = true;
-    }
-  }
-  void orphan_handoff() {
-    if (!handoff) return;
-    mark_orphan(handoff->chunk);
-    handoff.reset();
-  }
-  [[nodiscard]] bool has_orphans() const {
-    return std::any_of(old_mappings.begin(), old_mappings.end(), [](const old_mapping& m) { return m.orphan; });
-  }
-
-  // Finds a chunk of exactly `bytes` whose last use is queued on `stream` and nowhere else,
-  // and sets it aside for the next map_segment: a pending eviction's first (its block is
-  // gone for now anyway), else a wholly free cached segment's. Returns false if none.
-  bool hand_off(std::size_t bytes, std::optional<stream_handle> on) {
-    if (!opts.stream_ordered_handoff || !on || bytes == 0 || handoff) return false;
-    const stream_handle stream = *on;
-    for (auto it = pending_evictions.begin(); it != pending_evictions.end(); ++it) {
-      block* b = it->b;
-      if (b == nullptr) continue;  // a pack's unmap is never handed off (Note [Packs])
-      if (b->eviction_generation != it->generation || b->state != residency::evicting) continue;
-      if (b->seg->size != bytes || b->stream != stream) continue;
-      if (std::any_of(b->stream_uses.begin(), b->stream_uses.end(), [&](stream_handle u) { return u != stream; }))
-        continue;
-      segment* seg = b->seg;
-      old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(it->events), false, false});
-      pending_evictions.erase(it);
-      seg->mapped = false;
-      note_evicted(b);
-      handoff = handed_chunk{bytes, seg->handle, stream};
-      ++st.handoffs;
-      return true;
-    }
-    stream_pool& pool = pool_for(stream);
-    for (free_set* set : {&pool.dedicated, &pool.large, &pool.small}) {
-      for (auto it = set->lower_bound(by_size_key::type{bytes, nullptr}); it != set->end() && it->size == bytes; ++it) {
-        block* b = &*it;
-        segment* seg = b->seg;
-        if (seg->size != bytes || !seg->mapped) continue;
-        // Frees used on other streams reach the free sets only once that work is done
-        // (pending_frees), so what may still touch the segment is queued on `stream`.
-        std::vector<event_handle> evs;
-        if (seg->has_free_event) {
-          evs.push_back(seg->free_event);
-          seg->has_free_event = false;
-        } else {
-          evs.push_back(events.record(seg->stream));
-        }
-        old_mappings.push_back({seg->base, seg->size, seg->handle, std::move(evs), true, false});
-        handoff = handed_chunk{bytes, seg->handle, stream};
-        seg->mapped = false;  // the old mapping is unmapped when settled, not here
-        release_segment(b, false, false);
-        ++st.handoffs;
-        return true;
-      }
-    }
-    return false;
-  }
-
-  // ---- pending events -----------------------------------------------------------------
-  static bool all_complete(stream_events& ev, pending& p, bool wait) {
-    for (event_handle e : p.events) {
-      if (wait) {
-        ev.synchronize(e);
-      } else if (!ev.query(e)) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Completes frees whose events are done. With `wait`, waits for all of them.
-  void process_pending_frees(bool wait) {
-    while (!pending_frees.empty()) {
-      pending& p = pending_frees.front();
-      if (!all_complete(events, p, wait)) break;  // FIFO: later ones were recorded later
-      drain(p, false);
-      block* b = p.b;
-      pending_frees.pop_front();
-      b->stream_uses.clear();
-      return_to_pool(b);
-    }
-  }
-
-  // Unmaps evicted blocks whose last-use events are done. Returns bytes unmapped.
-  std::size_t process_pending_evictions(bool wait) {
-    std::size_t unmapped = 0;
-    std::vector<block*> done;
-    std::vector<segment*> done_packs;
-    for (auto it = pending_evictions.begin(); it != pending_evictions.end();) {
-      if (it->b == nullptr) {
-        segment* seg = queued_pack(*it);
-        if (seg != nullptr && !pack_events_complete(*seg->pack, wait)) {
-          ++it;
-          continue;
-        }
-        if (seg != nullptr) {
-          release_pack_events(*seg->pack);
-          seg->pack->unmap_id = 0;
-          done_packs.push_back(seg);
-        }
-        it = pending_evictions.erase(it);
-        continue;
-      }
-      block* b = it->b;
-      bool cancelled = b->eviction_generation != it->generation || b->state != residency::evicting;
-      if (!cancelled && !all_complete(events, *it, wait)) {
-        ++it;
-        continue;
-      }
-      drain(*it, false);
-      if (!cancelled) done.push_back(b);
-      it = pending_evictions.erase(it);
-    }
-    if (done.empty() && done_packs.empty()) return 0;
-    // Every eviction completed now goes in one device call (Note [Batched unmap]).
-    std::vector<segment*> segs;
-    segs.reserve(done.size() + done_packs.size());
-    for (block* b : done) segs.push_back(b->seg);
-    segs.insert(segs.end(), done_packs.begin(), done_packs.end());
-    unmap_segments(segs, opts.pool_chunks);
-    for (block* b : done) {
-      note_evicted(b);
-      unmapped += b->size;
-    }
-    for (segment* seg : done_packs) {
-      for (block* b = seg->first; b != nullptr; b = b->next) {
-        if (b->filler) continue;
-        if (b->allocated) {
-          note_evicted(b);
-        } else {
-          b->state = residency::evicted;  // freed, waiting for other streams: not counted
-        }
-      }
-      unmapped += seg->size;
-    }
-    return unmapped;
-  }
-
-  void poll() {
-    if (!pending_frees.empty()) process_pending_frees(false);
-    if (!pending_evictions.empty()) process_pending_evictions(false);
-    // Old mappings hold no memory of their own (their chunks are counted where they are
-    // mapped now), only address space: settled in batches, oldest first, which keeps the
-    // event queries off every allocation's path.
-    if (old_mappings.size() >= kSettleBatch) settle_old_mappings(false, nullptr, 0, std::nullopt, true);
-  }
-
-  // Releases the wholly free segments `whole` (blocks spanning their segment) until
-  // `done(released bytes)` says so. Those whose free has completed on their stream go
-  // first, with no wait at all, then those the host must wait for (Note [Idle first]). In
-  // each group a segment of exactly `keep_size` bytes (0: none) goes first and its chunk
-  // is pooled (Note [Chunk pool]), then the largest.
-  //
-  // Note [Idle first]
-  // Rationale: a wait here is for the event recorded when the segment became free, most
-  //   often at a kernel the host has only just queued: the host waits until the stream
-  //   has drained that far, and then the stream idles while the host maps the next pages.
-  //   A pooled chunk of the wanted size saves a create and the first touch of its pages,
-  //   which costs less than a drained queue. Until session 16 a segment of the wanted
-  //   size went first even when it meant a wait: `sublinear demo --depth 434 --batch 32`
-  //   at 0.5x waited here about 19 times per planned iteration.
-  // Approach: give back idle segments of any size before waiting for one of the wanted
-  //   size. In that demo the waits fell to about 8 per iteration, and the wall time the
-  //   stream spent outside its items from 16-19 ms to 11-13 ms per iteration
-  //   (docs/benchmarks.md, "Where the time goes", session 16).
-  template <class Done>
-  std::size_t release_whole(const std::vector<block*>& whole, std::size_t keep_size, Done done) {
-    std::vector<std::pair<block*, bool>> order;
-    order.reserve(whole.size());
-    for (block* b : whole) order.emplace_back(b, b->seg->has_free_event && events.query(b->seg->free_event));
-    std::sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
-      if (x.second != y.second) return x.second;
-      const bool kx = keep_size != 0 && x.first->size == keep_size;
-      const bool ky = keep_size != 0 && y.first->size == keep_size;
-      if (kx != ky) return kx;
-      return x.first->size > y.first->size;
-    });
-    std::size_t released = 0;
-    std::vector<stream_handle> drained;
-    for (auto [b, idle] : order) {
-      if (done(released)) break;
-      // A free block may still be read by work queued on its stream before the free
-      // (stream-ordered reuse is safe, unmapping is not): wait for the event recorded when
-      // the segment became free, or else for that stream once.
-      if (idle || std::find(drained.begin(), drained.end(), b->seg->stream) != drained.end()) {
-        // nothing to wait for
-      } else if (b->seg->has_free_event) {
-        events.synchronize(b->seg->free_event);
-        ++st.release_waits;
-      } else {
-        wait_for_stream(b->seg->stream);
-        drained.push_back(b->seg->stream);
-        ++st.release_waits;
-      }
-      released += b->size;
-      release_segment(b, keep_size != 0 && b->size == keep_size);
-    }
-    return released;
-  }
-
-  // Blocks the host until everything queued on `s` so far has run.
-  void wait_for_stream(stream_handle s) {
-    event_handle e = events.record(s);
-    events.synchronize(e);
-    events.release(e);
-  }
-
-  // Appends the free blocks of `set` that span their whole, mapped segment.
-  static void collect_whole(free_set& set, std::vector<block*>& out) {
-    for (block& b : set) {
-      if (b.size == b.seg->size && b.seg->mapped) out.push_back(&b);
-    }
-  }
-
-  // Releases cached fully-free segments until `bytes` more fit under the budget (or
-  // everything cached is gone when `bytes` is 0 and `all`). A segment of exactly
-  // `keep_size` bytes is taken first and its chunk pooled, so the caller maps it again
-  // with no create (Note [Chunk pool]); the others go largest first.
-  std::size_t release_cached(std::size_t bytes, bool all, std::size_t keep_size = 0) {
-    std::vector<block*> whole;
-    for (auto& p : pools) {
-      for (free_set* s : {&p->small, &p->large, &p->dedicated}) collect_whole(*s, whole);
-    }
-    const std::size_t keep = opts.pool_chunks && !all && keep_size != 0 ? keep_size : 0;
-    return release_whole(whole, keep, [&](std::size_t) {
-      return !all && (fits(bytes) || (keep != 0 && pool_has(keep)));
-    });
-  }
-
-  // Note [Exact large segments]: a new exact segment of `bytes` is about to be mapped
-  // because no free block of `set` is large enough. Wholly free segments of the set are
-  // given back first, until as many bytes as the new segment's have been released, so
-  // that a run of growing sizes (DenseNet's concatenations) does not leave a trail of
-  // cached segments too small for anything that follows. Idle ones go first; for the
-  // others the host waits for the event recorded when the segment became free (recorded
-  // for exact large segments even without a budget: note_whole_free), never for the whole
-  // stream.
-  void release_idle_smaller(free_set& set, std::size_t bytes) {
-    std::vector<block*> whole;
-    collect_whole(set, whole);
-    const std::uint64_t before = st.segments_released;
-    release_whole(whole, 0, [&](std::size_t released) { return released >= bytes; });
-    st.idle_releases += st.segments_released - before;
-  }
-
-  bool fits(std::size_t bytes) const { return st.mapped + bytes <= st.budget; }
-  // A mapping of `bytes` can be made now: a pooled chunk of that size (already counted)
-  // or room under the budget.
-  bool ready(std::size_t bytes) const {
-    return (handoff && handoff->size == bytes) || pool_has(bytes) || fits(bytes);
-  }
-
-  // The ladder of Note [Strict budget]. Returns false if `bytes` cannot be made to fit.
-  // `stream`: the mapping's pages are used on it (none: unknown), which allows a
-  // handoff (Note [Stream-ordered handoff]).
-  bool make_room(std::size_t bytes, std::optional<stream_handle> stream = std::nullopt) {
-    // One left by a request that failed before mapping it serves only its own size and stream.
-    if (handoff && (handoff->size != bytes || !stream || handoff->stream != *stream)) orphan_handoff();
-    if (ready(bytes)) return true;
-    poll();
-    if (ready(bytes) || hand_off(bytes, stream)) return true;
-    // Pooled chunks first, then cached segments, then the chunks their release pooled.
-    const auto give_back = [&] {
-      if (ready(bytes)) return true;
-      trim_pool(bytes, bytes);
-      if (fits(bytes)) return true;
-      release_cached(bytes, false, bytes);
-      if (ready(bytes)) return true;
-      trim_pool(bytes, bytes);
-      return fits(bytes);
-    };
-    if (give_back()) return true;
-    if (!pending_evictions.empty() || !pending_frees.empty() || has_orphans()) {
-      ++st.budget_waits;
-      process_pending_evictions(true);
-      process_pending_frees(true);
-      if (has_orphans()) settle_old_mappings(true);
-      if (give_back()) return true;
-    }
-    if (opts.trim_segments && trim_free_holes(bytes)) return true;
-    last_shortfall = st.mapped + bytes - st.budget;
-    return false;
-  }
-
-  // Note [Segment trim]
-  // Rationale: a mapping is unmapped whole, so one live block in a segment keeps all its
-  //   pages mapped. Blocks allocated while an iteration is traced without a budget and
-  //   kept for good pin whatever segment they split: `sublinear demo --depth 56 --budget
-  //   0.5x` ran out of memory in its first planned iteration, 32 KiB short, with its 576
-  //   KiB convolution workspace's segment held by a 64 KiB block (the optimizer's state,
-  //   created in the first step) and 512 KiB free behind it that nothing could use. With
-  //   free tails given back, the stress runs' remaining failures were free holes *between*
-  //   live blocks (a 576 KiB segment: 64 KiB live, 437 KiB free, live blocks after it).
-  // Approach: the last step of the ladder before failing. A segment of the shared pools
-  //   gives back the whole pages of its largest free block (a hole, or a free head or
-  //   tail): wait for every stream that may touch the segment, copy the live parts before
-  //   and after the hole to host memory, unmap the chunk, map a chunk for each live part
-  //   at its old address, and copy them back. The part after a hole becomes a segment of
-  //   its own. Addresses do not change, so nobody holding a pointer notices; the hole's
-  //   address range goes back to the reservation. Largest gain first, and only if the
-  //   holes together cover the shortfall (a wait for nothing is not worth it). Where the
-  //   budget has room for the new chunks beside the old one they are created first, so a
-  //   device that refuses them changes nothing; where it has not (the usual case: the
-  //   trim runs when the budget is already short of room), the old chunk goes first and
-  //   the budget holds at every step.
-  // Limitations: it waits for the segments' streams (the host thread stalls once). The
-  //   live parts are copied out and back while the allocator's lock is held, but other
-  //   threads do not take that lock to use their blocks: a host write or a launch from
-  //   another thread into the segment during the move would be lost or fault. So it is an
-  //   option (options::trim_segments) that the replay engine turns on, whose training
-  //   loop launches from the thread that allocates; the allocator's four-thread stress
-  //   test, which writes its blocks from four threads, lost a write with it on. Backends
-  //   must copy (vmm::copy_to_host/copy_to_device). One hole per segment per failing
-  //   request: the largest. When the old chunk went first, a device that then refuses the
-  //   smaller chunks (only another process taking the freed memory in between) leaves
-  //   the live parts in host memory alone: that is a device error.
-  struct hole {
-    segment* seg;
-    block* free;     // the free block whose whole pages go
-    std::size_t lo;  // the pages kept before it: [0, lo) of the segment
-    std::size_t hi;  // ... and after it: [hi, size)
-    std::size_t gain() const { return hi - lo; }
-  };
-
-  bool trim_free_holes(std::size_t bytes) {
-    std::vector<hole> holes;
-    std::size_t gain = 0;
-    for (auto& [base, sp] : segments) {
-      segment& seg = *sp;
-      if (!seg.mapped || seg.kind == pool_kind::dedicated || seg.first == nullptr || seg.first->next == nullptr)
-        continue;  // unmapped, never split, or wholly one block (released, not trimmed)
-      hole best{&seg, nullptr, 0, 0};
-      for (block* b = seg.first; b != nullptr; b = b->next) {
-        if (!b->in_free_set) continue;
-        const auto from = static_cast<std::size_t>(b->ptr - seg.base);
-        const std::size_t lo = round_up(from, granularity);
-        const std::size_t hi = round_down(from + b->size, granularity);
-        if (hi > lo && hi - lo > best.gain()) best = {&seg, b, lo, hi};
-      }
-      if (best.free == nullptr) continue;
-      holes.push_back(best);
-      gain += best.gain();
-    }
-    if (holes.empty() || st.mapped + bytes > st.budget + gain) return false;
-    std::sort(holes.begin(), holes.end(), [](const hole& a, const hole& b) { return a.gain() > b.gain(); });
-    // Every stream that may still touch a segment: its own and those its live blocks
-    // were used on (record_stream).
-    std::vector<stream_handle> streams;
-    for (const hole& h : holes) {
-      streams.push_back(h.seg->stream);
-      for (block* b = h.seg->first; b != nullptr; b = b->next)
-        streams.insert(streams.end(), b->stream_uses.begin(), b->stream_uses.end());
-    }
-    std::sort(streams.begin(), streams.end());
-    streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
-    for (stream_handle s : streams) wait_for_stream(s);
-    std::vector<std::byte> stash;
-    for (const hole& h : holes) {
-      if (fits(bytes)) break;
-      cut_hole(h, stash);
-    }
-    return fits(bytes);
-  }
-
-  // Replaces `h.seg`'s chunk by chunks of its live parts before and after the hole, the
-  // part after becoming a segment of its own (Note [Segment trim]). Precondition: no
-  // device work touches the segment. With room under the budget for the new chunks
-  // beside the old one they are created first, and a device that refuses them leaves
-  // everything as it was; without, the old chunk goes first (the budget holds at every
-  // step), and a device that then refuses the smaller chunks is a device error.
-  void cut_hole(const hole& h, std::vector<std::byte>& stash) {
-    segment& seg = *h.seg;
-    char* const base = seg.base;
-    const std::size_t head = h.lo, tail = seg.size - h.hi;
-    const auto fail = [&](const char* what, vmm_status s) {
-      return device_error("sublinear: cutting " + format_bytes(h.gain()) + " out of a segment of " +
-                          format_bytes(h.hi + tail) + " on the " + device.name() + " device failed at " + what +
-                          " (" + to_string(s) + ": " + device.last_error() + "); its live blocks are lost");
-    };
-    chunk_handle fresh[2] = {0, 0};  // head, tail
-    const std::size_t sizes[2] = {head, tail};
-    char* const bases[2] = {base, base + h.hi};
-    const auto release_fresh = [&] {
-      for (chunk_handle& c : fresh) {
-        if (c == 0) continue;
-        device.release_chunk(c);
-        ++st.release_calls;
-        c = 0;
-      }
-    };
-    // Creates the chunks; false (none kept) if the device refuses one.
-    const auto create = [&]() -> vmm_status {
-      for (int i = 0; i < 2; ++i) {
-        if (sizes[i] == 0) continue;
-        const vmm_status s = device.create_chunk(sizes[i], &fresh[i]);
-        ++st.create_calls;
-        if (s != vmm_status::ok) {
-          release_fresh();
-          return s;
-        }
-      }
-      note_mapped(static_cast<std::ptrdiff_t>(head + tail));
-      return vmm_status::ok;
-    };
-    const bool beside = fits(head + tail);
-    if (beside && create() != vmm_status::ok) return;  // no room on the device: keep the segment
-    stash.resize(head + tail);
-    for (int i = 0; i < 2; ++i) {
-      if (sizes[i] == 0) continue;
-      if (device.copy_to_host(stash.data() + (i == 0 ? 0 : head), bases[i], sizes[i]) != vmm_status::ok) {
-        if (beside) note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
-        release_fresh();
-        return;  // this backend cannot copy: nothing has changed
-      }
-    }
-    try {
-      unmap_segment(seg);
-    } catch (...) {
-      if (beside) note_mapped(-static_cast<std::ptrdiff_t>(head + tail));
-      release_fresh();
-      throw;
-    }
-    // From here the live parts' bytes live only in `stash`.
-    if (!beside) {
-      if (const vmm_status s = create(); s != vmm_status::ok) throw fail("create_chunk", s);
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (sizes[i] == 0) continue;
-      vmm_status s = device.map(bases[i], sizes[i], fresh[i]);
-      ++st.map_calls;
-      if (s != vmm_status::ok) throw fail("map", s);
-      s = device.set_access(bases[i], sizes[i]);
-      ++st.set_access_calls;
-      if (s != vmm_status::ok) throw fail("set_access", s);
-      s = device.copy_to_device(bases[i], stash.data() + (i == 0 ? 0 : head), sizes[i]);
-      if (s != vmm_status::ok) throw fail("copying a live part back", s);
-    }
-    split_at_hole(h, fresh[0], fresh[1]);  // may destroy `seg`
-    give_address_range(base + h.lo, h.gain());
-    st.reserved -= h.gain();
-    ++st.segment_trims;
-    st.trimmed_bytes += h.gain();
-  }
-
-  // The block lists of cut_hole: `h.free` keeps what of it lies before `h.lo` (or goes),
-  // a new free block takes what lies after `h.hi`, and the blocks from there on move to
-  // a new segment at `h.hi` mapped by `tail_chunk`. With no head, that segment replaces
-  // `h.seg`.
-  void split_at_hole(const hole& h, chunk_handle head_chunk, chunk_handle tail_chunk) {
-    segment* seg = h.seg;
-    block* f = h.free;
-    char* const cut_lo = seg->base + h.lo;
-    char* const cut_hi = seg->base + h.hi;
-    char* const f_end = f->ptr + f->size;
-    block* const before = f->prev;
-    block* after = f->next;
-    erase_free(f);
-    if (f->ptr < cut_lo) {  // the free part before the hole stays, at the head's end
-      f->size = static_cast<std::size_t>(cut_lo - f->ptr);
-      f->next = nullptr;
-      insert_free(f);
-    } else {
-      if (before != nullptr) before->next = nullptr;
-      recycle(f);
-    }
-    if (h.hi < seg->size) {
-      auto tail = std::make_unique<segment>();
-      tail->base = cut_hi;
-      tail->size = seg->size - h.hi;
-      tail->handle = tail_chunk;
-      tail->mapped = true;
-      tail->kind = seg->kind;
-      tail->stream = seg->stream;
-      if (cut_hi < f_end) {  // the free part after the hole starts the new segment
-        block* g = new_block();
-        g->ptr = cut_hi;
-        g->size = static_cast<std::size_t>(f_end - cut_hi);
-        g->seg = tail.get();
-        g->stream = seg->stream;
-        g->next = after;
-        if (after != nullptr) after->prev = g;
-        after = g;
-        insert_free(g);
-      } else {
-        after->prev = nullptr;
-      }
-      tail->first = after;
-      for (block* b = after; b != nullptr; b = b->next) b->seg = tail.get();
-      segments.emplace(tail->base, std::move(tail));
-    }
-    if (h.lo == 0) {  // no head: the old segment is gone
-      if (seg->has_free_event) events.release(seg->free_event);
-      segments.erase(seg->base);
-      return;
-    }
-    seg->size = h.lo;
-    seg->handle = head_chunk;
-    seg->mapped = true;
-  }
-
-  [[noreturn]] void throw_oom(std::size_t requested, out_of_memory::cause ran_out, const std::string& why) {
-    ++st.oom_errors;
-    out_of_memory::figures f{requested, st.mapped, st.reserved, st.budget, largest_free_block(), ran_out};
-    throw out_of_memory("sublinear: out of memory: " + why + ". Requested " + format_bytes(requested) +
-                            "; mapped " + format_bytes(f.mapped) + ", reserved " + format_bytes(f.reserved) +
-                            ", budget " + format_bytes(f.budget) + ", largest free block " +
-                            format_bytes(f.largest_free_block) +
-                            ". Raise the budget, or free or evict memory before this allocation.",
-                        f);
-  }
-
-  // Maps `seg` under the budget, retrying after reclaiming when the device itself is out
-  // of physical memory. Throws out_of_memory.
-  void map_under_budget(segment& seg, std::size_t requested, std::optional<stream_handle> stream = std::nullopt) {
-    if (!make_room(seg.size, stream))
-      throw_oom(requested, out_of_memory::cause::budget, "mapping " + format_bytes(seg.size) + " would exceed the budget");
-    vmm_status s = map_segment(seg);
-    if (s == vmm_status::out_of_memory) {
-      release_cached(0, true);
-      process_pending_evictions(true);
-      trim_pool(0, 0, true);
-      s = map_segment(seg);
-    }
-    if (s == vmm_status::out_of_memory)
-      throw_oom(requested, out_of_memory::cause::device_memory, "the " + device.name() + " device has no physical memory left");
-    if (s != vmm_status::ok) {
-      throw device_error("sublinear: mapping " + format_bytes(seg.size) + " on the " + device.name() +
-                         " device failed (" + to_string(s) + ": " + device.last_error() + ")");
-    }
-  }
-
-  block* new_segment(std::size_t size, pool_kind kind, stream_handle stream, std::size_t requested) {
-    char* base = take_address_range(size);
-    if (base == nullptr) {
-      orphan_handoff();  // make_room may have set one aside for this segment
-      throw_oom(requested, out_of_memory::cause::address_space, "the reserved address space (" + format_bytes(reservation_size) +
-                               ") has no free range of " + format_bytes(size) + "; set a larger options.reserve");
-    }
-    auto seg = std::make_unique<segment>();
-    seg->base = base;
-    seg->size = size;
-    seg->kind = kind;
-    seg->stream = stream;
-    try {
-      map_under_budget(*seg, requested, stream);
-    } catch (...) {
-      give_address_range(base, size);
-      throw;
-    }
-    block* b = new_block();
-    b->ptr = base;
-    b->size = size;
-    b->seg = seg.get();
-    b->stream = stream;
-    seg->first = b;
-    st.reserved += size;
-    st.reserved_peak = std::max(st.reserved_peak, st.reserved);
-    ++st.segments_created;
-    segments.emplace(base, std::move(seg));
-    return b;
-  }
-
-  // ---- allocate / free ----------------------------------------------------------------
-  // A whole dedicated segment of exactly `bytes` for `stream`: a free one of that size from
-  // its pool, else a new one (`requested`: what the caller asked for, for the error).
-  block* dedicated_segment(stream_pool& pool, std::size_t bytes, stream_handle stream, std::size_t requested) {
-    auto it = pool.dedicated.lower_bound(by_size_key::type{bytes, nullptr});
-    if (it != pool.dedicated.end() && it->size == bytes) {
-      block* b = &*it;
-      erase_free(b);
-      return b;
-    }
-    return new_segment(bytes, pool_kind::dedicated, stream, requested);
+    evictions.shutdown();
+    chunks.shutdown_old_mappings();
+    pool.clear();
+    segments.shutdown();
+    chunks.shutdown_pool();
   }
 
   void* allocate(std::size_t size, stream_handle stream, bool evictable) {
     if (size == 0) return nullptr;
-    poll();
-    stream_pool& pool = pool_for(stream);
+    evictions.poll();
+    const options& opts = ctx.opts;
     block* b = nullptr;
     if (evictable) {
-      b = dedicated_segment(pool, round_up(size, granularity), stream, size);
+      b = ladder.dedicated_segment(round_up(size, ctx.granularity), stream, size);
     } else {
-      std::size_t rounded = round_size(size);
+      std::size_t rounded = pool.round_size(size);
       pool_kind kind = rounded <= opts.small_size ? pool_kind::small : pool_kind::large;
-      free_set& set = pool.of(kind);
-      auto it = kind == pool_kind::small ? small_fit(set, rounded) : set.lower_bound(by_size_key::type{rounded, nullptr});
+      b = pool.take_fit(stream, kind, rounded);
       bool borrowed = false;
-      if (it != set.end()) {
-        b = &*it;
-        erase_free(b);
-      } else {
-        std::size_t seg_size = segment_size(rounded);
-        std::size_t minimal = round_up(rounded, granularity);
+      if (b == nullptr) {
+        std::size_t seg_size = pool.segment_size(rounded);
+        std::size_t minimal = round_up(rounded, ctx.granularity);
         if (kind == pool_kind::large && opts.exact_large_segments) {
           seg_size = minimal;
-          release_idle_smaller(pool.large, minimal);
+          segments.release_idle_smaller(stream, minimal);
         }
         // Under pressure a smaller segment beats an out-of-memory error.
-        if (!ready(seg_size) && minimal < seg_size) seg_size = minimal;
-        if (!make_room(seg_size, stream)) {
+        if (!chunks.ready(seg_size) && minimal < seg_size) seg_size = minimal;
+        if (!ladder.make_room(seg_size, stream)) {
           // Still no room: a free block of the stream's other size class will do, split
           // as finely as a small block (Note [Strict budget]).
-          free_set& other = pool.of(kind == pool_kind::small ? pool_kind::large : pool_kind::small);
-          auto jt = other.lower_bound(by_size_key::type{rounded, nullptr});
-          if (jt != other.end()) {
-            b = &*jt;
-            erase_free(b);
+          b = pool.take_at_least(stream, kind == pool_kind::small ? pool_kind::large : pool_kind::small, rounded);
+          if (b != nullptr) {
             borrowed = true;
-            ++st.borrowed_blocks;
+            ++ctx.st.borrowed_blocks;
           }
         }
-        if (b == nullptr) b = new_segment(seg_size, kind, stream, size);
+        if (b == nullptr) b = ladder.new_segment(seg_size, kind, stream, size);
       }
-      if (borrowed ? b->size - rounded >= opts.min_block : should_split(*b, rounded)) {
-        block* rest = new_block();
-        rest->ptr = b->ptr + rounded;
-        rest->size = b->size - rounded;
-        rest->seg = b->seg;
-        rest->stream = b->stream;
-        rest->prev = b;
-        rest->next = b->next;
-        if (b->next != nullptr) b->next->prev = rest;
-        b->next = rest;
-        b->size = rounded;
-        insert_free(rest);
-      }
+      if (borrowed ? b->size - rounded >= opts.min_block : pool.should_split(*b, rounded)) pool.split(b, rounded);
     }
     return hand_out(b, size, stream);
+  }
+
+  void* allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot) {
+    if (size == 0) return nullptr;
+    evictions.poll();
+    return hand_out(packs.place(size, stream, slot), size, stream);
   }
 
   // Marks `b` allocated for `size` bytes on `stream` and counts it: the last step of every
@@ -1239,7 +107,8 @@ struct caching_allocator::impl {
     b->allocated = true;
     b->requested = size;
     b->stream = stream;
-    live.insert(*b);
+    pool.add_live(b);
+    stats& st = ctx.st;
     st.allocated += b->size;
     st.allocated_peak = std::max(st.allocated_peak, st.allocated);
     st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
@@ -1248,101 +117,27 @@ struct caching_allocator::impl {
     return b->ptr;
   }
 
-  // Puts a block no longer in use back in its pool, merging free neighbours.
-  void return_to_pool(block* b) {
-    segment* seg = b->seg;
-    if (seg->pack) {
-      leave_pack(b);
-      return;
-    }
-    if (seg->kind == pool_kind::dedicated) {
-      if (b->state == residency::evicting) cancel_eviction(b);
-      if (b->state == residency::evicted) {
-        // Its pages are already gone: give the address range back too.
-        st.evicted -= b->size;
-        b->state = residency::resident;
-        release_segment(b);
-        return;
-      }
-      insert_free(b);
-      note_whole_free(b);
-      return;
-    }
-    if (block* n = b->next; n != nullptr && n->in_free_set) {
-      erase_free(n);
-      b->size += n->size;
-      b->next = n->next;
-      if (n->next != nullptr) n->next->prev = b;
-      recycle(n);
-    }
-    if (block* p = b->prev; p != nullptr && p->in_free_set) {
-      erase_free(p);
-      p->size += b->size;
-      p->next = b->next;
-      if (b->next != nullptr) b->next->prev = p;
-      recycle(b);
-      b = p;
-    }
-    insert_free(b);
-    note_whole_free(b);
-  }
-
-  // Under a budget, a segment that became wholly free records where on its stream that
-  // happened, so that releasing it under pressure waits for no more than that.
-  void note_whole_free(block* b) {
-    segment* seg = b->seg;
-    if (b->size != seg->size) return;
-    if (seg->has_free_event) {
-      // An older event says nothing about this free: never leave a stale one behind.
-      events.release(seg->free_event);
-      seg->has_free_event = false;
-    }
-    // Without a budget only exact large segments need it (Note [Exact large segments]).
-    const bool exact_large = opts.exact_large_segments && seg->kind == pool_kind::large;
-    if (st.budget >= physical_capacity && !exact_large) return;  // releasing waits for the stream
-    seg->free_event = events.record(seg->stream);
-    seg->has_free_event = true;
-  }
-
-  block* live_block(const void* ptr) {
-    auto it = live.find(static_cast<const char*>(ptr));
-    return it == live.end() ? nullptr : &*it;
-  }
-
   void deallocate(void* ptr) {
-    block* b = live_block(ptr);
+    block* b = pool.live_at(ptr);
     if (b == nullptr) {
       std::fprintf(stderr, "sublinear: free of %p, which is not a live allocation (double free or foreign pointer); ignored\n",
                    ptr);
       return;
     }
-    live.erase(live_set::s_iterator_to(*b));
+    pool.remove_live(b);
     b->allocated = false;
+    stats& st = ctx.st;
     st.allocated -= b->size;
     st.requested -= b->requested;
     ++st.frees;
-    // A pack member's evicted bytes stop counting here: a member waiting in pending_frees
-    // is no longer allocated, and its pack's unmap may complete meanwhile (Note [Packs]).
+    // A pack member's evicted bytes stop counting here: a member waiting for its other
+    // streams is no longer allocated, and its pack's unmap may complete meanwhile (Note [Packs]).
     if (b->seg->pack && b->state == residency::evicted) st.evicted -= b->size;
-    if (!b->stream_uses.empty() && b->state != residency::evicted) {
-      // Used on other streams: reuse must wait for their work (PyTorch's insert_events).
-      pending p{b, 0, {}};
-      for (stream_handle s : b->stream_uses) p.events.push_back(events.record(s));
-      pending_frees.push_back(std::move(p));
-      return;
-    }
-    return_to_pool(b);
-  }
-
-  // ---- eviction -----------------------------------------------------------------------
-  void cancel_eviction(block* b) {
-    ++b->eviction_generation;  // the queued entry is dropped when next polled
-    b->state = residency::resident;
-    ++st.cancelled_evictions;
+    evictions.free_block(b);
   }
 
   block* evictable_block(void* ptr, const char* what) {
-    block* b = live_block(ptr);
+    block* b = pool.live_at(ptr);
     if (b == nullptr) {
       char text[160];
       std::snprintf(text, sizeof text, "sublinear: %s(%p): not the base address of a live allocation", what, ptr);
@@ -1358,462 +153,24 @@ struct caching_allocator::impl {
     return b;
   }
 
-  void evict(void* ptr) {
-    block* b = evictable_block(ptr, "evict");
-    if (b->state != residency::resident) return;
-    if (b->seg->pack) {
-      add_pack_event(*b->seg->pack, b->stream);
-      for (stream_handle s : b->stream_uses) add_pack_event(*b->seg->pack, s);
-      b->state = residency::evicting;
-      settle_pack(b->seg);
-      process_pending_evictions(false);
-      return;
-    }
-    pending p{b, ++b->eviction_generation, {}};
-    p.events.push_back(events.record(b->stream));
-    for (stream_handle s : b->stream_uses) p.events.push_back(events.record(s));
-    b->state = residency::evicting;
-    pending_evictions.push_back(std::move(p));
-    process_pending_evictions(false);
-  }
-
-  void restore(void* ptr, std::optional<stream_handle> stream) {
-    block* b = evictable_block(ptr, "restore");
-    if (b->state == residency::resident) return;
-    if (b->seg->pack) {
-      restore_member(b, stream);
-      return;
-    }
-    if (b->state == residency::evicting) {
-      cancel_eviction(b);
-      return;
-    }
-    const std::uint64_t handoffs_before = st.handoffs;
-    map_under_budget(*b->seg, b->requested, stream);
-    if (st.handoffs != handoffs_before) ++st.restore_handoffs;
-    b->state = residency::resident;
-    st.evicted -= b->size;
-    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
-    ++st.restores;
-  }
-
-  // ---- packs (Note [Packs]) -----------------------------------------------------------
-  // The pack a queued unmap belongs to, or nullptr if that unmap was cancelled (the pack
-  // ended, or a restore or a new member cancelled it).
-  segment* queued_pack(const pending& p) const {
-    auto it = packs.find(p.pack_key);
-    if (it == packs.end() || it->second->pack->unmap_id != p.generation) return nullptr;
-    return it->second;
-  }
-
-  bool pack_events_complete(const pack_info& pk, bool wait) {
-    for (auto [s, e] : pk.events) {
-      if (wait) {
-        events.synchronize(e);
-      } else if (!events.query(e)) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  void release_pack_events(pack_info& pk) {
-    for (auto [s, e] : pk.events) events.release(e);
-    pk.events.clear();
-  }
-
-  // Records the last use of a member on `s`: the latest event per stream covers the rest.
-  void add_pack_event(pack_info& pk, stream_handle s) {
-    event_handle e = events.record(s);
-    for (auto& [stream, old] : pk.events) {
-      if (stream == s) {
-        events.release(old);
-        old = e;
-        return;
-      }
-    }
-    pk.events.emplace_back(s, e);
-  }
-
-  // Cancels a queued unmap (the entry is dropped when next polled).
-  void cancel_pack_unmap(pack_info& pk) {
-    if (pk.unmap_id == 0) return;
-    pk.unmap_id = 0;
-    ++st.cancelled_evictions;
-  }
-
-  // After a member left or was evicted: ends the pack if no member is left, else queues
-  // its unmap if no member is resident and its pages are still mapped.
-  void settle_pack(segment* seg) {
-    pack_info& pk = *seg->pack;
-    if (pk.pinned) return;
-    std::size_t members = 0, resident = 0;
-    for (const block* b = seg->first; b != nullptr; b = b->next) {
-      if (b->filler) continue;
-      ++members;  // allocated, or freed and waiting in pending_frees
-      if (b->state == residency::resident) ++resident;
-    }
-    if (members == 0) {
-      end_pack(seg);
-      return;
-    }
-    if (resident == 0 && seg->mapped && pk.unmap_id == 0) {
-      pk.unmap_id = ++next_unmap_id;
-      pending p{nullptr, pk.unmap_id, {}, pk.key};
-      pending_evictions.push_back(std::move(p));
-    }
-  }
-
-  // No member is left: the segment becomes one free dedicated block, or goes if its pages
-  // were given back; the key may name a new pack.
-  void end_pack(segment* seg) {
-    pack_info& pk = *seg->pack;
-    cancel_pack_unmap(pk);
-    // Work on other streams completed before the members left (pending_frees), and reuse
-    // on the segment's own stream is ordered after what is queued there.
-    release_pack_events(pk);
-    packs.erase(pk.key);
-    seg->pack.reset();
-    block* first = seg->first;
-    for (block* b = first->next; b != nullptr;) {
-      block* next = b->next;
-      recycle(b);
-      b = next;
-    }
-    first->next = nullptr;
-    first->size = seg->size;
-    first->filler = false;
-    first->allocated = false;
-    first->requested = 0;
-    first->stream = seg->stream;
-    first->stream_uses.clear();
-    first->state = residency::resident;
-    if (seg->mapped) {
-      insert_free(first);
-      note_whole_free(first);
-    } else {
-      release_segment(first);
-    }
-  }
-
-  // A member no longer in use (freed, its other streams' work done) becomes a filler.
-  void leave_pack(block* b) {
-    pack_info& pk = *b->seg->pack;
-    if (b->state == residency::resident && b->seg->mapped) add_pack_event(pk, b->stream);
-    b->filler = true;
-    b->allocated = false;
-    b->requested = 0;
-    b->stream_uses.clear();
-    settle_pack(b->seg);
-  }
-
-  // The pack's pages are mapped again: members other than `except` were evicted and are
-  // now evicting (pages there, contents undefined).
-  void pack_remapped(segment* seg, const block* except) {
-    for (block* b = seg->first; b != nullptr; b = b->next) {
-      if (b->filler || b == except || b->state != residency::evicted) continue;
-      b->state = residency::evicting;
-      if (b->allocated) st.evicted -= b->size;
-    }
-    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
-  }
-
-  // Maps an unmapped pack under the budget, the pack pinned so that nothing the mapping
-  // polls can end it. Throws out_of_memory (after ending the pack if it was left empty).
-  void map_pack(segment* seg, std::size_t requested, std::optional<stream_handle> stream) {
-    seg->pack->pinned = true;
-    try {
-      map_under_budget(*seg, requested, stream);
-    } catch (...) {
-      seg->pack->pinned = false;
-      settle_pack(seg);
-      throw;
-    }
-    seg->pack->pinned = false;
-  }
-
-  void restore_member(block* b, std::optional<stream_handle> stream) {
-    segment* seg = b->seg;
-    pack_info& pk = *seg->pack;
-    if (seg->mapped) {
-      const bool queued = pk.unmap_id != 0;
-      cancel_pack_unmap(pk);
-      if (!queued) ++st.cancelled_evictions;  // this member's eviction, pages never given back
-      b->state = residency::resident;
-      if (queued) ++st.restores;
-      return;
-    }
-    const std::uint64_t handoffs_before = st.handoffs;
-    map_pack(seg, b->requested, stream);
-    if (st.handoffs != handoffs_before) ++st.restore_handoffs;
-    pack_remapped(seg, b);
-    b->state = residency::resident;
-    st.evicted -= b->size;
-    st.resident_peak = std::max(st.resident_peak, st.allocated - st.evicted);
-    ++st.restores;
-  }
-
-  [[noreturn]] static void refuse_slot(const pack_slot& slot, std::size_t size, const char* why) {
-    char text[256];
-    std::snprintf(text, sizeof text, "sublinear: allocate_in_pack(%zu bytes, pack %llu of %zu bytes at offset %zu): %s", size,
-                  static_cast<unsigned long long>(slot.key), slot.bytes, slot.offset, why);
-    throw config_error(text);
-  }
-
-  void* allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot) {
-    if (size == 0) return nullptr;
-    poll();
-    const std::size_t rounded = round_size(size);
-    const std::size_t seg_size = round_up(std::max<std::size_t>(slot.bytes, 1), granularity);
-    if (slot.key == 0) refuse_slot(slot, size, "the pack key must be nonzero");
-    if (slot.bytes == 0) refuse_slot(slot, size, "a pack must have a size");
-    if (slot.offset % 512 != 0) refuse_slot(slot, size, "the offset is not a multiple of 512");
-    if (slot.offset > seg_size || rounded > seg_size - slot.offset)
-      refuse_slot(slot, size, "the member does not fit in the pack");
-    const std::size_t lo = slot.offset, hi = slot.offset + rounded;
-    segment* seg = nullptr;
-    block* f = nullptr;  // the filler holding [lo, hi)
-    if (auto it = packs.find(slot.key); it != packs.end()) {
-      seg = it->second;
-      const pack_info& pk = *seg->pack;
-      if (pk.bytes != slot.bytes) refuse_slot(slot, size, "the pack was made with a different size");
-      if (seg->stream != stream) refuse_slot(slot, size, "the pack belongs to another stream");
-      for (auto [ulo, uhi] : pk.used) {
-        if (lo < uhi && ulo < hi) refuse_slot(slot, size, "the range overlaps a member placed in the pack before");
-      }
-      // Never-used space lies in fillers that no member range ever split, so one holds it.
-      for (f = seg->first; f != nullptr; f = f->next) {
-        const auto from = static_cast<std::size_t>(f->ptr - seg->base);
-        if (from <= lo && lo < from + f->size) break;
-      }
-      if (f == nullptr || !f->filler || static_cast<std::size_t>(f->ptr - seg->base) + f->size < hi)
-        refuse_slot(slot, size, "the range is not free in the pack");
-      // Mapping (pinned) may turn freed members into fillers but never splits or merges.
-      if (!seg->mapped) {
-        map_pack(seg, size, stream);
-        pack_remapped(seg, nullptr);
-      } else {
-        cancel_pack_unmap(*seg->pack);
-      }
-    } else {
-      block* whole = dedicated_segment(pool_for(stream), seg_size, stream, size);
-      seg = whole->seg;
-      f = whole;
-      whole->filler = true;
-      whole->state = residency::resident;
-      whole->stream = stream;
-      seg->pack = std::make_unique<pack_info>();
-      seg->pack->key = slot.key;
-      seg->pack->bytes = slot.bytes;
-      packs.emplace(slot.key, seg);
-      ++st.packs_created;
-    }
-    char* const at = seg->base + lo;
-    const auto split_off = [&](block* b, char* cut) {  // b keeps [b->ptr, cut); a new filler the rest
-      block* rest = new_block();
-      rest->ptr = cut;
-      rest->size = static_cast<std::size_t>(b->ptr + b->size - cut);
-      rest->seg = seg;
-      rest->stream = seg->stream;
-      rest->filler = true;
-      rest->state = b->state;
-      rest->prev = b;
-      rest->next = b->next;
-      if (b->next != nullptr) b->next->prev = rest;
-      b->next = rest;
-      b->size = static_cast<std::size_t>(cut - b->ptr);
-      return rest;
-    };
-    block* b = f;
-    if (b->ptr < at) b = split_off(b, at);
-    if (b->size > rounded) split_off(b, at + rounded);
-    seg->pack->used.emplace_back(lo, hi);
-    b->filler = false;
-    b->state = residency::resident;
-    b->stream_uses.clear();
-    ++st.pack_members;
-    return hand_out(b, size, stream);
-  }
-
-  void set_budget(std::size_t bytes) {
-    std::size_t budget = bytes == 0 ? physical_capacity : bytes;
-    std::size_t old = st.budget;
-    st.budget = budget;
-    trim_pool(0, 0, true);  // a new plan, new sizes: the pool starts empty (Note [Chunk pool])
-    if (!make_room(0)) {
-      st.budget = old;
-      throw_oom(0, out_of_memory::cause::budget,
-                "the new budget of " + format_bytes(budget) + " is below what is mapped and cannot be freed");
-    }
-  }
-
-  // ---- validation ---------------------------------------------------------------------
-  bool fail(const char* what) const {
-    std::fprintf(stderr, "sublinear: allocator invariant broken: %s\n", what);
-    return false;
-  }
-
-  bool validate() const {
-    std::size_t allocated = 0, mapped = 0, reserved = 0, evicted = 0, free_blocks = 0, live_blocks = 0;
-    std::size_t pack_segments = 0;
-    for (const auto& [base, seg] : segments) {
-      reserved += seg->size;
-      if (seg->mapped) mapped += seg->size;
-      if (seg->base < reservation || seg->base + seg->size > reservation + reservation_size)
-        return fail("segment outside the reservation");
-      if (reinterpret_cast<std::uintptr_t>(seg->base) % granularity != 0 || seg->size % granularity != 0)
-        return fail("segment not granularity-aligned");
-      std::size_t covered = 0;
-      const block* prev = nullptr;
-      for (const block* b = seg->first; b != nullptr; prev = b, b = b->next) {
-        if (b->prev != prev) return fail("broken prev link");
-        if (b->seg != seg.get()) return fail("block points at the wrong segment");
-        if (b->ptr != seg->base + covered) return fail("blocks do not tile their segment");
-        covered += b->size;
-        if (b->allocated) {
-          ++live_blocks;
-          allocated += b->size;
-          if (b->in_free_set) return fail("allocated block in a free set");
-          if (b->state == residency::evicted) evicted += b->size;
-        } else if (b->in_free_set) {
-          ++free_blocks;
-          if (prev != nullptr && prev->in_free_set) return fail("two adjacent free blocks were not merged");
-        }
-        if (seg->pack) {
-          // Note [Packs]: members and fillers tile it; evicting members may be either way.
-          if (b->filler) {
-            if (b->allocated || b->in_free_set) return fail("a pack's filler is allocated or free");
-            continue;
-          }
-          if (b->in_free_set) return fail("a block of a pack is in a free set");
-          const auto from = static_cast<std::size_t>(b->ptr - seg->base);
-          const auto& used = seg->pack->used;
-          if (std::find(used.begin(), used.end(), std::pair{from, from + b->size}) == used.end())
-            return fail("a pack member lies outside the ranges placed in the pack");
-          if (b->state == residency::evicted && seg->mapped) return fail("evicted pack member is still mapped");
-          if (b->state == residency::resident && !seg->mapped) return fail("resident pack member is not mapped");
-          if (b->state == residency::resident && seg->pack->unmap_id != 0)
-            return fail("a pack with a resident member has its unmap queued");
-          continue;
-        }
-        if (b->filler) return fail("a filler outside a pack");
-        if (seg->kind == pool_kind::dedicated && b != seg->first) return fail("dedicated segment was split");
-        if (b->state == residency::evicted && seg->mapped) return fail("evicted block is still mapped");
-        if (b->state != residency::evicted && !seg->mapped) return fail("resident block is not mapped");
-      }
-      if (covered != seg->size) return fail("blocks do not cover their segment");
-      if (seg->pack) {
-        if (seg->kind != pool_kind::dedicated) return fail("a pack is not a dedicated segment");
-        auto it = packs.find(seg->pack->key);
-        if (it == packs.end() || it->second != seg.get()) return fail("a pack is missing from the pack keys");
-        if (seg->pack->unmap_id != 0 && !seg->mapped) return fail("an unmapped pack has its unmap queued");
-        ++pack_segments;
-      }
-    }
-    if (pack_segments != packs.size()) return fail("pack keys name segments that are not packs");
-    std::size_t pooled = 0;
-    for (const auto& [size, handle] : chunk_pool) pooled += size;
-    if (pooled != st.pooled) return fail("pooled statistic disagrees with a recount");
-    mapped += pooled;
-    for (const old_mapping& m : old_mappings) {
-      if (m.orphan) mapped += m.size;
-    }
-    if (handoff) return fail("a handed-off chunk was left unmapped");
-    std::size_t in_sets = 0;
-    for (const auto& p : pools) in_sets += p->small.size() + p->large.size() + p->dedicated.size();
-    if (in_sets != free_blocks) return fail("free sets disagree with block states");
-    if (live.size() != live_blocks) return fail("live set disagrees with block states");
-    if (allocated != st.allocated) return fail("allocated statistic disagrees with a recount");
-    if (mapped != st.mapped) return fail("mapped statistic disagrees with a recount");
-    if (reserved != st.reserved) return fail("reserved statistic disagrees with a recount");
-    if (evicted != st.evicted) return fail("evicted statistic disagrees with a recount");
-    if (st.mapped > st.budget) return fail("mapped bytes exceed the budget");
-    return true;
+  static block_info info(const block& b) {
+    return block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state};
   }
 };
-
-// ---- public shell ----------------------------------------------------------------------
 
 caching_allocator::caching_allocator(vmm& device, stream_events& events, options opts)
     : impl_(std::make_unique<impl>(device, events, opts)) {}
 
 caching_allocator::~caching_allocator() = default;
 
-// Runs `attempt` (which takes the allocator's lock itself); when it fails for want of room
-// under the budget, asks the pressure handler to evict more, outside the lock, and tries
-// again while the handler frees something (Note [Strict budget]).
-void caching_allocator::with_pressure_valve(const std::function<void()>& attempt) {
-  impl& m = *impl_;
-  std::size_t asked = 0;
-  for (int round = 0;; ++round) {
-    std::size_t shortfall = 0;
-    pressure_handler handler;
-    {
-      std::lock_guard lock(m.mutex);
-      m.last_shortfall = 0;  // set again only by this attempt's budget failure
-    }
-    try {
-      attempt();
-      return;
-    } catch (const out_of_memory& e) {
-      {
-        std::lock_guard lock(m.mutex);
-        handler = m.pressure;
-        shortfall = m.last_shortfall;
-        m.last_shortfall = 0;
-      }
-      // Only a budget shortfall can be met by evicting (the device's own exhaustion is
-      // handled inside), and a handler that keeps freeing without effect must not loop.
-      if (!handler || shortfall == 0) throw;
-      std::size_t freed = 0;
-      if (round < 64) {
-        {
-          std::lock_guard lock(m.mutex);
-          ++m.st.pressure_calls;
-        }
-        freed = handler(shortfall);
-      }
-      if (freed == 0) {
-        throw out_of_memory(std::string(e.what()) + " The replay engine was asked to evict more: it " +
-                                (asked == 0 ? std::string("found no evictable buffer it could regenerate later")
-                                            : "evicted " + format_bytes(asked) +
-                                                  " more and found nothing else it could regenerate later") +
-                                " (" + format_bytes(shortfall) + " short).",
-                            e.details());
-      }
-      asked += freed;
-    }
-  }
-}
-
-// Runs `attempt`; when it fails for want of room and the overrun handler lifts the budget,
-// runs it once more (set_overrun_handler). The handler is asked outside the lock.
-void caching_allocator::with_overrun(const std::function<void()>& attempt) {
-  try {
-    attempt();
-  } catch (const out_of_memory& e) {
-    overrun_handler handler;
-    {
-      std::lock_guard lock(impl_->mutex);
-      handler = impl_->overrun;
-    }
-    if (!handler || !handler(e)) throw;
-    {
-      std::lock_guard lock(impl_->mutex);
-      ++impl_->st.budget_overruns;
-    }
-    attempt();
-  }
-}
-
 void caching_allocator::set_overrun_handler(overrun_handler handler) {
   std::lock_guard lock(impl_->mutex);
-  impl_->overrun = std::move(handler);
+  impl_->ladder.set_overrun_handler(std::move(handler));
 }
 
 void caching_allocator::set_pressure_handler(pressure_handler handler) {
   std::lock_guard lock(impl_->mutex);
-  impl_->pressure = std::move(handler);
+  impl_->ladder.set_pressure_handler(std::move(handler));
 }
 
 void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool evictable) {
@@ -1824,9 +181,10 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
   std::optional<pack_slot> slot;
   if (obs != nullptr && evictable && !asked_evictable) slot = obs->pack_slot_for(size, stream);
   void* ptr = nullptr;
-  with_overrun([&] {
+  detail::budget_ladder& ladder = impl_->ladder;
+  ladder.with_overrun(impl_->mutex, [&] {
     try {
-      with_pressure_valve([&] {
+      ladder.with_pressure_valve(impl_->mutex, [&] {
         std::lock_guard lock(impl_->mutex);
         if (slot) {
           try {
@@ -1835,7 +193,7 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
           } catch (const config_error&) {
             // An inconsistent slot changed nothing: pages of its own instead.
             slot.reset();
-            ++impl_->st.pack_refusals;
+            ++impl_->ctx.st.pack_refusals;
           }
         }
         ptr = impl_->allocate(size, stream, evictable);
@@ -1854,7 +212,7 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
         std::rethrow_exception(first);
       }
       evictable = false;
-      ++impl_->st.shared_placements;
+      ++impl_->ctx.st.shared_placements;
     }
   });
   if (obs != nullptr && ptr != nullptr) obs->on_allocate(ptr, size, stream, evictable);
@@ -1864,8 +222,9 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
 void* caching_allocator::allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot) {
   allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
   void* ptr = nullptr;
-  with_overrun([&] {
-    with_pressure_valve([&] {
+  detail::budget_ladder& ladder = impl_->ladder;
+  ladder.with_overrun(impl_->mutex, [&] {
+    ladder.with_pressure_valve(impl_->mutex, [&] {
       std::lock_guard lock(impl_->mutex);
       ptr = impl_->allocate_in_pack(size, stream, slot);
     });
@@ -1886,7 +245,7 @@ void caching_allocator::deallocate(void* ptr) noexcept {
   if (obs != nullptr) {
     {
       std::lock_guard lock(impl_->mutex);
-      if (block* b = impl_->live_block(ptr); b != nullptr) {
+      if (block* b = impl_->pool.live_at(ptr); b != nullptr) {
         size = b->requested;
         stream = b->stream;
         live = true;
@@ -1921,125 +280,125 @@ allocation_observer* caching_allocator::set_observer(allocation_observer* observ
 
 void caching_allocator::record_stream(void* ptr, stream_handle stream) {
   std::lock_guard lock(impl_->mutex);
-  auto it = impl_->live.upper_bound(static_cast<const char*>(ptr));
-  if (it == impl_->live.begin()) return;
-  block& b = *std::prev(it);
-  if (static_cast<char*>(ptr) >= b.ptr + b.size) return;
-  if (stream == b.stream) return;
-  if (std::find(b.stream_uses.begin(), b.stream_uses.end(), stream) == b.stream_uses.end())
-    b.stream_uses.push_back(stream);
+  block* b = impl_->pool.live_containing(ptr);
+  if (b == nullptr || stream == b->stream) return;
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
+    b->stream_uses.push_back(stream);
 }
 
 void caching_allocator::evict(void* ptr) {
   std::lock_guard lock(impl_->mutex);
-  impl_->evict(ptr);
+  impl_->evictions.evict(impl_->evictable_block(ptr, "evict"));
 }
 
 void caching_allocator::restore(void* ptr) {
-  with_overrun([&] {
-    with_pressure_valve([&] {
+  detail::budget_ladder& ladder = impl_->ladder;
+  ladder.with_overrun(impl_->mutex, [&] {
+    ladder.with_pressure_valve(impl_->mutex, [&] {
       std::lock_guard lock(impl_->mutex);
-      impl_->restore(ptr, std::nullopt);
+      impl_->evictions.restore(impl_->evictable_block(ptr, "restore"), std::nullopt);
     });
   });
 }
 
 void caching_allocator::restore(void* ptr, stream_handle stream) {
-  with_overrun([&] {
-    with_pressure_valve([&] {
+  detail::budget_ladder& ladder = impl_->ladder;
+  ladder.with_overrun(impl_->mutex, [&] {
+    ladder.with_pressure_valve(impl_->mutex, [&] {
       std::lock_guard lock(impl_->mutex);
-      impl_->restore(ptr, stream);
+      impl_->evictions.restore(impl_->evictable_block(ptr, "restore"), stream);
     });
   });
 }
 
 std::optional<block_info> caching_allocator::find(const void* address) const {
   std::lock_guard lock(impl_->mutex);
-  auto it = impl_->live.upper_bound(static_cast<const char*>(address));
-  if (it == impl_->live.begin()) return std::nullopt;
-  const auto& b = *std::prev(it);
-  if (static_cast<const char*>(address) >= b.ptr + b.size) return std::nullopt;
-  return block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state};
+  const detail::block_pool& pool = impl_->pool;
+  const block* b = pool.live_containing(address);
+  if (b == nullptr) return std::nullopt;
+  return impl::info(*b);
 }
 
 std::vector<block_info> caching_allocator::live_blocks() const {
   std::lock_guard lock(impl_->mutex);
   std::vector<block_info> out;
-  out.reserve(impl_->live.size());
-  for (const auto& b : impl_->live)
-    out.push_back(block_info{b.ptr, b.size, b.requested, b.stream, b.seg->kind == pool_kind::dedicated, b.state});
+  out.reserve(impl_->pool.live().size());
+  for (const block& b : impl_->pool.live()) out.push_back(impl::info(b));
   return out;
 }
 
 std::size_t caching_allocator::reclaim() {
   std::lock_guard lock(impl_->mutex);
+  const stats& st = impl_->ctx.st;
   // Bytes taken out of segments: a chunk that goes to the pool is unmapped too.
-  std::size_t before = impl_->st.mapped - impl_->st.pooled;
-  impl_->poll();
-  impl_->settle_old_mappings(false);  // every completed one, not only a batch
-  return before - (impl_->st.mapped - impl_->st.pooled);
+  std::size_t before = st.mapped - st.pooled;
+  impl_->evictions.poll();
+  impl_->chunks.settle_completed();  // every completed one, not only a batch
+  return before - (st.mapped - st.pooled);
 }
 
 std::size_t caching_allocator::empty_cache() {
   std::lock_guard lock(impl_->mutex);
-  std::size_t before = impl_->st.mapped;
-  impl_->process_pending_frees(true);
-  impl_->process_pending_evictions(true);
-  impl_->settle_old_mappings(true);
-  impl_->release_cached(0, true);
-  impl_->trim_pool(0, 0, true);
-  return before - impl_->st.mapped;
+  std::size_t before = impl_->ctx.st.mapped;
+  impl_->evictions.process_frees(true);
+  impl_->evictions.process_evictions(true);
+  impl_->chunks.settle_all();
+  impl_->segments.release_cached(0, true);
+  impl_->chunks.empty_pool();
+  return before - impl_->ctx.st.mapped;
 }
 
 void caching_allocator::set_exact_large_segments(bool exact) {
   std::lock_guard lock(impl_->mutex);
-  impl_->opts.exact_large_segments = exact;
+  impl_->ctx.opts.exact_large_segments = exact;
 }
 
 void caching_allocator::set_exact_small_segments(bool exact) {
   std::lock_guard lock(impl_->mutex);
-  impl_->opts.exact_small_segments = exact;
+  impl_->ctx.opts.exact_small_segments = exact;
 }
 
 void caching_allocator::set_segment_trim(bool trim) {
   std::lock_guard lock(impl_->mutex);
-  impl_->opts.trim_segments = trim;
+  impl_->ctx.opts.trim_segments = trim;
 }
 
 void caching_allocator::set_stream_ordered_handoff(bool handoff) {
   std::lock_guard lock(impl_->mutex);
-  impl_->opts.stream_ordered_handoff = handoff;
-  if (!handoff) impl_->orphan_handoff();
+  impl_->ctx.opts.stream_ordered_handoff = handoff;
+  if (!handoff) impl_->chunks.orphan_handoff();
 }
 
 void caching_allocator::set_budget(std::size_t bytes) {
   std::lock_guard lock(impl_->mutex);
-  impl_->set_budget(bytes);
+  impl_->ladder.set_budget(bytes);
 }
 
 std::size_t caching_allocator::budget() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->st.budget;
+  return impl_->ctx.st.budget;
 }
 
 stats caching_allocator::get_stats() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->st;
+  return impl_->ctx.st;
 }
 
 void caching_allocator::reset_peaks() {
   std::lock_guard lock(impl_->mutex);
-  impl_->st.allocated_peak = impl_->st.allocated;
-  impl_->st.resident_peak = impl_->st.allocated - impl_->st.evicted;
-  impl_->st.mapped_peak = impl_->st.mapped;
-  impl_->st.reserved_peak = impl_->st.reserved;
+  stats& st = impl_->ctx.st;
+  st.allocated_peak = st.allocated;
+  st.resident_peak = st.allocated - st.evicted;
+  st.mapped_peak = st.mapped;
+  st.reserved_peak = st.reserved;
 }
 
-std::size_t caching_allocator::granularity() const noexcept { return impl_->granularity; }
+std::size_t caching_allocator::granularity() const noexcept { return impl_->ctx.granularity; }
 
 bool caching_allocator::validate() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->validate();
+  const impl& m = *impl_;
+  return detail::validate(m.ctx, m.space, m.chunks, m.pool, m.segments, m.packs);
 }
 
 }  // namespace sublinear::allocator

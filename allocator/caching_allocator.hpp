@@ -1,126 +1,19 @@
 // The caching allocator: PyTorch-style size classes, per-stream reuse, split and merge,
 // over the VMM interface, with page-level eviction and a strict budget on mapped bytes.
 //
-// Note [Segments and blocks]
-// Rationale: a cudaMalloc per tensor costs tens of microseconds; a caching allocator
-//   reuses freed blocks in ~100 ns. We keep PyTorch's size classes (allocator_anchors.md
-//   §1) so behaviour is comparable to what users run today.
-// Approach: one virtual range is reserved up front and never moves. A *segment* is a
-//   piece of it backed by one physical chunk (one create + one map + one set_access).
-//   Segments hold *blocks* in an address-ordered prev/next list; free blocks live in
-//   Boost.Intrusive sets ordered by (size, address) per stream and size class, so reuse
-//   is best fit on the same stream. A free block is split when the remainder is worth
-//   keeping and merged with free neighbours on free. A fully free segment stays mapped
-//   (cached) until budget pressure or empty_cache() gives its pages back; before that,
-//   the allocator waits for the segment's stream, because work queued before the free may
-//   still read the block (reuse in stream order is safe; unmapping is not).
-//
-// Note [Evictable blocks]
-// Rationale: a page can be unmapped only if nothing else lives on it, and CUDA cannot
-//   unmap part of a mapping.
-// Approach: a block allocated with `evictable` gets a dedicated segment of its size
-//   rounded up to the granularity; it is never split or merged. evict() gives that
-//   segment's chunk back and restore() maps a fresh chunk at the same address.
-//
-// Note [Deferred unmap]
-// Rationale: cuMemUnmap does not wait for queued kernels, and a kernel touching an
-//   unmapped page is a sticky fault that kills the process (allocator_anchors.md §6).
-// Approach: evict() records an event on the block's stream and on every stream passed
-//   to record_stream(), and queues the block. Its pages are unmapped only once every
-//   event has completed: polled on each allocate() and reclaim(), waited for only when
-//   the budget cannot be met otherwise. Until then the pages count as mapped. restore()
-//   of a block whose eviction is still pending simply cancels it.
-//
-// Note [Chunk pool]
-// Rationale: eviction gives pages back and regeneration wants the same amount again a
-//   few launches later. Releasing the chunk and creating a fresh one costs a create, a
-//   release and, worst of all, a page fault per page on first touch (zero-filled pages on
-//   the host, the driver's own zeroing on CUDA). Profiles of replayed training spent more
-//   time there than in most kernels.
-// Approach: when an eviction completes, the segment's chunk is unmapped but kept, in a
-//   pool keyed by its exact size (a mapping covers a whole chunk, so only an equal size
-//   can reuse it). Every mapping (a new segment of any kind, a restore) first takes a
-//   pooled chunk of its size: one map and one set_access, no create, and on the host
-//   device no fresh pages. A cached free segment released under pressure whose size is
-//   the one wanted goes through the pool too. The pool is honest about memory: pooled
-//   chunks are physical memory, so `stats::mapped` (the budgeted quantity) counts them
-//   (`stats::pooled` says how much of it is pooled) and a budget bounds mapped + pooled.
-//   Under pressure the pool is trimmed first (other sizes before the wanted one), before
-//   cached segments are released or pending evictions waited for. empty_cache() and
-//   set_budget() empty it. `options::pool_chunks = false` restores release + create.
-// Limitations: exact sizes only; a workload whose evicted sizes never recur gains
-//   nothing and holds up to the budget in pooled chunks until pressure trims them.
-//
-// Note [Stream-ordered handoff]
-// Rationale: at a tight budget the pages a mapping needs are often held by an eviction
-//   or a freed segment whose last use is still queued on the stream. Waiting for that
-//   event drains the stream's queue, and the stream then idles while the host maps and
-//   queues the next work: at the Re-forwarding table's smallest ResNet-152 budget about
-//   35 such waits per iteration, 28 of them for a chunk of exactly the size wanted, on the
-//   very stream that would use the new mapping.
-// Approach: work queued later on the same stream runs after that last use, so the chunk
-//   can be mapped at its new address at once (a second mapping of the same physical
-//   chunk: the ledger counts mappings per chunk, and a CUDA chunk is freed only once
-//   every mapping of it is gone). The old address is unmapped once its events complete,
-//   and only then given back to the address space; the chunk is counted once, as the new
-//   mapping's. Taken only for an exact size, when every event of the old use is on the
-//   requesting stream: allocate() (a block is used on its stream) and restore() with the
-//   stream the caller will use the pages on; restore() without one never hands off.
-//   Mapping over an address whose old mapping is still pending settles that one first.
-//   `options::stream_ordered_handoff = false` waits as before.
-// Limitations: exact sizes only, like the pool; work on other streams never takes part.
-//   Until its old use completes, an evicted block's address shows the new owner's pages:
-//   a stray access queued after the eviction (a pointer the engine's safety net cannot
-//   see) lands there instead of faulting once the pages are gone. The handoff trades that
-//   late fault for not draining the stream; switch it off to debug such a program.
-//
-// Note [Strict budget]
-// Every path that maps pages (new segment, restore) first checks mapped + size <=
-// budget (a pooled chunk of the wanted size needs no check: it is already counted).
-// When it would not fit: poll completed evictions and frees, trim the pool, release
-// cached free segments, then wait for pending evictions; a new block may then also be cut
-// from a free block of the stream's other size class. If it still does not fit and a
-// pressure handler is installed (the replay engine's, Note [Pressure valve] in
-// runtime/engine_pressure.cpp), the handler is asked, outside the lock, to evict more, and the
-// request is retried for as long as the handler frees something. A request the observer
-// chose to place evictable (allocation_observer::place_evictable) that still finds no room
-// for its own pages is then served as the caller asked, from a free block of a shared
-// segment: not evictable (on_allocate says so, and evict() refuses it), but training goes
-// on. Otherwise throw out_of_memory naming
-// requested, mapped, reserved, budget and the largest free block, and what the handler
-// could not do, unless an overrun handler lifts the budget and the request is tried once
-// more (set_overrun_handler).
-//
-// Note [Packs]
-// Rationale: an evictable block owns whole pages (Note [Evictable blocks]), and many
-//   activations the replay engine evicts are far smaller than a page: a 16 KiB block on
-//   the host device's 64 KiB pages holds four times its size mapped while resident.
-// Approach: a *pack* is a dedicated segment shared by several evictable blocks, its
-//   members, each at an offset the caller gives (allocate_in_pack, or the observer's
-//   pack_slot_for: the replay engine plans which buffers share a pack). A pack is named
-//   by a nonzero key; its segment is round_up(bytes, granularity) long, a free dedicated
-//   segment of that size if the stream has one, else a new one. The members and unused
-//   filler blocks tile the segment; a filler is never in a free set, and a range once
-//   used by a member is not used again while the pack lives. The pages are mapped while
-//   any member is resident. evict() of a member records its last-use events (its stream
-//   and every record_stream stream; the pack keeps the latest per stream) and marks it
-//   evicting. Once no member is resident, the segment's unmap is queued as for an
-//   evictable block (Note [Deferred unmap]) and waits for every member's events; when it
-//   is done every member is evicted. A freed member leaves the pack (its last use on its
-//   stream recorded) once the work of the other streams it was used on has completed,
-//   as for any free; until then it holds the pages like a resident one. restore() of a member cancels a queued unmap, or
-//   maps the segment again under the budget (handoff and pool included), the other
-//   members then evicting (pages there, contents undefined); a new member placed in a
-//   pack whose pages are gone maps them the same way. When the last member is freed the
-//   pack ends: a mapped segment becomes one free dedicated block (reused by exact size,
-//   by an evictable block or a new pack), an unmapped one is released, and the key may
-//   name a new pack. The observer path of allocate() places a request in its slot;
-//   an inconsistent slot gets pages of its own (stats::pack_refusals), and no room under
-//   the budget ends in the shared placement of Note [Strict budget].
-// Limitations: the caller plans offsets; nothing compacts a pack or reuses a freed
-//   member's range. A pending pack unmap is never handed off (Note [Stream-ordered
-//   handoff]): a mapping waits for it like for other work. The pages stay mapped until
-//   every member is evicted or freed, so one long-lived member holds them all.
+// Its parts are components in allocator/detail/, each a header (its interface and Notes)
+// and a .cpp:
+//   address_space   the reserved range, handed out in pieces   Note [Address space]
+//   chunk_source    chunks: fresh, pooled, handed off          Notes [Chunk pool], [Stream-ordered handoff]
+//   block_pool      size classes, free sets, split and merge   Notes [Segments and blocks], [Exact small segments]
+//   segment_table   segments, released under pressure          Notes [Idle first], [Exact large segments]
+//   segment_trim    free pages cut out of shared segments      Note [Segment trim]
+//   budget_ladder   every mapping, under the budget            Note [Strict budget]
+//   pack_table      evictable blocks sharing pages             Note [Packs]
+//   eviction_queue  evict, restore and free, after events      Notes [Evictable blocks], [Deferred unmap]
+//   validator       the whole-structure walk of validate()     Note [Allocator invariants]
+// caching_allocator.cpp composes them, takes the one lock, and calls the observer and the
+// handlers outside it.
 #pragma once
 
 #include <cstddef>
@@ -311,8 +204,7 @@ class caching_allocator {
   // the error about to be thrown. A handler that lifts the budget (set_budget(0)) and
   // returns true has the request tried once more; false lets the error propagate. The
   // replay engine lifts it only for a plan made with the scaled cache allowance (Note
-  // [Scaled cache allowance] in policy/planning_overhead.hpp). An empty function removes
-  // it.
+  // [Scaled cache allowance] in policy/planning_overhead.hpp). An empty function removes it.
   using overrun_handler = std::function<bool(const out_of_memory& error)>;
   void set_overrun_handler(overrun_handler handler);
 
@@ -323,8 +215,6 @@ class caching_allocator {
 
  private:
   struct impl;
-  void with_pressure_valve(const std::function<void()>& attempt);
-  void with_overrun(const std::function<void()>& attempt);
   std::unique_ptr<impl> impl_;
 };
 

@@ -2,9 +2,9 @@
 //
 // The caching allocator never synchronizes a stream on its hot path. It records an
 // event where a block was last used and polls it later (see Note [Deferred unmap] in
-// caching_allocator.hpp). Backends: the host device's streams (device/host), CUDA
-// events (device/cuda), and `immediate_events` for programs with no asynchronous
-// work at all (every event is complete when recorded).
+// allocator/detail/eviction_queue.hpp). Backends: the host device's streams
+// (device/host), CUDA events (device/cuda), and `immediate_events` for programs with no
+// asynchronous work at all (every event is complete when recorded).
 #pragma once
 
 #include <cstdint>

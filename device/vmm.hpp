@@ -87,7 +87,7 @@ class vmm {
   // granule of [address, address + bytes) mapped). They wait for nothing else: the caller
   // knows no device work touches the range. The allocator moves a segment's live parts
   // through them when it cuts a free block's pages out of the segment (Note [Segment
-  // trim] in caching_allocator.cpp).
+  // trim] in allocator/detail/segment_trim.hpp).
   virtual vmm_status copy_to_host(void* host, const void* address, std::size_t bytes) noexcept = 0;
   virtual vmm_status copy_to_device(void* address, const void* host, std::size_t bytes) noexcept = 0;
 

@@ -2,7 +2,7 @@
 //
 // Note [Packs]
 // Rationale: a buffer the plan evicts gets pages of its own, because pages are what the
-//   allocator unmaps (Note [Evictable blocks] in allocator/caching_allocator.hpp). On the
+//   allocator unmaps (Note [Evictable blocks] in allocator/detail/eviction_queue.hpp). On the
 //   host device's 64 KiB pages most activations of a deep ResNet at batch 16 are 16 KiB:
 //   evicted, each holds a whole page while resident, and a regenerated segment holds four
 //   times its bytes. Planned as if pages were 512 bytes, the traced ResNet-434's 0.25x

@@ -33,7 +33,7 @@ namespace sublinear::runtime {
 
 // The allocator settings the engine runs with (`on`; off restores PyTorch's): exact
 // segments for large and small requests, so that mapped bytes follow live bytes (Note
-// [Exact small segments] in caching_allocator.cpp). The engine applies them when it starts
+// [Exact small segments] in allocator/detail/block_pool.hpp). The engine applies them when it starts
 // and lifts them when it stops. A program on the host device that allocates its model
 // before starting the engine applies them first, as sublinear's allocator in a real
 // process has them from its first allocation: parameters left in a 2 MiB small segment

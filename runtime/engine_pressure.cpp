@@ -1,5 +1,5 @@
 // The pressure valve: what the engine does when the allocator finds no room under the
-// budget (Note [Strict budget] in allocator/caching_allocator.hpp).
+// budget (Note [Strict budget] in allocator/detail/budget_ladder.hpp).
 //
 // Note [Pressure valve]
 // Rationale: the planner predicts peaks from the traced iteration; fragmentation, the

@@ -10,10 +10,11 @@ cd "$root"
 index() {
   echo "| note | file |"
   echo "|---|---|"
-  # A note is defined where a comment line holds only its name: "// Note [Chunk pool]".
+  # A note is defined where a comment line starts with its name, alone or followed by a
+  # colon: "// Note [Chunk pool]", "// Note [Lane sums]: a sum in double ...".
   git ls-files -- common device allocator policy tracer runtime workloads integrations benchmarks include \
     | grep -E '\.(cpp|hpp|h|cu)$' \
-    | xargs grep -HE '^[[:space:]]*//[[:space:]]*Note \[[^]]+\][[:space:]]*$' \
+    | xargs grep -HE '^[[:space:]]*//[[:space:]]*Note \[[^]]+\](:|[[:space:]]*$)' \
     | sed -E 's/^([^:]+):[[:space:]]*\/\/[[:space:]]*Note \[([^]]+)\].*/\2\t\1/' \
     | LC_ALL=C sort -f \
     | awk -F'\t' '{ printf "| %s | `%s` |\n", $1, $2 }'

@@ -1,5 +1,5 @@
-// Packs (Note [Packs] in caching_allocator.hpp): several small evictable blocks sharing one
-// dedicated segment whose pages are mapped while any member is resident.
+// Packs (Note [Packs] in allocator/detail/pack_table.hpp): several small evictable blocks
+// sharing one dedicated segment whose pages are mapped while any member is resident.
 #include <gtest/gtest.h>
 
 #include <algorithm>
