@@ -130,9 +130,9 @@ struct caching_allocator::impl {
     st.allocated -= b->size;
     st.requested -= b->requested;
     ++st.frees;
-    // A pack member's evicted bytes stop counting here: a member waiting for its other
-    // streams is no longer allocated, and its pack's unmap may complete meanwhile (Note [Packs]).
-    if (b->seg->pack && b->state == residency::evicted) st.evicted -= b->size;
+    // Evicted bytes stop counting here: a block waiting for its other streams is no longer
+    // allocated, and its eviction (or its pack's unmap, Note [Packs]) may complete meanwhile.
+    if (b->state == residency::evicted) st.evicted -= b->size;
     evictions.free_block(b);
   }
 

@@ -90,8 +90,11 @@ using free_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, 
 using live_set = bi::set<block, bi::member_hook<block, set_hook, &block::hook>, bi::key_of_value<by_address_key>>;
 
 // An evicting block's pages are gone from it (unmapped, or handed to another mapping).
+// A block freed while its eviction was pending (waiting for another stream) is evicted
+// but no longer allocated: its bytes are not counted as evicted memory.
 inline void note_evicted(block& b, stats& st) {
   b.state = residency::evicted;
+  if (!b.allocated) return;
   st.evicted += b.size;
   st.evicted_total += b.size;
   ++st.evictions;

@@ -93,8 +93,8 @@ void eviction_queue::return_to_pool(block* b) {
   if (seg->kind == pool_kind::dedicated) {
     if (b->state == residency::evicting) cancel(b);
     if (b->state == residency::evicted) {
-      // Its pages are already gone: give the address range back too.
-      ctx_.st.evicted -= b->size;
+      // Its pages are already gone (its bytes stopped counting as evicted at the free):
+      // give the address range back too.
       b->state = residency::resident;
       segments_.release(b);
       return;

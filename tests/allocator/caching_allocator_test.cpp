@@ -322,6 +322,29 @@ TEST_F(CachingAllocator, EvictionWaitsForEveryStreamTheBlockWasUsedOn) {
   a.deallocate(p);
 }
 
+// A block freed while its eviction is pending, and still used on a second stream, waits
+// for that stream before its pages go back; its eviction may complete first. It is no
+// longer allocated then, so its bytes must not count as evicted memory (allocated minus
+// evicted, the resident bytes, would go below zero).
+TEST_F(CachingAllocator, AnEvictionCompletingAfterTheFreeDoesNotCountAsEvictedMemory) {
+  auto a = make();
+  void* p = a.allocate(kGranularity, stream(1), true);
+  a.record_stream(p, stream(2));
+  a.evict(p);
+  events.complete_all();  // the eviction's last uses are done, not yet seen
+  a.deallocate(p);        // used on stream 2: the free waits for an event of its own
+  a.reclaim();            // the eviction completes; the free does not yet
+  EXPECT_EQ(a.get_stats().evicted, 0u);
+  EXPECT_TRUE(a.validate());
+  events.complete_all();
+  a.reclaim();
+  const stats st = a.get_stats();
+  EXPECT_EQ(st.evicted, 0u);
+  EXPECT_EQ(st.allocated, 0u);
+  EXPECT_LE(st.resident_peak, st.allocated_peak);
+  EXPECT_TRUE(a.validate());
+}
+
 TEST_F(CachingAllocator, RestoreMapsWritablePagesAtTheSameAddress) {
   auto a = make();
   auto* p = static_cast<unsigned char*>(a.allocate(2 * kGranularity, nullptr, true));
