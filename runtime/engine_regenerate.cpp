@@ -246,7 +246,7 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   // without write observation it corrupted the Transformer's parameters, which
   // validation did not catch. Such a recipe fails instead (Note [Failed recipe]). Without
   // write observation every block a launch touches may be written, so a recipe's inputs
-  // are temporaries too: the CUDA collector's case before session 22.
+  // are temporaries too.
   std::unordered_set<buffer_id> written_so_far;
   for (launch_id l : recipe) {
     for (buffer_id u : g.launches[l].touched) {

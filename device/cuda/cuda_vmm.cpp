@@ -168,9 +168,9 @@ vmm_status cuda_vmm::do_set_access(void* address, std::size_t size) {
 
 // One cuMemUnmap per mapping, after checked_vmm has checked the whole batch as the host
 // backend's merged unmap needs (Note [Batched unmap] in host_vmm.cpp): one bad or
-// repeated range unmaps nothing. Found on the first GPU run (session 22): the default
-// vmm::unmap_ranges, which unmapped range by range, left the good ranges of a refused
-// batch unmapped. Whether one cuMemUnmap may span several mappings is not relied on.
+// repeated range unmaps nothing (unmapping range by range would leave the good ranges of
+// a refused batch unmapped). Whether one cuMemUnmap may span several mappings is not
+// relied on.
 vmm_status cuda_vmm::do_unmap(std::span<const vmm_range> sorted, std::size_t* unmapped) noexcept {
   *unmapped = 0;
   if (const vmm_status s = enter("unmap"); s != vmm_status::ok) return s;

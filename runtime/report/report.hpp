@@ -46,7 +46,7 @@ struct plan_summary {
   std::size_t traced_mapped_peak = 0;
   std::string error;                // why there is no plan ("" when there is one)
   // "traced" or "scaled": how much of the traced cache the planner's share kept back (Note
-  // [Scaled cache allowance] in policy/planning_overhead.hpp; "traced" in reports written before session 26).
+  // [Scaled cache allowance] in policy/planning_overhead.hpp; "traced" in older reports without it).
   std::string cache_allowance = "traced";
   // Per iteration, from the traced durations (0 when unknown, as in reports written before
   // session 29): what the plan recomputes, the recompute floor at the planner's share (no

@@ -339,9 +339,8 @@ struct reforward_model {
 
 sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress) {
   sweep_env env = make_env(o, progress, "reforward");
-  // Each row is one run at its smallest budget, where the time ratio moves most: two
-  // sweeps of session 21 gave ResNet-152 at batch 64 +61% and +24% with 3 steady
-  // iterations a round, and six paired demos of 10 planned iterations +28% to +41%. The
+  // Each row is one run at its smallest budget, where the time ratio moves most (3 steady
+  // iterations a round gave ResNet-152 at batch 64 anywhere from +24% to +61%). The
   // table measures 8 a round unless --iterations says otherwise.
   if (o.iterations <= 0 && !o.quick) env.group.iterations = 8;
   sweep_result s;
@@ -362,11 +361,11 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
        {models::model_kind::densenet, o.quick ? 40 : 121, 0, 0}, 0.81, 0.42, ""},
   };
   if (!o.quick) {
-    // Twice that batch again (session 14): persistent state 4.8% of the baseline's peak.
+    // Twice that batch again: persistent state 4.8% of the baseline's peak.
     // After the batch-32 row, before DenseNet's.
     ms.insert(ms.end() - 1, {"ResNet-152 (batch 64: activation-dominated)",
                              {models::model_kind::resnet, 152, 0, 64}, 0.80, 0.39, "-b64"});
-    // Session 20: at batch 8 DenseNet-121's persistent state (8.4 MiB) is a quarter of its peak,
+    // At batch 8 DenseNet-121's persistent state (8.4 MiB) is a quarter of its peak,
     // so no plan can cut 81%; at batch 32 it is 8% of the peak.
     ms.push_back({"DenseNet-121 (batch 32: activation-dominated)",
                   {models::model_kind::densenet, 121, 0, 32}, 0.81, 0.42, "-b32"});
@@ -394,7 +393,7 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
     }
     // The comparison the target asks for, a larger cut at no more overhead, at equal
     // footing: the same planner where it cuts one point more than the paper, which is a
-    // larger budget than its smallest (session 27).
+    // larger budget than its smallest.
     if (m.paper_cut >= 0.0) {
       const budget_choice at_cut = choose_budget_for_cut(p, "reforward", m.paper_cut + 0.01, once);
       if (!at_cut.feasible) {
