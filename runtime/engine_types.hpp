@@ -105,7 +105,7 @@ struct eviction_record {
 // One entry of the timeline behind the Chrome trace and the memory plot.
 struct timeline_event {
   enum class kind : std::uint8_t {
-    memory,      // a sample of mapped and allocated bytes after a launch
+    memory,      // a sample of mapped, allocated and evicted bytes after a launch
     evict,       // a buffer's eviction was requested (bytes: its size)
     regenerate,  // a recipe ran (begin..end: host time spent queuing it)
     iteration,   // an iteration ended (label: its state)
@@ -118,6 +118,7 @@ struct timeline_event {
   std::size_t bytes = 0;
   std::size_t mapped = 0;
   std::size_t allocated = 0;
+  std::size_t evicted = 0;     // of `allocated`: bytes of live blocks whose pages are given back
   std::uintptr_t address = 0;  // allocate, release, evict, regenerate: the block's address
   std::string label;     // producer kernel, state name
 };

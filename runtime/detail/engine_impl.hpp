@@ -170,6 +170,7 @@ struct engine::impl {
     e.bytes = bytes;
     e.mapped = s.mapped;
     e.allocated = s.allocated;
+    e.evicted = s.evicted;
     e.label = std::move(label);
     timeline.push_back(std::move(e));
   }

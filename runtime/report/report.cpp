@@ -57,7 +57,8 @@ std::vector<std::pair<std::string, std::string>> settings_pairs(const settings& 
   return out;
 }
 
-// Assigns each event its iteration and, for memory samples, its launch number; drops the
+// Assigns each event its iteration and, for memory samples, evictions and regenerations, the
+// launches completed in the iteration when it happened; drops the
 // memory samples that repeat the previous one of their iteration (keeping each
 // iteration's last sample, so a step curve still reaches the iteration's end).
 std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timeline,
@@ -74,13 +75,13 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
   bool have_last = false;
   report_event last_dropped;
   bool last_was_dropped = false;
-  std::size_t last_mapped = 0, last_allocated = 0;
+  std::size_t last_mapped = 0, last_allocated = 0, last_evicted = 0;
   dropped = 0;
   for (const timeline_event& e : timeline) {
     report_event r{e, index_of(iteration_ordinal), 0};
     if (e.what == timeline_event::kind::memory) {
       r.launch = ++launch;
-      if (have_last && e.mapped == last_mapped && e.allocated == last_allocated) {
+      if (have_last && e.mapped == last_mapped && e.allocated == last_allocated && e.evicted == last_evicted) {
         last_dropped = r;
         last_was_dropped = true;
         ++dropped;
@@ -90,6 +91,7 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
       last_was_dropped = false;
       last_mapped = e.mapped;
       last_allocated = e.allocated;
+      last_evicted = e.evicted;
       out.push_back(std::move(r));
       continue;
     }
@@ -105,6 +107,7 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
       last_was_dropped = false;
       continue;
     }
+    if (e.what == timeline_event::kind::evict || e.what == timeline_event::kind::regenerate) r.launch = launch;
     out.push_back(std::move(r));
   }
   if (last_was_dropped) {
@@ -303,10 +306,12 @@ std::string to_json(const run_report& r) {
         w.member("launch", re.launch);
         w.member("mapped_bytes", e.mapped);
         w.member("allocated_bytes", e.allocated);
+        w.member("evicted_bytes", e.evicted);
         break;
       case timeline_event::kind::evict:
       case timeline_event::kind::regenerate:
       case timeline_event::kind::iteration:
+        if (e.what != timeline_event::kind::iteration) w.member("launch", re.launch);
         w.member("bytes", e.bytes);
         w.member("mapped_bytes", e.mapped);
         w.member("allocated_bytes", e.allocated);
@@ -429,6 +434,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     re.event.bytes = size_or(e, "bytes");
     re.event.mapped = size_or(e, "mapped_bytes");
     re.event.allocated = size_or(e, "allocated_bytes");
+    re.event.evicted = size_or(e, "evicted_bytes");
     if (const json::value* l = e.find("label")) re.event.label = l->as_string();
     re.event.address = static_cast<std::uintptr_t>(size_or(e, "address"));
     r.timeline.push_back(std::move(re));

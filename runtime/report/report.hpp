@@ -67,7 +67,7 @@ struct baseline_figures {
 struct report_event {
   timeline_event event;
   std::size_t iteration = 0;        // index of the iteration it belongs to
-  std::size_t launch = 0;           // memory samples: launches completed in the iteration
+  std::size_t launch = 0;           // launches completed in the iteration (memory, evict, regenerate)
 };
 
 struct run_report {
@@ -154,7 +154,7 @@ struct report_totals {
 // planned) iteration, with the budget as a line. Self-contained SVG 1.1.
 struct plot_options {
   int width = 960;
-  int height = 560;
+  int height = 700;
   std::string title;  // "" : a title naming the model and the budget
 };
 [[nodiscard]] std::string render_memory_plot(const run_report& r, const plot_options& options = {});

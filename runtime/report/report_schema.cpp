@@ -147,10 +147,11 @@ std::string_view report_schema() {
               "iteration": {"$ref": "#/$defs/count", "description": "The iteration the event belongs to."},
               "begin_s": {"$ref": "#/$defs/seconds", "description": "Seconds since the engine started."},
               "end_s": {"$ref": "#/$defs/seconds"},
-              "launch": {"$ref": "#/$defs/count", "description": "memory: launches completed in the iteration when sampled."},
+              "launch": {"$ref": "#/$defs/count", "description": "memory, evict and regenerate: launches completed in the iteration when it happened."},
               "bytes": {"$ref": "#/$defs/bytes", "description": "evict and regenerate: the buffers' size; iteration: its peak of mapped bytes."},
               "mapped_bytes": {"$ref": "#/$defs/bytes"},
               "allocated_bytes": {"$ref": "#/$defs/bytes"},
+              "evicted_bytes": {"$ref": "#/$defs/bytes", "description": "memory: of allocated_bytes, the bytes of live blocks whose pages are given back."},
               "label": {"type": "string", "description": "evict and regenerate: the producer kernel; iteration: its state."},
               "address": {"$ref": "#/$defs/bytes", "description": "allocate, release, evict and regenerate: the block's device address."}
             }
