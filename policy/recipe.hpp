@@ -31,7 +31,7 @@
 //   bytes at r, and those are not the bytes the launch read.
 //   So does a recipe launch that updates in place a buffer freed before r into which an
 //   earlier launch wrote: its scratch holds none of those bytes (cuDNN's weight-gradient
-//   kernel reads tensors transposed into its workspace and counts there; session 25).
+//   kernel reads tensors transposed into its workspace and counts there).
 //   A buffer that would have to be rebuilt but whose first user does not write it has
 //   no known producer (Note [Unknown producers] in tracer/analysis.cpp): the recipe is
 //   refused.

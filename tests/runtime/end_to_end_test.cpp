@@ -434,8 +434,8 @@ TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIden
   EXPECT_GT(hands.evictions, 0u);
   expect_exact_within_budget(hands, baseline);
   // The stream is busy with the backward pass when the engine restores, so at 0.3x some
-  // pending eviction or free of the wanted size is still queued on it: hundreds of
-  // handoffs an iteration in `sublinear demo` at 0.5x (docs/benchmarks.md, session 21).
+  // pending eviction or free of the wanted size is still queued on it (`sublinear demo`
+  // at 0.5x reports hundreds of handoffs an iteration).
   EXPECT_GT(hands.restore_handoffs, 0u) << "no regeneration took a queued chunk: does the engine still name its stream?";
   // The iteration reports count them too (the report's "allocator" line).
   std::size_t reported = 0;
@@ -566,8 +566,7 @@ INSTANTIATE_TEST_SUITE_P(Matrix, EndToEnd, ::testing::ValuesIn(matrix()), cell_n
 
 // Without write observation every block a launch touches may have been written, so a
 // recipe's inputs are temporaries too and many recipes are wrong in ways only validation
-// sees. This was the CUDA collector's case before session 22; the first GPU run found
-// regenerated convolutions of the cuDNN ResNet failing validation, and a recipe that read
+// sees: regenerated convolutions of the cuDNN ResNet fail validation, and a recipe may read
 // an evicted temporary through scratch with no valid bytes. Whatever the plan then does
 // (recipes failing, buffers never evicted again, fallback to plain caching), training
 // must stay bit-identical and within the budget. Validation mismatches are expected here.
