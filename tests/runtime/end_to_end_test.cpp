@@ -225,11 +225,11 @@ TEST(EndToEndRetention, ADenseNetKeepsFreedFeaturesForItsRecipesAndTrainsBitIden
     ASSERT_TRUE(two.params[i] == baseline[i]) << "two streams: parameter tensor " << i << " differs";
 }
 
-// Regression: an absolute budget below what any plan can meet is known only after the
-// traced iterations, which offload to try to hold it and so cache dedicated segments of
-// exact sizes. Plain caching, the fallback, placed the same requests in shared segments
-// beside that cache (`sublinear demo --depth 56 --budget 2.93MiB`: 9.44 MiB mapped after
-// the fallback against the baseline's 6.00 MiB).
+// An absolute budget below what any plan can meet is known only after the traced
+// iterations, which offload to try to hold it and so cache dedicated segments of exact
+// sizes. Plain caching, the fallback, must not place the same requests in shared segments
+// beside that cache, which would map more than the baseline (`sublinear demo --depth 56
+// --budget 2.93MiB` is such a case).
 TEST(EndToEndFallback, AfterAnInfeasibleAbsoluteBudgetPlainCachingMapsNoMoreThanTheBaseline) {
   const with_allowance traced_only(kTracedCacheOnly);
   const outcome baseline = train(model_kind::resnet, "none", "");
