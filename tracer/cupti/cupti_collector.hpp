@@ -160,7 +160,7 @@ class cupti_collector {
   //   the activity kinds; set_durations(true) enables them again. The process runtime
   //   keeps them on exactly while its engine traces (a divergence traces again). Without
   //   activity records (cupti_options::durations false, or CUPTI refused them) both do
-  //   nothing. Not yet run on a GPU.
+  //   nothing. tests/tracer/cupti_collector_test.cpp checks it on a GPU (skipped without one).
   void set_durations(bool on);
   [[nodiscard]] bool durations_on() const noexcept;
 
