@@ -242,9 +242,9 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   } unmark_at_exit{regenerating, marked};
   // Inputs evicted at this moment that the plan expected resident: regenerate them first.
   // A live temporary the recipe reads before writing it needs its bytes too (its scratch
-  // starts from them, below), but not regenerated here: that was tried, and on the host
-  // without write observation it corrupted the Transformer's parameters, which
-  // validation did not catch. Such a recipe fails instead (Note [Failed recipe]). Without
+  // starts from them, below), but it is not regenerated here: on the host without write
+  // observation that corrupts the Transformer's parameters in a way validation does not
+  // catch. Such a recipe fails instead (Note [Failed recipe]). Without
   // write observation every block a launch touches may be written, so a recipe's inputs
   // are temporaries too.
   std::unordered_set<buffer_id> written_so_far;

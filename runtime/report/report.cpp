@@ -369,8 +369,9 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.budget = size_or(plan, "budget_bytes");
   r.plan.predicted_peak = size_or(plan, "predicted_peak_bytes");
   r.plan.traced_mapped_peak = size_or(plan, "traced_mapped_peak_bytes");
-  if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();  // since session 26
-  const auto seconds_or_zero = [&plan](std::string_view key) {  // since session 29
+  // Optional plan fields: a report from an earlier version of sublinear may lack them.
+  if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();
+  const auto seconds_or_zero = [&plan](std::string_view key) {
     const json::value* v = plan.find(key);
     return v != nullptr ? v->as_number() : 0.0;
   };
@@ -392,7 +393,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.recomputed_launches = size_or(it, "recomputed_launches");
     ir.recompute_s = it.at("recompute_s").as_number();
     ir.stall_s = it.at("stall_s").as_number();
-    // Optional: reports written before these existed have none.
+    // Optional: reports from earlier versions of sublinear may lack them.
     ir.prefetched = size_or(it, "prefetched");
     ir.pressure_evictions = size_or(it, "pressure_evictions");
     ir.kept_resident = size_or(it, "kept_resident");
@@ -403,12 +404,12 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.offload_restores = size_or(it, "offload_restores");
     ir.allocator_waits = size_or(it, "allocator_waits");
     ir.handoffs = size_or(it, "handoffs");
-    ir.packed = size_or(it, "packed");  // since session 32
-    if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // since session 26
+    ir.packed = size_or(it, "packed");
+    if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // optional
     ir.diverged = it.at("diverged").as_bool();
     if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
     ir.validation_mismatches = size_or(it, "validation_mismatches");
-    if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // since 2026-11-27
+    if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // optional
     ir.wall_s = it.at("wall_s").as_number();
     r.iterations.push_back(ir);
   }

@@ -42,15 +42,15 @@ struct plan_summary {
   std::size_t budget = 0;           // bytes (0: no budget or no plan)
   std::size_t predicted_peak = 0;   // the plan's predicted peak (0: no plan)
   // The traced mapped peak the planner's overhead came from (engine::planning_mapped_peak;
-  // 0: unknown, as in reports written before session 25).
+  // 0: unknown, as in older reports without it).
   std::size_t traced_mapped_peak = 0;
   std::string error;                // why there is no plan ("" when there is one)
   // "traced" or "scaled": how much of the traced cache the planner's share kept back (Note
   // [Scaled cache allowance] in policy/planning_overhead.hpp; "traced" in older reports without it).
   std::string cache_allowance = "traced";
-  // Per iteration, from the traced durations (0 when unknown, as in reports written before
-  // session 29): what the plan recomputes, the recompute floor at the planner's share (no
-  // plan recomputes less; Note [Recompute floor]), and the traced iteration's compute.
+  // Per iteration, from the traced durations (0 when unknown, as in older reports without
+  // them): what the plan recomputes, the recompute floor at the planner's share (no plan
+  // recomputes less; Note [Recompute floor]), and the traced iteration's compute.
   double added_compute_s = 0.0;
   double floor_s = 0.0;
   double traced_compute_s = 0.0;

@@ -40,11 +40,11 @@ std::string_view report_schema() {
         "planner": {"type": "string"},
         "budget_bytes": {"$ref": "#/$defs/bytes", "description": "The budget the plan was made for; 0 without a plan."},
         "predicted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The simulator's peak for the plan; 0 without a plan."},
-        "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (reports before 2026-11-27)."},
+        "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (older reports without it)."},
         "cache_allowance": {"enum": ["traced", "scaled"], "description": "How much of the traced iteration's allocator cache the planner's share of the budget kept back: all of it (traced), or scaled to the budget, tried only where the traced cache left the planner too little (Note [Scaled cache allowance] in policy/planning_overhead.hpp). Absent in older reports: traced."},
-        "added_compute_s": {"type": "number", "minimum": 0, "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan. Absent before session 29."},
-        "floor_s": {"type": "number", "minimum": 0, "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan. Absent before session 29."},
-        "traced_compute_s": {"type": "number", "minimum": 0, "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan. Absent before session 29."},
+        "added_compute_s": {"type": "number", "minimum": 0, "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan; absent in older reports (read as 0)."},
+        "floor_s": {"type": "number", "minimum": 0, "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan; absent in older reports (read as 0)."},
+        "traced_compute_s": {"type": "number", "minimum": 0, "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan; absent in older reports (read as 0)."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },
@@ -103,12 +103,12 @@ std::string_view report_schema() {
           "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
           "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
           "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
-          "packed": {"$ref": "#/$defs/count", "description": "Planned buffers placed in a pack: shared pages with other evicted buffers of their recipe, mapped while any of them is resident. Absent before session 32."},
+          "packed": {"$ref": "#/$defs/count", "description": "Planned buffers placed in a pack: shared pages with other evicted buffers of their recipe, mapped while any of them is resident. Absent in older reports (read as 0)."},
           "budget_lifted": {"type": "boolean", "description": "A plan made with the scaled cache allowance ran out of room in this iteration after the pressure valve: the rest of the iteration ran without the budget (its peak may exceed it) and the engine planned again with the whole traced cache. Absent in older reports."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
-          "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in reports before 2026-11-27."},
+          "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in older reports."},
           "wall_s": {"$ref": "#/$defs/seconds"}
         }
       }

@@ -591,8 +591,8 @@ TEST_F(CachingAllocator, ReleasesCachedSegmentsBeforeFailing) {
   a.deallocate(y);
 }
 
-// Regression: a freed block may still be read by work queued before its free; giving its
-// segment's pages back must wait for that stream (it faulted on the host device).
+// A freed block may still be read by work queued before its free; giving its segment's
+// pages back must wait for that stream, or that work faults (on the host device too).
 TEST_F(CachingAllocator, WaitsForTheSegmentsStreamBeforeGivingCachedPagesBack) {
   auto a = make(24 * MiB);
   void* x = a.allocate(3 * MiB, stream(1));  // a 20 MiB segment on stream 1
@@ -637,7 +637,7 @@ TEST_F(CachingAllocator, GivesBackAnIdleSegmentBeforeWaitingForOneOfTheWantedSiz
   a.deallocate(next);
 }
 
-// Regression: an event from an earlier free must not vouch for a later one.
+// An event from an earlier free must not vouch for a later one.
 TEST_F(CachingAllocator, AFreeWithoutABudgetLeavesNoStaleEventBehind) {
   auto a = make(24 * MiB);
   void* x = a.allocate(3 * MiB, stream(1));

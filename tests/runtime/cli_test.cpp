@@ -414,8 +414,8 @@ TEST(PlanPreviewReport, WithoutPacksEachEvictedBufferHoldsPagesOfItsOwn) {
   EXPECT_LT(packed.rows[0].predicted_peak, unpacked.rows[0].predicted_peak);
 }
 
-// `sublinear plan --evictions`: each planned eviction with its window and its recipe, as
-// the GPU suite's traces need to be read (session 28).
+// `sublinear plan --evictions`: each planned eviction with its window and its recipe, which
+// is how the GPU suite's traces are read.
 TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeReplays) {
   const recorded_iteration rec = record_first_iteration(model_kind::resnet);
   plan_preview_options po;

@@ -221,7 +221,7 @@ TEST(ReportJson, AReportWithoutThePlansTracedMappedPeakReadsAsUnknown) {
   EXPECT_EQ(parse_report(text, "old.json").plan.traced_mapped_peak, 0u);
 }
 
-// Session 29: the plan's recompute beside the recompute floor (Note [Recompute floor]).
+// The plan's recompute beside the recompute floor (Note [Recompute floor]).
 TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
   const run_report& real = real_report();
   ASSERT_TRUE(real.plan.error.empty()) << real.plan.error;
@@ -237,8 +237,7 @@ TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
   EXPECT_NE(text.find("planned recompute"), std::string::npos) << text;
   EXPECT_NE(text.find("the recompute floor"), std::string::npos) << text;
 
-  // Reports written before session 29 have none of the three: they read as 0, and the text
-  // says nothing of them.
+  // Older reports without the three read as 0, and the text says nothing of them.
   std::string old = to_json(handmade_report());
   for (const char* key : {"added_compute_s", "floor_s", "traced_compute_s"}) {
     const auto at = old.find(std::string("\"") + key + "\": 0,");
