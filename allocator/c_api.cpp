@@ -145,4 +145,6 @@ const char* sublinear_status(void) {
 
 const char* sublinear_last_error(void) { return last_error.c_str(); }
 
+const char* sublinear_version(void) { return SUBLINEAR_VERSION_STRING; }
+
 }  // extern "C"

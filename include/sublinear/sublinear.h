@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "sublinear/export.h"
+#include "sublinear/version.h" /* SUBLINEAR_VERSION_MAJOR, _MINOR, _PATCH, _STRING */
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +64,10 @@ SUBLINEAR_API const char* sublinear_status(void);
 
 /* The last error on this thread, or "" if none. */
 SUBLINEAR_API const char* sublinear_last_error(void);
+
+/* The library's version, the SUBLINEAR_VERSION_STRING it was built with: a program built
+ * against one release's header can check that it loaded the same release's library. */
+SUBLINEAR_API const char* sublinear_version(void);
 
 #ifdef __cplusplus
 }

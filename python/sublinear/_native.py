@@ -53,6 +53,7 @@ _SIGNATURES: Dict[str, Any] = {
     "sublinear_last_error": (ctypes.c_char_p, []),
     "sublinear_status": (ctypes.c_char_p, []),
     "sublinear_write_report": (ctypes.c_int, [ctypes.c_char_p]),
+    "sublinear_version": (ctypes.c_char_p, []),
 }
 
 
