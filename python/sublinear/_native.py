@@ -54,6 +54,9 @@ _SIGNATURES: Dict[str, Any] = {
     "sublinear_status": (ctypes.c_char_p, []),
     "sublinear_write_report": (ctypes.c_int, [ctypes.c_char_p]),
     "sublinear_version": (ctypes.c_char_p, []),
+    "sublinear_check_setting": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
+    "sublinear_setting_info": (ctypes.c_int, [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                              ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]),
 }
 
 

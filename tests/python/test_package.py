@@ -21,7 +21,7 @@ C_API = (
     "sublinear_alloc", "sublinear_free", "sublinear_record_stream", "sublinear_empty_cache",
     "sublinear_get_stats", "sublinear_reset_peaks", "sublinear_mark_iteration",
     "sublinear_last_error", "sublinear_status", "sublinear_write_report",
-    "sublinear_version",
+    "sublinear_version", "sublinear_check_setting", "sublinear_setting_info",
 )
 
 

@@ -5,5 +5,5 @@
 
 int main(void) {
   printf("header %s library %s\n", SUBLINEAR_VERSION_STRING, sublinear_version());
-  return 0;
+  return sublinear_check_setting("SUBLINEAR_BUDGET", "8GiB") == 0 ? 0 : 1;
 }
