@@ -12,7 +12,6 @@ Approach: open the library once, lazily (importing sublinear costs nothing), and
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -86,9 +85,12 @@ def preload_library_path() -> str:
 
 
 def preloaded() -> bool:
-    """True when this process runs under `sublinear run` (libsublinear_preload.so in LD_PRELOAD)."""
-    entries = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
-    return any(Path(e).name == PRELOAD_NAME for e in entries)
+    """True when this process runs under `sublinear run`: libsublinear_preload.so is loaded
+    in its global scope (its marker symbol is there), not merely named in LD_PRELOAD."""
+    try:
+        return hasattr(ctypes.CDLL(None), "sublinear_preload_version")
+    except OSError:
+        return False
 
 
 def load() -> ctypes.CDLL:

@@ -186,6 +186,7 @@ def test_python_m_sublinear_runs_the_command_line():
 
 
 def test_sublinear_run_from_the_package_preloads_the_package_library(clean_settings):
+    clean_settings.delenv("PYTORCH_NO_CUDA_MEMORY_CACHING", raising=False)
     bundled = Path(sublinear.__file__).resolve().parent / "bin" / "sublinear"
     if not bundled.is_file():
         pytest.skip("the package was built with SUBLINEAR_PYTHON_CLI=OFF")
@@ -200,6 +201,7 @@ def test_sublinear_run_from_the_package_preloads_the_package_library(clean_setti
     assert "SUBLINEAR_BUDGET=8GiB" in lines
     assert f"LD_PRELOAD={preload}" in lines
     assert f"CUDA_INJECTION64_PATH={preload}" in lines
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING=1" in lines
 
 
 def test_under_sublinear_run_the_package_talks_to_the_preloaded_runtime(clean_settings):
