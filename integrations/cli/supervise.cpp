@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"
@@ -52,7 +54,9 @@ int run_supervised(const std::vector<std::string>& command, std::vector<std::str
     throw error(std::string("cannot create a pipe: ") + std::strerror(errno));
   }
   ::fcntl(loaded_pipe[1], F_SETFD, 0);  // the write end goes to the command
-  environment.push_back(std::string(kRunFdVariable) + "=" + std::to_string(loaded_pipe[1]));
+  const std::string prefix = std::string(kRunFdVariable) + "=";
+  std::erase_if(environment, [&](const std::string& kv) { return kv.rfind(prefix, 0) == 0; });  // a stale one
+  environment.push_back(prefix + std::to_string(loaded_pipe[1]));
 
   std::vector<char*> argv;
   for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));

@@ -144,6 +144,13 @@ TEST(RunCommand, ACommandThatLoadedTheLibraryIsNotToldOtherwise) {
   EXPECT_EQ(r.err.find("ran without sublinear"), std::string::npos) << r.err;
 }
 
+TEST(RunCommand, AStaleLoadedPipeVariableInTheEnvironmentIsReplaced) {
+  REQUIRE_BUILT();
+  const child_result r = run_child({cli(), "run", "--", "/bin/true"}, clean_env({"_SUBLINEAR_RUN_FD=999"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("ran without sublinear"), std::string::npos) << r.err;
+}
+
 TEST(RunCommand, ACommandKilledByASignalEndsTheRunWithTheSameSignal) {
   REQUIRE_BUILT();
   const child_result r = run_child({cli(), "run", "--", "/bin/sh", "-c", "kill -TERM $$"}, clean_env());

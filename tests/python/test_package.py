@@ -213,6 +213,8 @@ def test_under_sublinear_run_the_package_talks_to_the_preloaded_runtime(clean_se
         "print(_native.preloaded())\n"
         "print(sublinear.status())\n"
         "sublinear.mark_iteration()\n"
+        "from sublinear import _settings\n"
+        "_settings.check('SUBLINEAR_BUDGET', '8GiB')\n"
         "maps = open('/proc/self/maps').read()\n"
         "print('libsublinear.so' in maps, 'libsublinear_preload.so' in maps)\n"
     )
