@@ -31,19 +31,33 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
 #include "common/text.hpp"
 #include "device/cuda/driver_api.hpp"
+#include "integrations/cli/supervise.hpp"
 #include "allocator/default_allocator.hpp"
 #include "runtime/cuda/process_runtime.hpp"
 #include "runtime/settings.hpp"
 #include "sublinear/error.hpp"
 #include "sublinear/export.h"
+#include "sublinear/version.h"
+
+// The mark of a sublinear preload library, with the version it was built as: `sublinear
+// run` reads it from the file before preloading it (Note [Preload library check]).
+extern "C" {
+SUBLINEAR_API extern const char sublinear_preload_version[];
+const char sublinear_preload_version[] = SUBLINEAR_VERSION_STRING;
+}
 
 namespace {
 
@@ -170,7 +184,26 @@ bool budget_memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   return true;
 }
 
+// Tells `sublinear run` that this process loaded the library (Note [Run supervision]),
+// once: the variable goes, so the program's own children do not write.
+void tell_run_command() {
+  const char* text = std::getenv(sublinear::cli::kRunFdVariable);
+  if (text == nullptr) return;
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  ::unsetenv(sublinear::cli::kRunFdVariable);
+  struct stat st {};
+  if (end == text || *end != '\0' || fd < 0 || fd > 1 << 20 || ::fstat(static_cast<int>(fd), &st) != 0 ||
+      !S_ISFIFO(st.st_mode)) {
+    return;  // not the pipe `sublinear run` made: write nothing
+  }
+  const char loaded = 1;
+  (void)!::write(static_cast<int>(fd), &loaded, 1);
+  ::close(static_cast<int>(fd));
+}
+
 __attribute__((constructor)) void on_load() {
+  tell_run_command();
   try {
     const sublinear::runtime::settings s = sublinear::runtime::read_settings_from_environment();
     if (s.disable) {

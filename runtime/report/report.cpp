@@ -13,6 +13,7 @@
 #include "runtime/report/report_json.hpp"
 #include "runtime/report/report_text.hpp"
 #include "sublinear/error.hpp"
+#include "sublinear/version.h"
 
 namespace sublinear::runtime {
 
@@ -123,7 +124,7 @@ run_report make_report(const settings& config, const report_metadata& meta, plan
                        std::vector<iteration_report> iterations, std::vector<eviction_record> evictions,
                        const std::vector<timeline_event>& timeline) {
   run_report r;
-  r.generator = "sublinear 0.1.0";
+  r.generator = "sublinear " SUBLINEAR_VERSION_STRING;
   r.model = meta.model;
   r.device = meta.device;
   r.granularity = meta.granularity;

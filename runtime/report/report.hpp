@@ -71,7 +71,7 @@ struct report_event {
 };
 
 struct run_report {
-  std::string generator;            // "sublinear 0.1.0"
+  std::string generator;            // "sublinear <version>" (SUBLINEAR_VERSION_STRING)
   std::string model;                // the workload, or the command that ran
   std::string device;               // "host", "cuda"
   std::size_t granularity = 0;      // allocator page size (0: unknown)

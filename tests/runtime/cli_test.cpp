@@ -126,6 +126,17 @@ TEST(RunEnvironment, EntriesWithoutAnEqualsSignPassThrough) {
   EXPECT_NE(std::find(env.variables.begin(), env.variables.end(), "ODD"), env.variables.end());
 }
 
+TEST(RunEnvironment, TurnsPyTorchsCachingAllocatorOffUnlessTheEnvironmentSetsIt) {
+  // Note [Hidden allocations]: with the cache on, sublinear would see almost nothing.
+  EXPECT_EQ(value_of(compose_run_environment({"PATH=/usr/bin"}, {}, kLib), "PYTORCH_NO_CUDA_MEMORY_CACHING"), "1");
+  EXPECT_EQ(value_of(compose_run_environment({"PYTORCH_NO_CUDA_MEMORY_CACHING=0"}, {}, kLib),
+                     "PYTORCH_NO_CUDA_MEMORY_CACHING"),
+            "0");
+  EXPECT_EQ(value_of(compose_run_environment({"PYTORCH_NO_CUDA_MEMORY_CACHING="}, {}, kLib),
+                     "PYTORCH_NO_CUDA_MEMORY_CACHING"),
+            "");
+}
+
 TEST(RunEnvironment, NeedsALibrary) { EXPECT_NE(error_of({}, {}, "").find("no preload library"), std::string::npos); }
 
 // A model of the kind at its default sizes (resnet: 20 layers): large enough that
