@@ -531,7 +531,7 @@ std::string render_text(const run_report& r, std::size_t top) {
         << " parameter words into evicted blocks that the traced launches did not hold: left alone\n";
   if (t.unseen_writes > 0)
     out << "  unseen writes      " << t.unseen_writes
-        << " buffers changed, or their recipe's inputs, by writes the trace did not see: kept, never evicted again\n";
+        << " writes the trace did not see, found (buffers kept, or recipe inputs read from copies)\n";
   if (t.hashed_bytes > 0)
     out << "  write checks       " << format_bytes(t.hashed_bytes) << " hashed, " << format_bytes(t.copied_bytes)
         << " copied to host memory, to find writes the trace did not see\n";

@@ -39,15 +39,17 @@ void spread_body(const device::host::launch_config&, const spread_params& p) {
 struct grow_params {
   float* out;
   const float* in;
-  float* flag;  // may be null
+  float* flag;         // may be null
+  const float* gain;   // may be null: the factor is then `factor`
   std::int64_t n;
   float factor;
   float limit;
 };
 void grow_body(const device::host::launch_config&, const grow_params& p) {
   bool over = false;
+  const float factor = p.gain != nullptr ? p.gain[0] : p.factor;
   for (std::int64_t i = 0; i < p.n; ++i) {
-    p.out[i] = p.in[i] * p.factor - 1.0f;
+    p.out[i] = p.in[i] * factor - 1.0f;
     over = over || p.out[i] > p.limit;
   }
   if (p.flag != nullptr && over) p.flag[0] = 1.0f;
@@ -71,6 +73,20 @@ struct mask_params {
 void mask_body(const device::host::launch_config&, const mask_params& p) {
   for (std::int64_t i = 0; i < p.n; ++i)
     if (p.x[i] > p.threshold) p.x[i] *= 0.25f;
+}
+// In place, on overflow only: gain += 0.125 when an element of `in` exceeds `limit`.
+struct bump_params {
+  float* gain;
+  const float* in;
+  std::int64_t n;
+  float limit;
+};
+void bump_body(const device::host::launch_config&, const bump_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i)
+    if (p.in[i] > p.limit) {
+      p.gain[0] += 0.125f;
+      return;
+    }
 }
 // If the flag is set: halve the loss scale and clear the flag (both written only then).
 struct consume_params {
@@ -123,8 +139,9 @@ const device::host::kernel& spread_kernel() {
 const device::host::kernel& grow_kernel() {
   return reg<grow_params, grow_body>(
       "test_unseen_grow", {SUBLINEAR_PARAM(grow_params, out), SUBLINEAR_PARAM(grow_params, in),
-                           SUBLINEAR_PARAM(grow_params, flag), SUBLINEAR_PARAM(grow_params, n),
-                           SUBLINEAR_PARAM(grow_params, factor), SUBLINEAR_PARAM(grow_params, limit)});
+                           SUBLINEAR_PARAM(grow_params, flag), SUBLINEAR_PARAM(grow_params, gain),
+                           SUBLINEAR_PARAM(grow_params, n), SUBLINEAR_PARAM(grow_params, factor),
+                           SUBLINEAR_PARAM(grow_params, limit)});
 }
 const device::host::kernel& clamp_kernel() {
   return reg<clamp_params, clamp_body>("test_unseen_clamp", {SUBLINEAR_PARAM(clamp_params, x),
@@ -135,6 +152,12 @@ const device::host::kernel& mask_kernel() {
   return reg<mask_params, mask_body>("test_unseen_mask", {SUBLINEAR_PARAM(mask_params, x),
                                                           SUBLINEAR_PARAM(mask_params, n),
                                                           SUBLINEAR_PARAM(mask_params, threshold)});
+}
+const device::host::kernel& bump_kernel() {
+  return reg<bump_params, bump_body>("test_unseen_bump", {SUBLINEAR_PARAM(bump_params, gain),
+                                                          SUBLINEAR_PARAM(bump_params, in),
+                                                          SUBLINEAR_PARAM(bump_params, n),
+                                                          SUBLINEAR_PARAM(bump_params, limit)});
 }
 const device::host::kernel& consume_kernel() {
   return reg<consume_params, consume_body>(
@@ -159,6 +182,7 @@ enum class hazard {
   mask,        // each activation is scaled down in place, masked, once the next one is made from it
   flag,        // each layer sets a shared flag on overflow; after the forward it halves the loss scale
   packed,      // the backward reads each activation through a pointer at an unaligned offset first
+  gain,        // every layer scales by a shared gain, which the middle layer raises on overflow
 };
 
 constexpr int kLayers = 10;
@@ -178,6 +202,7 @@ struct chain {
   float* acc = nullptr;
   float* flag = nullptr;
   float* loss_scale = nullptr;
+  float* gain = nullptr;
 
   static allocator::options host_options() {
     allocator::options o;
@@ -193,17 +218,21 @@ struct chain {
     acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
     flag = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
     loss_scale = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
+    gain = static_cast<float*>(alloc.allocate(sizeof(float), nullptr));
     dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
     dev.memset_async(flag, 0, sizeof(float), nullptr);
     const float one = 1.0f;
+    const float factor = 1.1f;
     dev.synchronize();
     std::memcpy(loss_scale, &one, sizeof one);
+    std::memcpy(gain, &factor, sizeof factor);
   }
   ~chain() {
     dev.synchronize();
     alloc.deallocate(acc);
     alloc.deallocate(flag);
     alloc.deallocate(loss_scale);
+    alloc.deallocate(gain);
   }
 
   float* make() { return static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr)); }
@@ -216,8 +245,13 @@ struct chain {
     acts.push_back(first);
     for (int l = 1; l < kLayers; ++l) {
       float* next = make();
-      grow_params gp{next, acts.back(), h == hazard::flag ? flag : nullptr, kFloats, 1.1f, kBound};
+      grow_params gp{next, acts.back(), h == hazard::flag ? flag : nullptr, h == hazard::gain ? gain : nullptr,
+                     kFloats, 1.1f, kBound};
       dev.launch(grow_kernel(), {}, nullptr, &gp);
+      if (h == hazard::gain && l == kLayers / 2) {
+        bump_params bp{gain, next, kFloats, kBound};
+        dev.launch(bump_kernel(), {}, nullptr, &bp);
+      }
       if (h == hazard::clamp) {
         clamp_params cp{next, kFloats, kBound};
         dev.launch(clamp_kernel(), {}, nullptr, &cp);
@@ -250,6 +284,7 @@ struct chain {
     std::vector<float> out(acc, acc + 64);
     out.push_back(*flag);
     out.push_back(*loss_scale);
+    out.push_back(*gain);
     return out;
   }
 };
@@ -262,13 +297,14 @@ struct run {
   std::size_t unseen_writes = 0;
 };
 
-run train(hazard h, const std::string& policy) {
+run train(hazard h, const std::string& policy, validate_mode validate = validate_mode::first) {
   chain m;
   std::unique_ptr<host_runtime> rt;
   if (!policy.empty()) {
     engine_options o;  // default settings but the budget and the planner
     o.config.budget = policy::parse_budget("0.6x");
     o.config.policy = policy;
+    o.config.validate = validate;
     o.config.log = log_level::error;
     if (const char* l = std::getenv("UNSEEN_LOG")) o.config.log = parse_log_level("UNSEEN_LOG", l);
     o.device_capacity = std::size_t{256} << 20;
@@ -324,6 +360,30 @@ TEST(UnseenWrites, AMaskedInPlaceUpdateOfARecipesInputTrainsBitIdentically) {
 
 TEST(UnseenWrites, AnOverflowFlagWrittenOnlyOnOverflowTrainsBitIdentically) {
   expect_bit_identical_under_every_planner(hazard::flag, true);
+}
+
+// What is caught, not undone: a block that outlives the iteration (the gain, as a
+// parameter) changed by a kernel the trace did not see writing it, after activations
+// whose recipes read it were released. Their regeneration cannot give the bytes back; the
+// run stops with an error naming the buffer instead of training on other values, and
+// with SUBLINEAR_VALIDATE=always, which keeps copies, it trains bit-identically.
+TEST(UnseenWrites, AParameterChangedAfterTheReleaseOfWhatItsRecipesReadStopsTheRunOrIsUndoneByValidation) {
+  const run baseline = train(hazard::gain, "");
+  for (const char* policy : {"chain", "reforward"}) {
+    SCOPED_TRACE(policy);
+    try {
+      const run r = train(hazard::gain, policy);
+      ADD_FAILURE() << "trained without an error; the parameters are "
+                    << (r.result == baseline.result ? "the same" : "DIFFERENT");
+    } catch (const error& e) {
+      EXPECT_NE(std::string(e.what()).find("came back with other bytes than it had when it was evicted"),
+                std::string::npos)
+          << e.what();
+    }
+    const run validated = train(hazard::gain, policy, validate_mode::always);
+    EXPECT_EQ(validated.result, baseline.result);
+    EXPECT_GT(validated.evictions, 0u);
+  }
 }
 
 TEST(UnseenPointers, AKernelReadingAnActivationThroughAnUnalignedPointerInAPackedStructTrainsBitIdentically) {
