@@ -66,7 +66,7 @@ std::vector<const char*> engine::impl::touched_blocks(const launch_view& op) {
     if (std::find(out.begin(), out.end(), base) == out.end()) out.push_back(base);
   };
   if (op.what == launch_view::kind::kernel) {
-    for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {
+    for (std::size_t off = 0; off + 8 <= op.params.size(); ++off) {  // Note [Pointer scan]: any offset
       std::uint64_t word = 0;
       std::memcpy(&word, op.params.data() + off, 8);
       for_blocks_in(static_cast<std::uintptr_t>(word), 1, add);

@@ -287,6 +287,7 @@ void engine::impl::index_plan() {
       default: expected_handle[l] = ~std::uint64_t{2}; break;
     }
   }
+  index_write_checks();
 }
 
 }  // namespace sublinear::runtime

@@ -172,6 +172,9 @@ report_totals totals(const run_report& r) {
     t.pressure_evictions += it.pressure_evictions;
     t.kept_resident += it.kept_resident;
     t.stray_pointers += it.stray_pointers;
+    t.unseen_writes += it.unseen_writes;
+    t.hashed_bytes += it.hashed_bytes;
+    t.copied_bytes += it.copied_bytes;
     t.budget_lifted += it.budget_lifted ? 1 : 0;
     t.retained += it.retained;
     t.allocator_waits += it.allocator_waits;
@@ -261,6 +264,9 @@ std::string to_json(const run_report& r) {
     w.member("pressure_evictions", it.pressure_evictions);
     w.member("kept_resident", it.kept_resident);
     w.member("stray_pointers", it.stray_pointers);
+    w.member("unseen_writes", it.unseen_writes);
+    w.member("hashed_bytes", it.hashed_bytes);
+    w.member("copied_bytes", it.copied_bytes);
     w.member("retained", it.retained);
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
@@ -399,6 +405,9 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.pressure_evictions = size_or(it, "pressure_evictions");
     ir.kept_resident = size_or(it, "kept_resident");
     ir.stray_pointers = size_or(it, "stray_pointers");
+    ir.unseen_writes = size_or(it, "unseen_writes");
+    ir.hashed_bytes = size_or(it, "hashed_bytes");
+    ir.copied_bytes = size_or(it, "copied_bytes");
     ir.retained = size_or(it, "retained");
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
@@ -528,6 +537,12 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.stray_pointers > 0)
     out << "  stray pointers     " << t.stray_pointers
         << " parameter words into evicted blocks that the traced launches did not hold: left alone\n";
+  if (t.unseen_writes > 0)
+    out << "  unseen writes      " << t.unseen_writes
+        << " writes the trace did not see, found (buffers kept, or recipe inputs read from copies)\n";
+  if (t.hashed_bytes > 0)
+    out << "  write checks       " << format_bytes(t.hashed_bytes) << " hashed, " << format_bytes(t.copied_bytes)
+        << " copied to host memory, to find writes the trace did not see\n";
   if (t.budget_lifted > 0)
     out << "  budget lifted      " << t.budget_lifted
         << " iterations ran out of room with the cache scaled to the budget and finished without it\n";

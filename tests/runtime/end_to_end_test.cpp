@@ -420,8 +420,8 @@ TEST(EndToEndMultiLevel, TheRuntimeReplaysARotorScheduleBitIdentically) {
 }
 
 // Note [Stream-ordered handoff]: regeneration names the recipe's stream, so at a tight
-// budget a restore takes the chunk of an eviction or a free still queued there instead of
-// waiting for it. Both ways train bit-identically within the budget.
+// budget a restore takes the chunk of a free still queued there instead of waiting for
+// it (never a pending eviction's). Both ways train bit-identically within the budget.
 TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIdentically) {
   const auto config = matrix_config(model_kind::resnet);
   const std::vector<std::vector<float>> baseline = train(config, "none", "").params;
@@ -434,8 +434,8 @@ TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIden
   EXPECT_GT(hands.evictions, 0u);
   expect_exact_within_budget(hands, baseline);
   // The stream is busy with the backward pass when the engine restores, so at 0.3x some
-  // pending eviction or free of the wanted size is still queued on it (`sublinear demo`
-  // at 0.5x reports hundreds of handoffs an iteration).
+  // free of the wanted size is still queued on it: hundreds of handoffs an iteration in
+  // `sublinear demo` at 0.5x (docs/allocator.md).
   EXPECT_GT(hands.restore_handoffs, 0u) << "no regeneration took a queued chunk: does the engine still name its stream?";
   // The iteration reports count them too (the report's "allocator" line).
   std::size_t reported = 0;
