@@ -7,11 +7,11 @@
 //   system), loop over short writes and EINTR, fsync, check close, then rename over the
 //   target; any failure removes the temporary and throws naming the target and errno's
 //   text. The temporary is created with mode 0666 under the umask, as the file would be,
-//   and takes an existing target's permission bits. A symlink is followed: its target is
-//   replaced and the link kept. A path that exists and is not a regular file cannot be
+//   and takes an existing target's permission bits. Symlinks are followed hop by hop: the
+//   last target is replaced and the links kept. A path that exists and is not a regular file cannot be
 //   renamed over (a device, a FIFO): it is written in place, every write and the close
-//   still checked, so /dev/full fails loudly; /dev/stdout, /dev/fd/N and the like are
-//   written through the descriptor, after what the program printed there.
+//   still checked, so /dev/full fails loudly; /dev/stdout, /dev/fd/N and the like (named
+//   or linked to) are written through the descriptor, after what the program printed.
 // Limitations: the directory is not fsynced after the rename (a crash right then may
 //   keep the old file, never a partial one); written in place, a special file may have
 //   taken part of the contents before an error.
@@ -77,20 +77,34 @@ int descriptor_of(const std::string& path) {
   return -1;
 }
 
-// The path a symlink leads to (the link itself is kept); `path` when it is none.
-std::string resolved(const std::string& path) {
-  struct stat link {};
-  if (::lstat(path.c_str(), &link) != 0 || !S_ISLNK(link.st_mode)) return path;
-  char buf[PATH_MAX];
-  if (::realpath(path.c_str(), buf) == nullptr) return path;  // dangling: rename replaces the link
-  return buf;
-}
-
 std::string directory_of(const std::string& path) {
   const auto slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+// Where a write to `given` lands: its symlinks followed hop by hop (the links are kept;
+// their last target is written), and the descriptor of the first hop that names one.
+struct destination {
+  std::string path;
+  int fd = -1;
+};
+
+destination resolve(const std::string& given) {
+  destination d{given};
+  for (int hop = 0; hop < 40; ++hop) {
+    d.fd = descriptor_of(d.path);
+    if (d.fd >= 0) return d;
+    struct stat st {};
+    if (::lstat(d.path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return d;
+    char buf[PATH_MAX];
+    const ssize_t n = ::readlink(d.path.c_str(), buf, sizeof buf - 1);
+    if (n <= 0) return d;
+    const std::string link(buf, static_cast<std::size_t>(n));
+    d.path = link.front() == '/' ? link : directory_of(d.path) + "/" + link;
+  }
+  return d;
 }
 
 // A name beside `path` no other writer uses: pid, a per-process counter, and O_EXCL.
@@ -103,35 +117,36 @@ std::string temporary_beside(const std::string& path, int attempt) {
          std::to_string(attempt);
 }
 
-void write_in_place(const std::string& path, std::string_view contents) {
+void write_in_place(const std::string& path, std::string_view contents, const std::string& given) {
   int fd = -1;
   do {
     fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   } while (fd < 0 && errno == EINTR);
-  if (fd < 0) fail(path, errno);
+  if (fd < 0) fail(given, errno);
   if (const int err = write_all(fd, contents); err != 0) {
     ::close(fd);
-    fail(path, err);
+    fail(given, err);
   }
-  if (::close(fd) != 0 && errno != EINTR) fail(path, errno, "close");
+  if (::close(fd) != 0 && errno != EINTR) fail(given, errno, "close");
 }
 
 }  // namespace
 
 void write_file_atomically(const std::string& given, std::string_view contents) {
   if (given.empty()) throw error("cannot write a file with an empty name");
-  if (const int fd = descriptor_of(given); fd >= 0) {
-    if (fd == 1) std::fflush(stdout);  // what the program printed before comes first
-    if (fd == 2) std::fflush(stderr);
-    if (const int err = write_all(fd, contents); err != 0) fail(given, err);
+  const destination to = resolve(given);
+  if (to.fd >= 0) {
+    if (to.fd == 1) std::fflush(stdout);  // what the program printed before comes first
+    if (to.fd == 2) std::fflush(stderr);
+    if (const int err = write_all(to.fd, contents); err != 0) fail(given, err);
     return;
   }
-  const std::string path = resolved(given);
+  const std::string& path = to.path;
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && S_ISDIR(st.st_mode)) fail(given, EISDIR);
   if (exists && !S_ISREG(st.st_mode)) {
-    write_in_place(given, contents);
+    write_in_place(path, contents, given);
     return;
   }
   std::string tmp;
@@ -167,11 +182,12 @@ void write_file_atomically(const std::string& given, std::string_view contents) 
 
 void check_file_writable(const std::string& given) {
   if (given.empty()) throw error("cannot write a file with an empty name");
-  if (const int fd = descriptor_of(given); fd >= 0) {
-    if (::fcntl(fd, F_GETFL) < 0) fail(given, errno);
+  const destination to = resolve(given);
+  if (to.fd >= 0) {
+    if (::fcntl(to.fd, F_GETFL) < 0) fail(given, errno);
     return;
   }
-  const std::string path = resolved(given);
+  const std::string& path = to.path;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) fail(given, EISDIR);

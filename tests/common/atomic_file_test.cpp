@@ -69,30 +69,37 @@ TEST_F(AtomicFile, ReplacesAnExistingFileAndKeepsItsPermissions) {
   EXPECT_EQ(entries(), 1u);
 }
 
-// /dev/full takes no byte: the write fails, the error names the device and the reason,
-// and the device is still a device (it cannot be renamed over).
+// The device files are reached through links in the test's directory: a write that
+// renamed over its target (as root, a device can be) replaces the link, not the device.
+
+// /dev/full takes no byte: the write fails, the error names the path and the reason, and
+// the device is written in place (a device cannot be renamed over).
 TEST_F(AtomicFile, AFullDeviceIsAnErrorNamingIt) {
   if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
-  const std::string e = error_of("/dev/full", std::string(100000, 'x'));
-  EXPECT_NE(e.find("cannot write /dev/full"), std::string::npos) << e;
-  EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
-  struct stat st {};
-  ASSERT_EQ(::stat("/dev/full", &st), 0);
-  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/full was replaced";
+  const fs::path full = dir_ / "full";
+  fs::create_symlink("/dev/full", full);
+  const std::string e = error_of(full.string(), std::string(100000, 'x'));
+  EXPECT_NE(e.find("cannot write " + full.string() + ": No space left on device"), std::string::npos) << e;
+  EXPECT_TRUE(fs::is_symlink(full)) << "renamed over";
+  EXPECT_EQ(entries(), 1u) << "no temporary beside it";
 }
 
 TEST_F(AtomicFile, ASpecialFileIsWrittenInPlace) {
-  write_file_atomically("/dev/null", "discarded");
-  struct stat st {};
-  ASSERT_EQ(::stat("/dev/null", &st), 0);
-  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/null was replaced";
+  const fs::path null = dir_ / "null";
+  fs::create_symlink("/dev/null", null);
+  write_file_atomically(null.string(), "discarded");
+  EXPECT_TRUE(fs::is_symlink(null)) << "renamed over";
+  EXPECT_TRUE(fs::is_character_file(null));
+  EXPECT_EQ(entries(), 1u);
 }
 
 // /dev/stdout opened by name would write from offset 0 over what the program printed
 // before (and O_TRUNC would empty a file the shell redirected there): it is written
-// through the descriptor, after that output.
+// through the descriptor, after that output, also through a link to it.
 TEST_F(AtomicFile, StandardOutputIsWrittenAfterWhatWasPrintedThere) {
   const fs::path p = dir_ / "stdout.txt";
+  const fs::path link = dir_ / "out";
+  fs::create_symlink("/dev/stdout", link);
   std::fflush(stdout);
   const int saved = ::dup(1);
   ASSERT_GE(saved, 0);
@@ -100,12 +107,13 @@ TEST_F(AtomicFile, StandardOutputIsWrittenAfterWhatWasPrintedThere) {
   ASSERT_NE(f, nullptr);
   ::dup2(::fileno(f), 1);
   std::printf("printed first\n");
-  write_file_atomically("/dev/stdout", "then the file\n");
+  write_file_atomically(link.string(), "then the file\n");
   std::fflush(stdout);
   ::dup2(saved, 1);
   ::close(saved);
   std::fclose(f);
   EXPECT_EQ(slurp(p), "printed first\nthen the file\n");
+  EXPECT_TRUE(fs::is_symlink(link));
 }
 
 TEST_F(AtomicFile, AMissingDirectoryIsAnErrorNamingThePath) {
