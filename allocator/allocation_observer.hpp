@@ -14,7 +14,7 @@ namespace sublinear::allocator {
 
 enum class residency : std::uint8_t { resident, evicting, evicted };
 
-// A place in a pack (Note [Packs]): several evictable blocks sharing one dedicated segment.
+// A place in a pack (Note [Pack segments]): several evictable blocks sharing one dedicated segment.
 struct pack_slot {
   std::uint64_t key = 0;     // identifies the pack; nonzero; unique among live packs
   std::size_t bytes = 0;     // the pack's segment size before rounding (rounded up to the granularity)
@@ -32,7 +32,7 @@ class allocation_observer {
   // room for its pages it may still be placed shared; on_allocate's `evictable` says.
   virtual bool place_evictable(std::size_t /*size*/, stream_handle /*stream*/) { return false; }
   // After place_evictable returned true: a slot in a pack for this block, or nullopt for
-  // pages of its own (Note [Packs]).
+  // pages of its own (Note [Pack segments]).
   virtual std::optional<pack_slot> pack_slot_for(std::size_t /*size*/, stream_handle /*stream*/) { return std::nullopt; }
   virtual void on_allocate(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/, bool /*evictable*/) {}
   virtual void on_free(void* /*ptr*/, std::size_t /*size*/, stream_handle /*stream*/) {}

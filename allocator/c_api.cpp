@@ -6,6 +6,7 @@
 #include <exception>
 #include <string>
 
+#include "allocator/c_api_error.hpp"
 #include "allocator/default_allocator.hpp"
 #include "common/text.hpp"
 #include "sublinear/sublinear.h"
@@ -51,6 +52,8 @@ bool installed_by_program(const sublinear::allocator::default_allocator_factory*
 }
 
 }  // namespace
+
+void sublinear::allocator::set_c_api_error(const std::string& text) noexcept { set_error(text); }
 
 extern "C" {
 
@@ -144,5 +147,7 @@ const char* sublinear_status(void) {
 }
 
 const char* sublinear_last_error(void) { return last_error.c_str(); }
+
+const char* sublinear_version(void) { return SUBLINEAR_VERSION_STRING; }
 
 }  // extern "C"

@@ -131,7 +131,7 @@ struct caching_allocator::impl {
     st.requested -= b->requested;
     ++st.frees;
     // Evicted bytes stop counting here: a block waiting for its other streams is no longer
-    // allocated, and its eviction (or its pack's unmap, Note [Packs]) may complete meanwhile.
+    // allocated, and its eviction (or its pack's unmap, Note [Pack segments]) may complete meanwhile.
     if (b->state == residency::evicted) st.evicted -= b->size;
     evictions.free_block(b);
   }
@@ -177,7 +177,7 @@ void* caching_allocator::allocate(std::size_t size, stream_handle stream, bool e
   allocation_observer* obs = impl_->observer.load(std::memory_order_acquire);
   const bool asked_evictable = evictable;
   if (obs != nullptr && !evictable && size != 0) evictable = obs->place_evictable(size, stream);
-  // Note [Packs]: the observer may give the block a place in a pack.
+  // Note [Pack segments]: the observer may give the block a place in a pack.
   std::optional<pack_slot> slot;
   if (obs != nullptr && evictable && !asked_evictable) slot = obs->pack_slot_for(size, stream);
   void* ptr = nullptr;

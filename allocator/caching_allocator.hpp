@@ -9,7 +9,7 @@
 //   segment_table   segments, released under pressure          Notes [Idle first], [Exact large segments]
 //   segment_trim    free pages cut out of shared segments      Note [Segment trim]
 //   budget_ladder   every mapping, under the budget            Note [Strict budget]
-//   pack_table      evictable blocks sharing pages             Note [Packs]
+//   pack_table      evictable blocks sharing pages             Note [Pack segments]
 //   eviction_queue  evict, restore and free, after events      Notes [Evictable blocks], [Deferred unmap]
 //   validator       the whole-structure walk of validate()     Note [Allocator invariants]
 // caching_allocator.cpp composes them, takes the one lock, and calls the observer and the
@@ -98,7 +98,7 @@ struct stats {
   std::uint64_t release_waits = 0; // times releasing cached segments waited for their stream
   std::uint64_t borrowed_blocks = 0; // requests served from the other size class under pressure
   std::uint64_t shared_placements = 0; // observer-evictable requests placed in a shared segment (Note [Strict budget])
-  std::uint64_t packs_created = 0;   // pack segments opened (Note [Packs])
+  std::uint64_t packs_created = 0;   // pack segments opened (Note [Pack segments])
   std::uint64_t pack_members = 0;    // blocks placed in packs
   std::uint64_t pack_refusals = 0;   // observer pack slots refused as inconsistent: given pages of their own
   std::uint64_t segment_trims = 0;   // free pages cut out of segments by remapping their live parts (Note [Segment trim])
@@ -139,7 +139,7 @@ class caching_allocator {
   // multiple of 512, offset+size beyond the pack, overlapping a live or previously used member
   // range of this pack, a different `bytes` than the pack was made with, a different stream than
   // the pack's), out_of_memory if the budget cannot be met (same strict-budget path as a normal
-  // evictable allocation, pressure handler included). Note [Packs]. size 0 returns nullptr.
+  // evictable allocation, pressure handler included). Note [Pack segments]. size 0 returns nullptr.
   void* allocate_in_pack(std::size_t size, stream_handle stream, const pack_slot& slot);
   // Returns a block for reuse on its stream. nullptr is ignored; an unknown pointer is a
   // programming error reported on stderr (never throws: frees run at shutdown).

@@ -107,7 +107,10 @@ budget_spec parse_budget(std::string_view text) {
       if (iequals(suffix, u.name)) multiplier = u.multiplier;
     }
   }
-  if (multiplier == 0) malformed(text, "unknown unit '" + std::string(suffix) + "'");
+  if (multiplier == 0) {
+    malformed(text, "unknown unit '" + std::string(suffix) + "'" +
+                        (suffix.size() == 1 ? " (single-letter units are ambiguous: write GiB or GB)" : ""));
+  }
 
   spec.form = budget_spec::kind::bytes;
   if (!has_fraction) {

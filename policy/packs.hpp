@@ -5,8 +5,7 @@
 //   allocator unmaps (Note [Evictable blocks] in allocator/detail/eviction_queue.hpp). On the
 //   host device's 64 KiB pages most activations of a deep ResNet at batch 16 are 16 KiB:
 //   evicted, each holds a whole page while resident, and a regenerated segment holds four
-//   times its bytes. Planned as if pages were 512 bytes, the traced ResNet-434's 0.25x
-//   plan added 109 ms of compute instead of 134 ms.
+//   times its bytes: room the plan then pays for by recomputing more.
 // Approach: evicted buffers of at most half a page that the same recipe regenerates,
 //   allocated on one stream, share one page: taken in allocation order, as many as fit.
 //   One stream, because the allocator maps a pack for one stream; a member asked for on

@@ -10,25 +10,13 @@
 //   predicted_peak, added_compute_s and recomputed_launches are the simulator's. A budget
 //   the planner cannot meet throws infeasible_budget naming the smallest budget it can
 //   meet (searched for, never guessed) and the bound no plan can beat. The planners:
-//     none       no eviction;
-//     sqrtn      Chen et al. 2016, §3: of the k segments of the graph (those of the chain
-//                solver), keep every ceil(sqrt(k))-th output as a checkpoint and drop the
-//                rest (budget-blind; fails if that does not fit);
-//     chen       Chen et al. 2016, Alg. 3 (greedy segments under a segment budget B) with
-//                a grid search over B, keeping the cheapest plan that fits;
-//     chain      exact dynamic program over checkpoint choices on a chain (Rotor /
-//                Re-forwarding linear case); a DAG is reduced to its chain of segments
-//                first (Note [Chain solver] in solver_chain.cpp);
-//     tiered     a simulated grid of tiered drop sets (Note [Tiered drop sets] in
-//                solver_tiered.cpp);
-//     reforward  exact branch and bound over drop sets for arbitrary graphs (up to 28
-//                candidates); beyond, the best of its seeds (chain, greedy, chen, tiered)
-//                improved locally;
-//     greedy     cost-aware (Capuchin-style): drop what frees most bytes per second of
-//                recompute at the peak, cheap producers first, then undo needless drops;
-//     dtr        DTR's online heuristic h = cost / (size * staleness), simulated over the
-//                trace: evict at memory pressure, regenerate on use.
-//   All but dtr search drop sets (Note [Drop sets] in candidates.hpp).
+//   none (no eviction); sqrtn and chen (Chen et al. 2016, §3 and Alg. 3); chain (an exact
+//   dynamic program over the chain of segments, Note [Chain solver]); tiered (Note
+//   [Tiered drop sets]); reforward (branch and bound over drop sets, Note [Exact drop
+//   sets on arbitrary graphs]); greedy (cost-aware, Note [Cost-aware greedy]); dtr (DTR's
+//   online heuristic simulated over the trace, Note [Simulated DTR]). All but dtr search
+//   drop sets (Note [Drop sets] in candidates.hpp). Each planner in brief:
+//   docs/design-notes.md#planner-contract.
 // Limitations: planners see one iteration; the plan is valid for iterations that repeat
 //   it exactly (the runtime checks that).
 #pragma once

@@ -8,27 +8,19 @@
 //   recipe (evicted inputs regenerated too and kept, as DTR does). While the bytes
 //   mapped (plus the recipe's temporaries) exceed the budget, evict the resident buffer
 //   with the smallest h among those not touched now, already used, and used again later;
-//   its eviction starts right after its last access (launch or recipe), which only lowers
-//   the memory seen before. cost is its writers' cost plus that of the evicted buffers
-//   behind them, transitively (DTR's evicted neighbourhood, which steers it away from
-//   evicting long chains that would all come back at once); staleness counts launches
-//   since its last access. With more than 64 resident buffers the candidates are a
-//   deterministic sample of 64 + 4*sqrt(n), as in DTR's sampling. The best eight by h are
-//   then priced again by the recipe that would bring each back at its next use, and the
-//   cheapest by that h is the victim. Buffers that might be evicted count at page
-//   granularity throughout, so the walk never underestimates.
-// Why the second pricing: h only sees the evicted neighbourhood of today. A buffer whose
-//   producers read buffers the program frees before its next use is rebuilt through all
-//   of them. On a traced ResNet-110 at batch 32, h chose buffers written in the backward
-//   pass whose recipe at their next use replayed 568 launches with 9 MiB of temporaries,
-//   and no budget below 0.58x of the live peak could be met; priced by their recipes,
-//   0.42x can (greedy: 0.39x). Real DTR pays that cost too, online: it recomputes such a
-//   chain op by op. The trace lets the simulation see it before evicting.
+//   its eviction starts right after its last access (launch or recipe). cost is its
+//   writers' cost plus that of the evicted buffers behind them, transitively (DTR's
+//   evicted neighbourhood); staleness counts launches since its last access. Candidates
+//   are sampled as DTR does, and the best eight by h are priced again by the recipe that
+//   would bring each back at its next use: h cannot see the inputs the program frees
+//   before then, which that recipe rebuilds too. Buffers that might be evicted count at
+//   page granularity, so the walk never underestimates. The sampling and the second
+//   pricing in detail: docs/design-notes.md#simulated-dtr.
 // Limitations: a greedy online policy; it may evict a buffer shortly before it is needed.
 //   Any buffer (not only candidates) may be evicted, over any idle interval, and more
 //   than once. A recipe keeps every evicted input it regenerates resident through the
 //   launch that needed it, so where DTR evicted a whole recurrence (an LSTM's states) the
-//   chain comes back at once; on a traced LSTM-192 at batch 32 that caps it at 0.70x.
+//   chain comes back at once, which limits how low a budget it meets on recurrences.
 #include <algorithm>
 #include <cmath>
 #include <limits>

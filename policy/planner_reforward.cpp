@@ -28,14 +28,13 @@
 //   lets most leaves through and the simulator refuses them, so the search runs to its
 //   leaf limit without an answer. Refusing a budget made several such searches: one at
 //   the budget, one for the least peak, and one per step of the bisection for the
-//   smallest feasible budget. On the small traced Transformer (27 candidates) at 0.6x
-//   that took 11-14 s of `sublinear plan`'s reforward row (docs/reports.md, session 29).
+//   smallest feasible budget, each running to its leaf limit (seconds on the small traced
+//   Transformer's 27 candidates at 0.6x).
 // Approach: until some drop set fits, a search simulates at most 4,000 leaves; once one
 //   does, the limit is the usual 40,000. The bisection asks only whether a budget is met
 //   (meets(): the seeds, then a search stopped at its first fitting leaf), which gives
 //   the same answer as attempt(): the seeds are deterministic and, with no incumbent,
 //   both searches visit the same leaves in the same order up to the first that fits.
-//   The same refusal now takes 1.4 s and reports the same smallest budget.
 // Limitations: a plan that only the search can find beyond 4,000 blind leaves is missed
 //   (it is found if a seed fits at that budget).
 #include <algorithm>

@@ -21,7 +21,7 @@
 //   buffers share (larger blocks get segments of their own size, evicted ones whole pages
 //   the plans count), and prefetches wait for room.
 // Limitations: the sixteenth is measured, not derived (docs/runtime.md, "Budget
-//   arithmetic", has what was tried instead): the fragmentation of thousands of sub-page
+//   arithmetic", compares the alternatives): the fragmentation of thousands of sub-page
 //   buffers does not shrink with the budget.
 //
 // Note [Scaled cache allowance]

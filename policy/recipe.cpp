@@ -163,10 +163,10 @@ recipe_result recipe_builder::build(std::span<const buffer_id> targets, launch_i
     // runtime/engine_regenerate.cpp). Those are the bytes l read only if the buffer is resident at r and
     // every later write to it before r is the recipe's own; the runtime checks this by
     // version. Otherwise the recipe is refused, and why is returned. (Rebuilding such a
-    // buffer from its writers was tried: on traces without observed writes, where every
-    // touched block counts as written, recipes grew to whole chains and planning took five
-    // times longer.) Launches are taken latest first, so the recipe's launches after l
-    // are all known when l is.
+    // buffer from its writers instead would, on traces without observed writes, where
+    // every touched block counts as written, grow recipes to whole chains and make
+    // planning several times slower.) Launches are taken latest first, so the recipe's
+    // launches after l are all known when l is.
     const auto side_output_lacks_its_bytes = [&](buffer_id x, launch_id l) -> const char* {
       const buffer& bx = it.buffers[x];
       if (bx.alloc_index != none && bx.users.front() == l) return nullptr;  // l's fresh output

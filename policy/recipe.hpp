@@ -4,40 +4,26 @@
 //
 // Note [Recipe closure]
 // Rationale: a recipe is only correct if every launch it re-runs sees the same inputs as
-//   when it first ran (Note [Replay recipes] in plan.hpp). Which launches that takes depends
-//   on what else is evicted at restore time, so the closure is a function of
+//   when it first ran (Note [Replay recipes] in plan.hpp). Which launches that takes
+//   depends on what else is evicted at restore time, so the closure is a function of
 //   (iteration, evicted set, targets, restore point) and nothing else.
 // Approach: a backward sweep from the restore point r over candidate launches, highest
 //   position first. Every buffer a recipe launch touches gets one role:
-//   - regenerated: a target, or (mode `regenerate`) an evicted input that is unchanged since
-//     the reading launch; it is rebuilt at its own address with all its writers since its
-//     allocation, and stays resident afterwards;
+//   - regenerated: a target, or (mode `regenerate`) an evicted input unchanged since the
+//     reading launch; rebuilt at its own address with all its writers since allocation,
+//     and resident afterwards;
 //   - needed scratch: its value before some recipe launch matters but it is not resident
-//     and unchanged (freed since, evicted, or written again before r); it becomes a
-//     temporary and every launch that wrote it between its allocation and that reader
-//     joins the recipe (the closure);
-//   - side output: written by a recipe launch but needed by no later recipe launch (a
-//     workspace, BatchNorm's running statistics); a temporary whose prior contents do not
-//     matter;
+//     and unchanged; a temporary, and every launch that wrote it between its allocation
+//     and that reader joins the recipe (the closure);
+//   - side output: written by a recipe launch, needed by no later one (a workspace,
+//     BatchNorm's running statistics): a temporary whose prior contents do not matter;
 //   - in place: resident at r and not written by any launch in [reader, r).
-//   A launch that writes a buffer is assumed to read it as well (in-place kernels), except
-//   that a buffer's contents before its first write since allocation never matter: the
-//   same "first write is an output" rule the tracer uses. A buffer read in place by one
-//   recipe launch but written by another cannot live at one address for both; it is then
-//   forced to scratch and the sweep repeats (rare; at most once per such buffer).
-//   A recipe launch that updates a buffer in place (writes it, and is not its first
-//   user) refuses the recipe when that buffer is evicted at r or written again before r
-//   by a launch outside the recipe: the runtime starts a side output's scratch from its
-//   bytes at r, and those are not the bytes the launch read.
-//   So does a recipe launch that updates in place a buffer freed before r into which an
-//   earlier launch wrote: its scratch holds none of those bytes (cuDNN's weight-gradient
-//   kernel reads tensors transposed into its workspace and counts there; session 25).
-//   A buffer that would have to be rebuilt but whose first user does not write it has
-//   no known producer (Note [Unknown producers] in tracer/analysis.cpp): the recipe is
-//   refused.
+//   A launch that writes a buffer is taken to read it too, except before its first write
+//   since allocation (the tracer's rule). In-place updates and buffers without a known
+//   producer can refuse the recipe: docs/design-notes.md#recipe-closure has the rules.
 // Limitations: the contents a side output had before the launch are taken not to
 //   influence the launch's other outputs (true of running statistics, not of an
-//   accumulator read back by the same kernel); the runtime's validation hash catches the
+//   accumulator the same kernel reads back); the runtime's validation hash catches the
 //   exceptions. A value from before the iteration (a persistent buffer written during the
 //   iteration before the reader) cannot be rebuilt; such recipes are refused.
 #pragma once

@@ -4,13 +4,11 @@
 // Note [Retention]
 // Rationale: a drop set can only choose which live activations to drop. Some networks
 //   free, before the backward pass, small buffers from which large saved ones are cheap to
-//   rebuild: a DenseNet block's features (growth-rate channels each) die when the block's
-//   forward ends, and every concatenation saved for backward is a copy of them. Dropping
-//   a concatenation then means re-running the whole block to get its features back, so
-//   the drop-set planners kept most concatenations: 31% cut on a DenseNet-121-shaped
-//   model at its smallest budget. Memory-efficient DenseNet implementations do the
-//   opposite: keep the features, rebuild the concatenations. The same holds wherever a
-//   small freed buffer feeds a large saved one.
+//   rebuild: a DenseNet block's features die when the block's forward ends, and every
+//   concatenation saved for backward is a copy of them, so dropping a concatenation means
+//   re-running the whole block. Memory-efficient DenseNet implementations keep the
+//   features and rebuild the concatenations; the same holds wherever a small freed buffer
+//   feeds a large saved one.
 // Approach: a retention defers the free of one buffer until before a later launch; the
 //   runtime keeps the block allocated when the program frees it (the allocator asks its
 //   observer, allocation_observer::defer_free) and frees it there. For planning, a plan's
@@ -19,13 +17,10 @@
 //   iteration unchanged: a retained buffer is resident and unchanged at the restore
 //   points it covers, so recipes read it in place, and it holds its bytes until then.
 //   planner::make_plan plans twice, on the iteration as traced and with every retention
-//   option applied (retention_options: each buffer a launch writing a candidate reads,
-//   freed before the turning point, at most half that candidate's size, kept to the
-//   candidate's restore point), trims the second plan's retentions to those its recipes
-//   read (release_before: the last such restore point before the offered release, plus
-//   one; a recipe after it rebuilds the buffer and reads no retained copy), and keeps
-//   whichever plan adds less compute (or the one that fits). Trimming only shortens
+//   option applied, trims the second plan's retentions to those its recipes read, and
+//   keeps whichever plan adds less compute (or the one that fits). Trimming only shortens
 //   retentions, so the trimmed plan needs no more bytes than the one the planner checked.
+//   The options and the trimming: docs/design-notes.md#retention.
 // Limitations: retentions are all-or-nothing before planning (the planner does not
 //   choose among options; trimming removes the unused ones); a retained buffer is never
 //   itself evicted; the planners pay for planning twice when options exist.

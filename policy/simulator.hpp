@@ -14,25 +14,13 @@
 //     restore_before, or its carrier's when it is listed in another entry's
 //     also_regenerates);
 //   - a pack (Note [Packs] in packs.hpp) occupies round_up(bytes, granularity) wherever
-//     at least one member is resident by the two rules above, and its members add
-//     nothing of their own; recipes that bring a member back to an unmapped pack map it
-//     once;
-//   - just before launch r, after the allocations and frees positioned before r, the
-//     recipes restoring at r run one after another in plan order; while one runs, its
-//     regenerated buffers, those of the recipes before it at r, and its temporaries are
-//     mapped on top of what launch r will see. A recipe's temporary holds round_up(size,
-//     512) bytes from the first recipe launch that touches it to the last; the recipe's
-//     scratch is the most its temporaries hold at once, rounded up to the granularity
-//     (scratch_bytes below; Note [Recipe scratch] in runtime/engine_regenerate.cpp).
-//   The peak is the maximum over every launch and every recipe moment. Validation, in
-//   order: entry fields in range; the target is evictable (allocated in the iteration,
-//   freed in it, not never_evict) and allocated over [evict_after, restore_before]; no use
-//   of the target strictly between them; one buffer's evictions do not overlap; every
-//   also_regenerates buffer has its own entry (empty recipe) whose gap contains the
-//   carrier's restore point; every recipe is closed (Note [Replay recipes]), replayable,
-//   ascending and before its restore point, and regenerates everything its entry lists.
-//   A pack's members are distinct evicted buffers, in allocation order, at offsets that
-//   are multiples of 512 and do not overlap, within its bytes.
+//     at least one member is resident, and its members add nothing of their own;
+//   - just before launch r the recipes restoring at r run one after another in plan
+//     order; while one runs, its regenerated buffers, those of the recipes before it at
+//     r, and its scratch (scratch_bytes below) are mapped on top of what launch r sees.
+//   The peak is the maximum over every launch and every recipe moment. A plan is
+//   validated first (fields, evictability, windows, recipes, packs). The recipe moments
+//   and the checks in detail: docs/design-notes.md#plan-simulation.
 // Limitations: allocations and frees between two launches are taken to happen together,
 //   so a transient overlap of a free and the next allocation is not modelled (the
 //   allocator reuses the freed block in that case); recipe launches on different streams

@@ -5,21 +5,16 @@
 //   0 -> i1 -> i2 -> ... -> end, its cost the sum of its runs' recomputation, its memory a
 //   function of the kept bytes before each run and of the run itself.
 // Approach: the candidates (Note [Drop sets]) in production order are cut into segments
-//   wherever no later candidate's recipe reads one before the cut except the cut's own
-//   candidate (an articulation). Each segment becomes two nodes: its internal candidates
-//   I and its last candidate A (Chen's segment output); a graph that is a plain chain has
-//   no I nodes. A node's gap is the intersection of its members' gaps, forced to nest
-//   (later nodes evicted later, restored earlier), so a run (i, j) of dropped nodes is
-//   regenerated at r'_{j-1}. Then, for every launch moment t, with alpha(t) the nodes
-//   already evicted and delta(t) the first node already due back, m(t) =
-//   min(alpha, delta - 1) decides which edge of any path owns t, and the bytes mapped at t
-//   are L(t) - (S(m) - P(i)) or L(t) - (S(i) - P(i)), where L is the memory with nothing
-//   evicted, S prefix sums of node bytes and P the kept bytes up to the run's start. So
-//   every edge's feasibility is "P(i) + X(i, j) <= budget" with X computed from range
-//   maxima in O(1) amortised, and the search keeps, per node, the Pareto front of (kept
-//   bytes, added compute) labels: exact, with no discretisation of memory. An I node may
-//   only be kept together with the A node before it, so runs never reach across a kept
-//   internal node into an earlier segment. Node bytes: Note [Chain solver bytes].
+//   at articulations (no later candidate's recipe reads one before the cut except the
+//   cut's own candidate). Each segment becomes two nodes: its internal candidates I and
+//   its last candidate A (Chen's segment output); a plain chain has no I nodes. Node gaps
+//   are forced to nest, so a run (i, j) of dropped nodes is regenerated in one go, and
+//   every edge's feasibility is "P(i) + X(i, j) <= budget" (P the kept bytes before the
+//   run, X from range maxima of the memory at each launch, O(1) amortised). The search
+//   keeps, per node, the Pareto front of (kept bytes, added compute) labels: exact, with
+//   no discretisation of memory. An I node may only be kept together with the A node
+//   before it. The memory at each launch: docs/design-notes.md#chain-solver; node bytes:
+//   Note [Chain solver bytes].
 // Limitations: exact on chains whose candidate sizes are multiples of the granularity,
 //   up to these work limits: runs of at most 128 dropped nodes; at most 8192 segments
 //   (more are merged, solving a coarser chain); about 3e7 label moves (beyond, each front

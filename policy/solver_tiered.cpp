@@ -1,12 +1,10 @@
 // Note [Tiered drop sets]
 // Rationale: the chain solver (Note [Chain solver]) keeps or drops a segment's internal
 //   activations together, so in a ResNet block it cannot keep the convolution outputs and
-//   drop the BatchNorm outputs beside them, which cost about a third as much to rebuild
-//   per byte on the host device. The cheap half of the activations is what a good plan
-//   drops first: Chen et al. (2016, §3) drop the cheap layers' outputs before they
-//   segment, and Checkmate's and Rockmate's optimal solutions do the same within blocks.
-//   The greedy solver ranks by cost per byte too, but one candidate at a time, and it
-//   strands the skip connections' outputs between kept and dropped.
+//   drop the BatchNorm outputs beside them, which cost far less to rebuild per byte. The
+//   cheap activations are what a good plan drops first, and the greedy solver, which
+//   ranks one candidate at a time, strands the skip connections' outputs between kept
+//   and dropped (docs/design-notes.md#tiered-drop-sets).
 // Approach: three tiers over the chain solver's segments, a small grid, every point
 //   simulated exactly:
 //   - price: a candidate's own recipe cost per byte it frees (cost_s / unplanned_bytes);

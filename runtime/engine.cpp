@@ -79,6 +79,8 @@ void engine::impl::begin_iteration() {
   memory_op_pending = false;
   evicted_ranges.clear();
   backups.clear();
+  input_copies.clear();
+  never_evict_at_begin = never_evict_allocs.size();
   buffer_at.clear();
   current = {};
   current.index = iteration_index;
@@ -98,6 +100,7 @@ void engine::impl::begin_iteration() {
     pins.assign(g.buffers.size(), 0);
     prefetch_scan = 0;
     saved.assign(g.launches.size(), {});
+    reset_write_checks();
     for (buffer_id b = 0; b < g.buffers.size(); ++b) {
       if (g.buffers[b].alloc_index == none) {
         addr[b] = reinterpret_cast<char*>(an.buffer_addresses[b]);
@@ -127,6 +130,7 @@ void engine::impl::begin_iteration() {
 void engine::impl::end_iteration() {
   flush_memory_op();
   release_held(none);
+  if (have_plan && (st == engine_state::validate || st == engine_state::steady)) settle_write_checks(true);
   if (st == engine_state::validate || st == engine_state::steady) {
     // Anything still evicted is never used again this iteration; nothing to do but
     // forget it (its block is freed or will be, and the allocator keeps it consistent).
@@ -145,7 +149,7 @@ void engine::impl::end_iteration() {
     char line[512];
     std::snprintf(line, sizeof line,
                   "iteration %zu [%s]: peak mapped %s%s%s, %zu evictions (%s), %zu recomputed launches, "
-                  "recompute %.1f ms, stall %.1f ms%s%s",
+                  "recompute %.1f ms, stall %.1f ms%s%s%s",
                   current.index, to_string(current.state), format_bytes(current.peak_mapped).c_str(),
                   current.budget ? " of a " : "", current.budget ? (format_bytes(current.budget) + " budget").c_str() : "",
                   current.evictions, format_bytes(current.evicted_bytes).c_str(), current.recomputed_launches,
@@ -154,7 +158,12 @@ void engine::impl::end_iteration() {
                                         : (", " + std::to_string(current.offloads) + " offloads (" +
                                            format_bytes(current.offloaded_bytes) + "), " +
                                            std::to_string(current.offload_restores) + " restored")
-                                              .c_str());
+                                              .c_str(),
+                  current.hashed_bytes == 0 ? ""
+                                            : (", " + format_bytes(current.hashed_bytes) + " hashed, " +
+                                               format_bytes(current.copied_bytes) + " copied, " +
+                                               std::to_string(current.unseen_writes) + " unseen writes")
+                                                  .c_str());
     log_info(line);
   }
   ++iteration_index;
@@ -206,7 +215,8 @@ void engine::impl::end_iteration() {
         earlier_writing_slots.clear();
         rec.start();
         rec.mark_iteration();
-      } else if (current.validation_mismatches > 0 || current.budget_lifted) {
+      } else if (current.validation_mismatches > 0 || never_evict_allocs.size() != never_evict_at_begin ||
+                 current.budget_lifted) {
         // A lifted budget re-plans with the whole traced cache (scaled_refused); without a
         // plan the engine runs plain caching from here on.
         make_plan(reports.empty() ? 0 : std::max(max_traced_peak(), planning_peak));
@@ -281,6 +291,7 @@ void engine::impl::forget_freed(const void* ptr) {
     freed[b] = 1;
     if (evicted[b]) evicted_ranges.erase(addr[b]);
     backups.erase(b);
+    input_copies.erase(b);
   }
 }
 
@@ -310,6 +321,7 @@ void engine::impl::before(const launch_view& op) {
   flush_memory_op();
   touch_and_restore(op, op.stream);
   if (!have_plan || (st != engine_state::validate && st != engine_state::steady)) return;
+  settle_write_checks(false);
   if (restore_all_pending) restore_everything(op.stream);
   if (!diverged) {
     if (pos >= expected_handle.size()) {
@@ -330,6 +342,7 @@ void engine::impl::before(const launch_view& op) {
   if (debug_launches && pos < expected_handle.size())
     log_debug("launch " + launch_name(pos));
   regenerate_touched(op);
+  if (!diverged) observe_before(op);  // Note [Unseen writes]
   if (!diverged && saved_needed[pos]) {
     saved_op& so = saved[pos];
     so.present = true;
@@ -350,6 +363,7 @@ void engine::impl::after(const launch_view& op) {
       ++version[w];
       last_write[w] = static_cast<launch_id>(pos);
     }
+    observe_after(op);  // Note [Unseen writes]
     for (std::size_t i : evict_at[pos]) evict(i, op.stream);
   }
   ++pos;

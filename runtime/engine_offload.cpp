@@ -12,9 +12,8 @@
 //   words, copies' and sets' ranges), never one the launch entering now touches, until
 //   the shortfall is covered. A launch, copy, set or replayed recipe launch touching an
 //   offloaded block restores it (restore, then upload) before it is queued; a free drops
-//   the host copy. None of this is recorded: the engine's own work is not intercepted,
-//   and its launch hook runs before the tracer's collector so that write observation
-//   hashes the restored bytes (host_runtime registers it first). The plan's overhead is
+//   the host copy. None of this is recorded, and the engine's launch hook runs before the
+//   collector's, so write observation hashes the restored bytes. The plan's overhead is
 //   taken from the peak without offloading (mapped, less pooled chunks, plus the
 //   offloaded blocks). engine_options::budget_traced_iterations = false keeps the traced
 //   iterations unbudgeted (a recording for `sublinear plan` is made that way).
@@ -67,7 +66,7 @@ std::vector<const char*> engine::impl::touched_blocks(const launch_view& op) {
     if (std::find(out.begin(), out.end(), base) == out.end()) out.push_back(base);
   };
   if (op.what == launch_view::kind::kernel) {
-    for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {
+    for (std::size_t off = 0; off + 8 <= op.params.size(); ++off) {  // Note [Pointer scan]: any offset
       std::uint64_t word = 0;
       std::memcpy(&word, op.params.data() + off, 8);
       for_blocks_in(static_cast<std::uintptr_t>(word), 1, add);

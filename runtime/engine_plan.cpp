@@ -241,8 +241,8 @@ void engine::impl::index_plan() {
   // traced iteration recur. One allocated and not freed may be lazily created state
   // (optimizer moments, made once) or the iteration's batch or loss, which the program
   // holds until the next iteration allocates their successors and frees them: PyTorch's
-  // loops do that, and taking those for state diverged every validation iteration of
-  // ResNet-50 on the first GPU run. A carried-out allocation recurs when the traced
+  // loops do that (ResNet-50 through sublinear.torch.enable), and taking those for state
+  // diverges every validation iteration. A carried-out allocation recurs when the traced
   // iteration also freed a carried-in block of its size (its predecessor); the rest is
   // state.
   std::multiset<std::size_t> carried_in_freed;
@@ -316,6 +316,7 @@ void engine::impl::index_plan() {
       default: expected_handle[l] = ~std::uint64_t{2}; break;
     }
   }
+  index_write_checks();
 }
 
 }  // namespace sublinear::runtime

@@ -94,7 +94,7 @@ std::size_t engine::impl::relieve(std::size_t shortfall) {
   std::size_t count = 0;
   for (const candidate& c : found) {
     if (asked >= shortfall) break;
-    evict_buffer(c.b, static_cast<std::size_t>(entry_of[c.b]), nullptr, false);
+    if (!evict_buffer(c.b, static_cast<std::size_t>(entry_of[c.b]), nullptr, false)) continue;
     asked += (g.buffers[c.b].size + gran - 1) / gran * gran;
     ++count;
   }
@@ -113,8 +113,20 @@ std::size_t engine::impl::relieve(std::size_t shortfall) {
 // the device's memory or the address space ran out, no budget would help, and the error
 // goes to the caller as it would without a plan.
 bool engine::impl::overrun(const out_of_memory& error) {
-  if (!active() || prefetching || allowance != policy::cache_allowance_mode::scaled || current.budget_lifted) return false;
+  if (!active() || prefetching || current.budget_lifted) return false;
   if (error.details().ran_out != out_of_memory::cause::budget) return false;
+  if (allowance != policy::cache_allowance_mode::scaled) {
+    // Buffers the plan evicts were kept this iteration (Note [Unseen writes]); the room
+    // they hold is not the plan's to give. The next plan never evicts them.
+    if (kept_unseen == 0) return false;
+    log_warn("iteration " + std::to_string(iteration_index) + ": " + std::to_string(kept_unseen) +
+             " buffers kept resident after writes the trace did not see leave no room at launch " +
+             std::to_string(pos) + " (" + error.what() + "); the rest of this iteration runs without the budget, "
+             "and the next plan never evicts them (Note [Unseen writes]).");
+    alloc.set_budget(0);
+    current.budget_lifted = true;
+    return true;
+  }
   log_warn("iteration " + std::to_string(iteration_index) + ": the plan made with the allocator's cache scaled to "
            "the budget ran out of room at launch " + std::to_string(pos) + " (" + error.what() +
            "); the rest of this iteration runs without the budget, and the next plan keeps the whole traced "

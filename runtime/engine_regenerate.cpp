@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -33,9 +34,12 @@ using policy::buffer_id;
 using policy::launch_id;
 using policy::none;
 
-// Rewrites pointer words of `op` that point into a temporary's range to its scratch.
+// Rewrites pointer words of `op` that point into a temporary's range to its scratch: the
+// aligned words, and unaligned ones where the traced launch held such a pointer
+// (`traced`, Note [Pointer scan]).
 void patch(launch_view& op, std::vector<std::byte>& params,
-           const std::vector<std::pair<std::pair<const char*, std::size_t>, char*>>& moves) {
+           const std::vector<std::pair<std::pair<const char*, std::size_t>, char*>>& moves,
+           const std::vector<tracer::touch>& traced) {
   auto moved = [&](std::uint64_t word, std::uint64_t* out) {
     for (const auto& [range, scratch] : moves) {
       auto base = reinterpret_cast<std::uint64_t>(range.first);
@@ -52,6 +56,12 @@ void patch(launch_view& op, std::vector<std::byte>& params,
       std::uint64_t word = 0, to = 0;
       std::memcpy(&word, params.data() + off, 8);
       if (moved(word, &to)) std::memcpy(params.data() + off, &to, 8);
+    }
+    for (const tracer::touch& t : traced) {
+      if (t.param_offset % 8 == 0 || t.param_offset + 8 > params.size()) continue;
+      std::uint64_t word = 0, to = 0;
+      std::memcpy(&word, params.data() + t.param_offset, 8);
+      if (moved(word, &to)) std::memcpy(params.data() + t.param_offset, &to, 8);
     }
     op.params = params;
   } else {
@@ -86,9 +96,13 @@ void engine::impl::evict(std::size_t entry_index, device::stream_handle stream) 
 }
 
 // `planned`: at the plan's evict point (validation keeps a copy); otherwise the valve's.
-void engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned) {
-  if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b]) return;
+// False: not evicted (Note [Unseen writes]: it is kept when a write the trace did not see
+// changed it, or what its recipe reads).
+bool engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned) {
+  if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b]) return false;
   const std::size_t size = graph().buffers[b].size;
+  if (!release_check(b, entry_index, static_cast<std::uint32_t>(planned ? 2 * pos + 1 : 2 * pos), stream)) return false;
+  keep_input_copies(b, entry_index, planned, stream);  // Note [Unseen writes]
   if (planned && st == engine_state::validate) {
     auto& copy = backups[b];
     copy.resize(size);
@@ -107,6 +121,7 @@ void engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::st
   auto& r = record_for(b);
   ++r.times_evicted;
   note_block(timeline_event::kind::evict, dev.now_s(), addr[b], size, r.producer);
+  return true;
 }
 
 // Note [Failed recipe]
@@ -158,6 +173,7 @@ bool engine::impl::recover_failed_recipe(const std::vector<buffer_id>& pending, 
     }
     auto it = backups.find(b);
     dev.upload(addr[b], it->second.data(), it->second.size(), stream);
+    ++engine_writes[b];
     backups.erase(it);
     ++current.validation_mismatches;
     const auto alloc_index = graph().buffers[b].alloc_index;
@@ -229,6 +245,7 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   pin_scope pinned(pins, g, e);
   std::unordered_set<buffer_id> regenerated(targets.begin(), targets.end());
   std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
+  add_unseen_temporaries(entry_index, targets, temps);  // Note [Unseen writes]
   // While this recipe runs, a recipe it needs first must not need its targets back.
   std::vector<buffer_id> marked;
   for (buffer_id b : targets)
@@ -242,9 +259,9 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   } unmark_at_exit{regenerating, marked};
   // Inputs evicted at this moment that the plan expected resident: regenerate them first.
   // A live temporary the recipe reads before writing it needs its bytes too (its scratch
-  // starts from them, below), but not regenerated here: that was tried, and on the host
-  // without write observation it corrupted the Transformer's parameters, which
-  // validation did not catch. Such a recipe fails instead (Note [Failed recipe]). Without
+  // starts from them, below), but it is not regenerated here: on the host without write
+  // observation that corrupts the Transformer's parameters in a way validation does not
+  // catch. Such a recipe fails instead (Note [Failed recipe]). Without
   // write observation every block a launch touches may be written, so a recipe's inputs
   // are temporaries too.
   std::unordered_set<buffer_id> written_so_far;
@@ -322,6 +339,9 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
     evict_restored_again();
     throw;
   }
+  // Inputs a launch touched since the release are read in scratch (Note [Unseen writes])
+  // when they changed.
+  isolate_changed_inputs(entry_index, restored, temps, stream);
   std::vector<std::pair<std::pair<const char*, std::size_t>, char*>> moves;
   for (std::size_t i = 0; i < recipe.size(); ++i) {
     const launch_id l = recipe[i];
@@ -352,14 +372,18 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
           throw;
         }
         it = scratch_of.emplace(t, s).first;
-        if (!freed[t] && !evicted[t]) dev.copy(s, addr[t], size, stream);
+        if (const auto kept = read_from_copy.find(t); kept != read_from_copy.end()) {
+          dev.upload(s, kept->second->bytes.data(), size, stream);  // Note [Unseen writes]
+        } else if (!freed[t] && !evicted[t]) {
+          dev.copy(s, addr[t], size, stream);
+        }
       }
       moves.push_back({{addr[t], g.buffers[t].size}, it->second});
     }
     launch_view op = so.view;
     std::vector<std::byte> params = so.params;
     op.params = params;
-    patch(op, params, moves);
+    patch(op, params, moves, an.touches[l]);
     touch_and_restore(op, stream);  // a block offloaded while tracing that the recipe reads
     try {
       dev.replay(op, stream);
@@ -375,6 +399,8 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
     for (buffer_id u : g.launches[l].touched)
       if (!retain_until.empty() && retain_until[u] != none && !temps.count(u) && addr[u] != nullptr)
         alloc.record_stream(addr[u], stream);
+    for (buffer_id u : g.launches[l].touched)
+      if (!temps.count(u)) ++engine_writes[u];
     ++current.recomputed_launches;
     current.recompute_s += g.launches[l].cost_s;
     for (buffer_id w : g.launches[l].written) regenerated.insert(w);
@@ -388,6 +414,7 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
     }
   }
   release_scratch();
+  check_replay(restored, stream);
   for (buffer_id b : targets) {
     if (freed[b]) continue;
     auto& r = record_for(b);
@@ -451,6 +478,7 @@ void engine::impl::validate_regenerated(buffer_id b, device::stream_handle strea
   dev.download(now.data(), addr[b], now.size(), stream);
   if (now != it->second) {
     dev.upload(addr[b], it->second.data(), it->second.size(), stream);  // keep this iteration right
+    ++engine_writes[b];
     ++current.validation_mismatches;
     const auto alloc_index = graph().buffers[b].alloc_index;
     never_evict_allocs.insert(alloc_index);
@@ -519,7 +547,12 @@ void engine::impl::regenerate_touched(const launch_view& op) {
   // Note [Stray pointer words]: while the iteration follows the trace, a kernel's word
   // counts only where the traced launch at this position pointed into the same buffer.
   const bool follow_trace = !diverged && pos < graph().launches.size() && op.what == launch_view::kind::kernel;
+  // Every evicted range lies in [lo, hi) (regenerations only remove ranges).
+  const auto lo = reinterpret_cast<std::uint64_t>(evicted_ranges.begin()->first);
+  const auto top = std::prev(evicted_ranges.end());
+  const auto hi = reinterpret_cast<std::uint64_t>(top->first) + graph().buffers[top->second].size;
   auto hit = [&](std::uint64_t word, std::size_t offset) {
+    if (word < lo || word >= hi) return;
     auto p = reinterpret_cast<const char*>(word);
     auto it = evicted_ranges.upper_bound(p);
     if (it == evicted_ranges.begin()) return;
@@ -527,6 +560,7 @@ void engine::impl::regenerate_touched(const launch_view& op) {
     const buffer_id b = it->second;
     if (p >= it->first + graph().buffers[b].size) return;
     if (follow_trace && !traced_touch(pos, offset, b)) {
+      if (offset % 8 != 0) return;  // an unaligned window of other fields' bytes (Note [Pointer scan])
       ++current.stray_pointers;
       if (opts.config.log >= log_level::debug)
         log_debug("iteration " + std::to_string(iteration_index) + ": launch " + std::to_string(pos) + " (" +
@@ -541,7 +575,8 @@ void engine::impl::regenerate_touched(const launch_view& op) {
     regenerate(static_cast<std::size_t>(entry), op.stream);
   };
   if (op.what == launch_view::kind::kernel) {
-    for (std::size_t off = 0; off + 8 <= op.params.size(); off += 8) {
+    // Every offset: a pointer in a packed struct (Note [Pointer scan]).
+    for (std::size_t off = 0; off + 8 <= op.params.size() && !evicted_ranges.empty(); ++off) {
       std::uint64_t word = 0;
       std::memcpy(&word, op.params.data() + off, 8);
       hit(word, off);

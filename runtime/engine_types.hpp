@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <span>
 #include <string>
 
@@ -50,6 +51,13 @@ class replay_device {
   virtual void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) = 0;
   // Monotonic seconds, for recompute-time accounting.
   virtual double now_s() = 0;
+  // A content hash (tracer::hash_bytes) of `bytes` at `device_src`, taken when `stream`
+  // gets here: after the work queued on it so far, before what is queued later. The host
+  // does not wait; the future is ready once the stream has passed this point (Note [Unseen
+  // writes] in runtime/engine_writes.cpp). The default copies to the host and hashes there,
+  // waiting for the stream; a device may hash where the bytes are.
+  virtual std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
+                                                 device::stream_handle stream);
 };
 
 enum class engine_state : std::uint8_t { trace, validate, steady, disabled };
@@ -84,6 +92,11 @@ struct iteration_report {
   std::size_t handoffs = 0;         // mappings that took a chunk still in use by queued work of their
                                     // stream instead of waiting (Note [Stream-ordered handoff])
   std::size_t packed = 0;           // planned buffers placed in a pack's shared pages (Note [Packs])
+  std::size_t unseen_writes = 0;    // writes the trace did not see, found: a buffer kept at its release (never
+                                    // evicted again), or a recipe input read from its copy (Note [Unseen writes])
+  std::size_t hashed_bytes = 0;     // bytes hashed to find such writes (Note [Unseen writes])
+  std::size_t copied_bytes = 0;     // recipe inputs copied to host memory at a release because a launch touches
+                                    // them before the regeneration (Note [Unseen writes])
   bool budget_lifted = false;       // a plan made with the scaled cache allowance ran out of room and the
                                     // rest of this iteration ran without the budget (Note [Scaled cache allowance])
   bool diverged = false;
@@ -105,7 +118,7 @@ struct eviction_record {
 // One entry of the timeline behind the Chrome trace and the memory plot.
 struct timeline_event {
   enum class kind : std::uint8_t {
-    memory,      // a sample of mapped and allocated bytes after a launch
+    memory,      // a sample of mapped, allocated and evicted bytes after a launch
     evict,       // a buffer's eviction was requested (bytes: its size)
     regenerate,  // a recipe ran (begin..end: host time spent queuing it)
     iteration,   // an iteration ended (label: its state)
@@ -118,6 +131,7 @@ struct timeline_event {
   std::size_t bytes = 0;
   std::size_t mapped = 0;
   std::size_t allocated = 0;
+  std::size_t evicted = 0;     // of `allocated`: bytes of live blocks whose pages are given back
   std::uintptr_t address = 0;  // allocate, release, evict, regenerate: the block's address
   std::string label;     // producer kernel, state name
 };

@@ -332,6 +332,7 @@ run_environment compose_run_environment(const std::vector<std::string>& inherite
                        library + "). Unset CUDA_INJECTION64_PATH to run under sublinear.");
   }
   set("CUDA_INJECTION64_PATH", library);
+  if (get("PYTORCH_NO_CUDA_MEMORY_CACHING") == nullptr) set("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
 
   for (std::size_t i = 0; i < names.size(); ++i) out.variables.push_back(names[i] + "=" + values[i]);
   for (auto& v : verbatim) out.variables.push_back(std::move(v));

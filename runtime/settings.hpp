@@ -90,6 +90,9 @@ const option_info* option_for_flag(std::string_view flag);
 //   LD_PRELOAD gains the library in front (kept once; what was there stays, in order);
 //   CUDA_INJECTION64_PATH is set to the library (CUPTI loads one injection library: if
 //   another one is set already, that is an error naming it rather than a silent swap).
+//   PYTORCH_NO_CUDA_MEMORY_CACHING=1 is added unless the environment has the variable:
+//   PyTorch's caching allocator would otherwise serve every tensor from a few large
+//   cudaMallocs, and sublinear would see nothing to evict (Note [Hidden allocations]).
 // Limitations: the environment is taken as NAME=VALUE strings; an entry without '=' is
 //   passed through unchanged.
 struct run_environment {

@@ -11,23 +11,19 @@
 //   alloc_at = i; freed then, free_at = i. Each launch's parameter block is scanned
 //   against the blocks live at that moment (Note [Pointer scan]); copies and sets touch
 //   their destination (written) and source. Written sets are the observed ones where the
-//   trace has them (Note [Write observation]), otherwise every touched buffer. A launch
-//   on the never-replay list, or whose attributes name an event, is not replayable and
-//   every buffer it touches is never evicted; copies from or to host memory are not
-//   replayable either (the host data may have changed).
+//   trace has them (Note [Write observation]), otherwise every touched buffer. Launches
+//   on the never-replay list or naming an event, and copies from or to host memory, are
+//   not replayable, and what such a launch touches is never evicted.
 //   The turning point is the forward/backward boundary: the first position where the
-//   bytes *held across* peak, counting each buffer allocated (and freed) in the iteration
-//   between its first and its last use. That is where the activations saved for backward
-//   pile up. The plain live-byte peak (peak_bytes, live_peak_at) can sit elsewhere: in a
-//   convolutional network it is usually inside backward, where an im2col workspace is
-//   allocated while early activations are still held, and activations "live across" that
-//   point would miss most of the network. Candidates are the buffers allocated in the
-//   iteration, live across the turning point, used on both sides of it, with at least
-//   `min_idle_gap` launches between the last use before and the first use after it.
-//   Cost: the measured duration where the launch was timed, otherwise an estimate from
-//   the bytes it touches (`unmeasured_cost_per_byte`).
-//   A buffer allocated in the iteration whose first user does not write it has no known
-//   producer and is never evicted (Note [Unknown producers] in analysis.cpp).
+//   bytes *held across* peak (each buffer allocated in the iteration counted between its
+//   first and its last use), which is where the activations saved for backward pile up
+//   (not the live-byte peak: docs/design-notes.md#iteration-analysis). Candidates are the
+//   buffers allocated in the iteration, live across the turning point, used on both sides
+//   of it, with at least `min_idle_gap` launches between the last use before and the
+//   first use after it. Cost: the measured duration where the launch was timed, else an
+//   estimate from the bytes it touches (`unmeasured_cost_per_byte`). A buffer allocated
+//   in the iteration whose first user does not write it has no known producer and is
+//   never evicted (Note [Unknown producers] in analysis.cpp).
 // Limitations: reads are known only conservatively: a launch is taken to read every
 //   buffer it touches except one it writes first after its allocation.
 #pragma once

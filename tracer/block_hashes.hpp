@@ -16,13 +16,11 @@ namespace sublinear::tracer {
 // Rationale: a block allocated in a traced iteration whose first kernel does not change
 //   it has, by the hashes alone, no producer (Note [Unknown producers] in analysis.cpp):
 //   it is never evicted, and no recipe may rebuild it, so nothing a recipe through it
-//   would rebuild can be evicted either. On an H200 (session 24) this was the cuDNN
-//   ResNet's 1 KiB convolution workspaces, allocated around each forward convolution,
-//   which the chosen kernel is handed but leaves as it found them: every convolution
-//   output became unrebuildable and the smallest feasible budget rose from under 80 to
-//   118 MiB of 159. Hashes cannot tell such a kernel from one reading bytes an unseen
-//   writer (a pointer inside a descriptor) put there, nor from one rewriting the bytes
-//   the same block held in the previous iteration at the same address.
+//   would rebuild can be evicted either. cuDNN hands each forward convolution a 1 KiB
+//   workspace, allocated around it, that the chosen kernel leaves as it found it: every
+//   convolution output would be unrebuildable. Hashes cannot tell such a kernel from one
+//   reading bytes an unseen writer (a pointer inside a descriptor) put there, nor from one
+//   rewriting the bytes the same block held in the previous iteration at the same address.
 // Approach: while tracing, the engine fills every block it hands out with
 //   `fresh_fill_byte`, and waits for the fill (replay_device::fill). A collector hashing
 //   a block before a kernel (one with no kept hash) also checks whether every byte is
@@ -32,15 +30,10 @@ namespace sublinear::tracer {
 //   first user reads there is garbage, which a replay into scratch reproduces as well
 //   as any, so the block needs no producer (policy::buffer::unwritten_at_first_use). An
 //   unseen writer, even one writing the bytes of the iteration before, leaves something
-//   other than the fill, and the block stays without a producer.
-// History: the first version counted such a launch as writing the block. On the H200
-//   the GPT-2 blocks then lost their budget: six validation mismatches, each a recipe
-//   whose GEMM "would read buffer 22 after it changed", a 1 MiB block allocated in the
-//   first traced iteration and handed to every GEMM (by its size and users, cuBLAS's
-//   workspace). Counted as written by the GEMM that first met it filled, its slot became
-//   a writing slot (Note [Write generalization] in analysis.cpp), so every GEMM "wrote"
-//   it. A fresh record is not a write; `EngineFaults.*PersistentWorkspace*` reproduces
-//   the case on the host.
+//   other than the fill, and the block stays without a producer. A fresh record is not a
+//   write: counted as one, the slot of cuBLAS's workspace, which every GEMM is handed,
+//   would become a writing slot (Note [Write generalization] in analysis.cpp), and every
+//   recipe reading it would be refused (`EngineFaults.*PersistentWorkspace*`).
 // Limitations: a block some writer filled entirely with the fill byte (0xA5: -2.9e-16
 //   as float, finite in every float format, so programs that read their fresh memory see
 //   no NaN) reads as fresh. The fill costs a device memset and a stream synchronization

@@ -3,33 +3,27 @@
 //
 // Note [Online iteration boundaries]
 // Rationale: the engine plans one iteration and applies the plan to the next ones, so it
-//   must be told where iterations begin, before the first launch of each. A framework hook
-//   or sublinear_mark_iteration() says so; a program run unchanged under `sublinear run`
-//   does not. The offline detector (Note [Iteration detection] in iterations.hpp) finds
-//   boundaries in a finished trace; here they are needed while the program runs, at the
-//   moment a launch is about to be queued, with O(1) work per launch once found.
+//   must be told where iterations begin, before the first launch of each, which a program
+//   run unchanged under `sublinear run` does not say. The offline detector (Note
+//   [Iteration detection] in iterations.hpp) needs a finished trace; here boundaries are
+//   needed as launches are queued, with O(1) work per launch once found.
 // Approach: each launch is reduced to a signature (kind, kernel, grid, block, shared
 //   memory, byte count; never addresses) and paired with the bytes the program had
 //   allocated when it was launched. A training step repeats both: the period P is the
 //   smallest distance at which the last 2P launches repeat themselves, signature AND live
 //   bytes. Live bytes are what rule out the repeating layers inside one step: in the
 //   forward pass every block leaves its activations behind, so the same kernels recur
-//   at rising live bytes. The phase is the low point of live bytes within one period
-//   (the first launch of that low stretch, in circular order): there only the persistent
-//   state (parameters, optimizer state, the next batch) is alive, which is where an
-//   optimizer-step marker would also put it. Once found, a marker is due every P launches,
-//   and every launch is compared with the signature expected at its phase; a launch that
-//   differs (an evaluation pass, a logging kernel, a new batch shape) drops the period and
-//   detection starts again from that launch, while the engine sees its own divergence.
+//   at rising live bytes. The phase is the first launch of the low stretch of live bytes
+//   in a period, where only persistent state is alive (where an optimizer-step marker
+//   goes). Then a marker is due every P launches, and a launch that differs from the
+//   signature expected at its phase (an evaluation pass, a new batch shape) drops the
+//   period and detection starts again there, while the engine sees its own divergence.
 // Limitations: needs two identical consecutive iterations after the first, whose lazily
 //   made state usually differs. A step whose launch sequence varies (data-dependent
 //   lengths, periodic logging inside every step at another period) is never found: the
-//   runtime then keeps tracing and its event cap applies. A period is taken only once its
-//   repetition spans `min_evidence` launches (a parameter-initialising loop of DenseNet's
-//   host model repeated 8 launches at steady live bytes long enough to pass two periods),
-//   so a tiny step is found after tens of iterations. Checks run every
-//   `check_every` launches, so a period is found up to that many launches late. Pure:
-//   no device, no clock, no locks.
+//   runtime then keeps tracing and its event cap applies. A period needs `min_evidence`
+//   launches of repetition, so a tiny step is found after tens of iterations (why:
+//   docs/design-notes.md#online-iteration-boundaries). Pure: no device, clock or locks.
 #pragma once
 
 #include <cstddef>

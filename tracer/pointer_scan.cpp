@@ -144,17 +144,36 @@ std::vector<block_map::entry> block_map::entries() const {
 
 void scan_params(std::span<const std::byte> params, const block_map& blocks,
                  std::vector<scan_hit>& out) {
-  if (blocks.empty()) return;
-  const std::size_t words = params.size() / 8;
+  if (blocks.empty() || params.size() < 8) return;
   const std::byte* p = params.data();
-  for (std::size_t w = 0; w < words; ++w) {
+  const std::size_t first = out.size();
+  auto look = [&](std::size_t off) {
     std::uint64_t value;
-    std::memcpy(&value, p + w * 8, sizeof value);
-    if (value == 0) continue;
-    if (const block_map::entry* e = blocks.find(value); e != nullptr) {
-      out.push_back(scan_hit{static_cast<std::uint32_t>(w * 8), e->id, e->base, value - e->base});
+    std::memcpy(&value, p + off, sizeof value);
+    if (value == 0) return false;
+    const block_map::entry* e = blocks.find(value);
+    if (e == nullptr) return false;
+    out.push_back(scan_hit{static_cast<std::uint32_t>(off), e->id, e->base, value - e->base});
+    return true;
+  };
+  for (std::size_t off = 0; off + 8 <= params.size(); off += 8) (void)look(off);
+  const std::size_t aligned = out.size();
+  // Then the windows at other offsets (a pointer in a packed struct) that share no byte
+  // with an aligned hit: those would be an aligned pointer's bytes shifted.
+  auto overlaps_aligned = [&](std::size_t off) {
+    for (std::size_t i = first; i < aligned; ++i) {
+      const std::size_t a = out[i].param_offset;
+      if (a < off + 8 && off < a + 8) return true;
     }
+    return false;
+  };
+  for (std::size_t off = 1; off + 8 <= params.size(); ++off) {
+    if (off % 8 == 0 || overlaps_aligned(off)) continue;
+    if (look(off)) off += 7;  // the next window starting inside this one would be its bytes shifted
   }
+  if (out.size() > aligned)
+    std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+              [](const scan_hit& x, const scan_hit& y) { return x.param_offset < y.param_offset; });
 }
 
 // ---- never-replay list ------------------------------------------------------------------------

@@ -6,8 +6,10 @@
 //   types are (plain pointers, pointer arrays in a by-value struct such as a fused
 //   optimizer's TensorListMetadata, an iterator holding a base pointer). Types are not
 //   known (cuFuncGetParamInfo gives offsets and sizes only), so every aligned 8-byte word
-//   is a candidate, and a candidate that falls inside a live block (interior pointers
-//   count: a view, a slice, a channel offset) makes the launch touch that whole block.
+//   is a candidate, and so is the 8 bytes at any other offset that share no byte with an
+//   aligned hit (a pointer inside a packed struct); a candidate that falls inside a live
+//   block (interior pointers count: a view, a slice, a channel offset) makes the launch
+//   touch that whole block.
 // Approach: `block_map` is our own address map of live blocks, maintained from the
 //   allocator's alloc/free events: cheaper than asking the allocator under its lock, and
 //   replayable from a trace. Lookups are the hot path (every word of every launch), so
@@ -83,7 +85,9 @@ struct scan_hit {
 };
 
 // Appends a hit for every 8-byte-aligned word of `params` that lies inside a block of
-// `blocks` (in parameter order). Trailing bytes shorter than a word are not scanned.
+// `blocks`, and for every 8 bytes at another offset that do and share no byte with an
+// aligned hit or an earlier unaligned one (in parameter order; Note [Pointer scan]).
+// Bytes past the last whole 8 are not scanned.
 void scan_params(std::span<const std::byte> params, const block_map& blocks,
                  std::vector<scan_hit>& out);
 

@@ -4,8 +4,8 @@
 // Note [Paired timing]
 // Rationale: this machine's speed drifts by up to 30% within minutes (other tenants of the
 //   host), so a baseline timed a minute before a planned run gives ratios whose noise is
-//   larger than the effects under study: in one sweep the same sqrtn plan measured 1.52x
-//   at one budget and 2.13x at another.
+//   larger than the effects under study (the same sqrtn plan can measure 1.5x at one
+//   budget and 2.1x at another).
 // Approach: every planned run trains beside a baseline twin (same model, seed and
 //   batches) in its own session that leaves the process-default allocator alone
 //   (host_session_options::install_default), on a second thread. A pacer hands the turn

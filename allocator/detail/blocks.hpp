@@ -5,7 +5,7 @@
 //               (Note [Segments and blocks], segment_table)
 //   block     : a piece of a segment: allocated, free (in a free set), pending-free, or a
 //               pack's filler (block_pool)
-//   pack_info : what makes a dedicated segment a pack (Note [Packs], pack_table)
+//   pack_info : what makes a dedicated segment a pack (Note [Pack segments], pack_table)
 //   free_set  : free blocks of one stream and size class by (size, address) (block_pool)
 //   live_set  : allocated blocks by address (block_pool)
 #pragma once
@@ -30,7 +30,7 @@ enum class pool_kind : std::uint8_t { small, large, dedicated };
 
 struct block;
 
-// What makes a dedicated segment a pack (Note [Packs]).
+// What makes a dedicated segment a pack (Note [Pack segments]).
 struct pack_info {
   std::uint64_t key = 0;
   std::size_t bytes = 0;  // as the pack was made (before rounding)
@@ -71,7 +71,7 @@ struct block {
   stream_handle stream = nullptr;
   bool allocated = false;
   bool in_free_set = false;
-  bool filler = false;  // an unused piece of a pack (Note [Packs]): never allocated, never free
+  bool filler = false;  // an unused piece of a pack (Note [Pack segments]): never allocated, never free
   residency state = residency::resident;
   std::uint64_t eviction_generation = 0;  // bumped to cancel a pending eviction
   std::vector<stream_handle> stream_uses;

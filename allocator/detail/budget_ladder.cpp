@@ -12,11 +12,12 @@ budget_ladder::budget_ladder(context& ctx, address_space& space, chunk_source& c
     : ctx_(ctx), space_(space), chunks_(chunks), pool_(pool), segments_(segments), trim_(trim) {}
 
 // Finds a chunk of exactly `bytes` whose last use is queued on `stream` and nowhere else,
-// and sets it aside for the next mapping: a pending eviction's first (its block is gone
-// for now anyway), else a wholly free cached segment's. Returns false if none.
+// and sets it aside for the next mapping: a wholly free cached segment's. Never a pending
+// eviction's: its address would show the new owner's bytes while the block is evicted
+// (Note [Stream-ordered handoff]). Returns false if none.
 bool budget_ladder::hand_off(std::size_t bytes, std::optional<stream_handle> stream) {
   if (!ctx_.opts.stream_ordered_handoff || !stream || bytes == 0 || chunks_.holding_handoff()) return false;
-  return work_->hand_off(bytes, *stream) || segments_.hand_off(bytes, *stream);
+  return segments_.hand_off(bytes, *stream);
 }
 
 bool budget_ladder::make_room(std::size_t bytes, std::optional<stream_handle> stream) {

@@ -51,9 +51,6 @@ class budget_ladder {
    public:
     // Completes what has completed: frees, evictions, a batch of old mappings. No wait.
     virtual void poll() = 0;
-    // Hands the chunk of a pending eviction of exactly `bytes` whose last use is queued on
-    // `stream` alone to the next mapping (Note [Stream-ordered handoff]).
-    virtual bool hand_off(std::size_t bytes, stream_handle stream) = 0;
     [[nodiscard]] virtual bool pending() const = 0;
     // Waits for every pending eviction, then every pending free.
     virtual void wait() = 0;

@@ -23,8 +23,8 @@
 //   nothing and holds up to the budget in pooled chunks until pressure trims them.
 //
 // Note [Stream-ordered handoff]
-// Rationale: at a tight budget the pages a mapping needs are often held by an eviction
-//   or a freed segment whose last use is still queued on the stream. Waiting for that
+// Rationale: at a tight budget the pages a mapping needs are often held by a freed
+//   segment whose last use is still queued on the stream. Waiting for that
 //   event drains the stream's queue, and the stream then idles while the host maps and
 //   queues the next work: at the Re-forwarding table's smallest ResNet-152 budget about
 //   35 such waits per iteration, 28 of them for a chunk of exactly the size wanted, on the
@@ -37,13 +37,14 @@
 //   mapping's. Taken only for an exact size, when every event of the old use is on the
 //   requesting stream: allocate() (a block is used on its stream) and restore() with the
 //   stream the caller will use the pages on; restore() without one never hands off.
-//   Mapping over an address whose old mapping is still pending settles that one first.
+//   Only a freed segment's chunk is handed off, never a pending eviction's: an evicted
+//   block's address must show its own bytes until it is unmapped, so that a stray access
+//   through a pointer the engine's safety net cannot see reads them or faults, never
+//   another buffer's (CachingAllocatorDeathTest.AnEvictedBlocksAddress...). Mapping over
+//   an address whose old mapping is still pending settles that one first.
 //   `options::stream_ordered_handoff = false` waits as before.
-// Limitations: exact sizes only, like the pool; work on other streams never takes part.
-//   Until its old use completes, an evicted block's address shows the new owner's pages:
-//   a stray access queued after the eviction (a pointer the engine's safety net cannot
-//   see) lands there instead of faulting once the pages are gone. The handoff trades that
-//   late fault for not draining the stream; switch it off to debug such a program.
+// Limitations: exact sizes only, like the pool; work on other streams never takes part;
+//   a mapping that needs an evicted block's pages waits for its eviction.
 #pragma once
 
 #include <cstddef>

@@ -152,23 +152,6 @@ void eviction_queue::poll() {
   chunks_.poll();
 }
 
-bool eviction_queue::hand_off(std::size_t bytes, stream_handle stream) {
-  for (auto it = evictions_.begin(); it != evictions_.end(); ++it) {
-    block* b = it->b;
-    if (b->eviction_generation != it->generation || b->state != residency::evicting) continue;
-    if (b->seg->size != bytes || b->stream != stream) continue;
-    if (std::any_of(b->stream_uses.begin(), b->stream_uses.end(), [&](stream_handle u) { return u != stream; }))
-      continue;
-    segment* seg = b->seg;
-    chunks_.hand_over(seg->base, seg->size, seg->handle, std::move(it->events), false, stream);
-    evictions_.erase(it);
-    seg->mapped = false;
-    note_evicted(*b, ctx_.st);
-    return true;
-  }
-  return false;
-}
-
 bool eviction_queue::pending() const { return !evictions_.empty() || packs_.unmaps_queued() || !frees_.empty(); }
 
 void eviction_queue::wait() {

@@ -58,7 +58,6 @@ class eviction_queue final : public budget_ladder::deferred_work {
 
   // budget_ladder::deferred_work
   void poll() override;
-  bool hand_off(std::size_t bytes, stream_handle stream) override;
   [[nodiscard]] bool pending() const override;
   void wait() override;
   void wait_evictions() override;

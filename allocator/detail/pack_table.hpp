@@ -1,7 +1,7 @@
 // Packs: several small evictable blocks sharing one dedicated segment, each at an offset
 // the caller plans, the pages given back once no member is resident.
 //
-// Note [Packs]
+// Note [Pack segments]
 // Rationale: an evictable block owns whole pages (Note [Evictable blocks]), and many
 //   activations the replay engine evicts are far smaller than a page: a 16 KiB block on
 //   the host device's 64 KiB pages holds four times its size mapped while resident.

@@ -43,7 +43,7 @@ bool validate(const context& ctx, const address_space& space, const chunk_source
         if (prev != nullptr && prev->in_free_set) return fail("two adjacent free blocks were not merged");
       }
       if (seg->pack) {
-        // Note [Packs]: members and fillers tile it; evicting members may be either way.
+        // Note [Pack segments]: members and fillers tile it; evicting members may be either way.
         if (b->filler) {
           if (b->allocated || b->in_free_set) return fail("a pack's filler is allocated or free");
           continue;

@@ -9,7 +9,7 @@
 // Approach: the runtime's recorder setup (exact large segments, the model's state
 //   preexisting, durations on) on a fresh host session per run, in three modes: `timed`
 //   (no hashing: the reference), `observed` (every block hashed just before each kernel,
-//   as before Note [Hash reuse]) and `reused` (what the runtime does now). Each run
+//   without Note [Hash reuse]) and `reused` (what the runtime does). Each run
 //   traces two iterations, as the engine does, and the second one's durations count. The
 //   modes alternate within each round, each first in a third of the rounds, so a change
 //   of load hits all three; a kernel's time is the median over the rounds of its total

@@ -186,8 +186,8 @@ class device final : public stream_events {
   //   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, which the program sets
   //   (cuFuncSetAttribute) and which stays as last set; the driver refuses a launch above
   //   it with CUDA_ERROR_INVALID_VALUE. cuDNN sets it on its BatchNorm kernels to exactly
-  //   what each launch needs (an H200, session 25: 2 KiB left set when the replay of a
-  //   launch that used 8 KiB came), so a recorded launch may be refused later.
+  //   what each launch needs (2 KiB may be set when the replay of a launch that used 8 KiB
+  //   comes), so a recorded launch may be refused later.
   // Approach: the same rule, per device and kernel: default_dynamic_shared until set, at
   //   most max_dynamic_shared_optin; launch() and launch_unpacked() throw device_error for
   //   a launch above the kernel's limit, before any hook sees it.

@@ -15,21 +15,11 @@
 //   plain reservation again and a stray access raises SIGSEGV. The preconditions of
 //   vmm.hpp are checked against a ledger before any system call by the base, checked_vmm
 //   (Note [Checked VMM]); this class holds only the system calls.
-//   set_access commits and pre-faults the range with one madvise(MADV_POPULATE_READ):
-//   a GPU's physical memory is committed by cuMemCreate and its page tables filled by
-//   the map call, so on the host too the cost lands on the thread that maps, not on the
-//   stream worker that first writes the range. Left to page faults, a fresh chunk cost
-//   the worker one fault per 4 KiB page (zero-filled): 4,400 per iteration, about 2% of
-//   its time, in `sublinear demo --depth 434` at 0.5x. A chunk mapped again after an
-//   unmap (Note [Chunk pool]) keeps its pages in the file and is only re-faulted.
-//   READ, not WRITE: a shared shmem mapping needs no write notification, so the entries
-//   a read fault installs are already writable (the first write faults no more; the
-//   test SetAccessCommitsEveryPageBeforeTheFirstWrite counts it), a read fault on a hole
-//   still allocates the page, and a read fault maps the neighbouring pages of the file
-//   with it (fault-around). Re-mapping a pooled chunk took 110-130 us/MiB against
-//   260-390 with WRITE (4 KiB pages, 256 KiB chunks); in `sublinear demo --model resnet
-//   --depth 152 --batch 64` at its smallest budget, populating had been 40% of the host
-//   thread's CPU.
+//   set_access commits and pre-faults the range with one madvise(MADV_POPULATE_READ),
+//   so the cost lands on the thread that maps, as on a GPU (cuMemCreate commits, the map
+//   call fills the page tables), not on the stream worker that first writes the range.
+//   READ suffices: a shared mapping's read-faulted entries are already writable. Why
+//   READ and not WRITE, and what faults remain: docs/design-notes.md#host-vmm.
 // Limitations: every mapping is a kernel VMA, so a process holds at most
 //   vm.max_map_count (65,530 by default) mappings in total. The file's capacity is
 //   address space, not a promise: creating a chunk succeeds even when the machine

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "sublinear/export.h"
+#include "sublinear/version.h" /* SUBLINEAR_VERSION_MAJOR, _MINOR, _PATCH, _STRING */
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +64,22 @@ SUBLINEAR_API const char* sublinear_status(void);
 
 /* The last error on this thread, or "" if none. */
 SUBLINEAR_API const char* sublinear_last_error(void);
+
+/* The library's version, the SUBLINEAR_VERSION_STRING it was built with: a program built
+ * against one release's header can check that it loaded the same release's library. */
+SUBLINEAR_API const char* sublinear_version(void);
+
+/* Checks one setting (docs/settings.md) with the parser the runtime reads it with: name is
+ * a SUBLINEAR_* variable, value its text ("" means unset where the default is unset).
+ * Returns 0 when sublinear accepts it, or -1 with sublinear_last_error() naming the
+ * setting, the value and the accepted forms (for an unknown name, the settings there are).
+ * Reads no environment and creates nothing. */
+SUBLINEAR_API int sublinear_check_setting(const char* name, const char* value);
+
+/* Setting number `index` (0, 1, ... in documentation order): its variable name, its
+ * accepted forms, and whether it is a yes/no switch. Returns 0, or -1 past the last
+ * setting. Any output pointer may be NULL; the strings live as long as the library. */
+SUBLINEAR_API int sublinear_setting_info(size_t index, const char** name, const char** forms, int* is_switch);
 
 #ifdef __cplusplus
 }

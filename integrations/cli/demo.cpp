@@ -312,6 +312,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   eo.config.policy = o.policy;
   eo.device_capacity = session.vmm().physical_capacity();
   runtime::host_runtime rt(session.device(), session.allocator(), eo);
+  rt.set_model_name(m->name());  // names the run in its report (SUBLINEAR_REPORT)
   wl::training_options t;
   t.iterations = o.iterations;
   t.seed = o.seed;

@@ -7,6 +7,7 @@
 
 #include "integrations/cli/commands.hpp"
 #include "sublinear/error.hpp"
+#include "sublinear/version.h"
 
 namespace {
 
@@ -22,7 +23,8 @@ void print_usage(std::FILE* to) {
     std::fprintf(to, "  %-10.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(),
                  static_cast<int>(c.summary.size()), c.summary.data());
   }
-  std::fprintf(to, "\n'sublinear <command> --help' describes a command's arguments.\n");
+  std::fprintf(to, "\n'sublinear <command> --help' describes a command's arguments; 'sublinear --version' prints\n"
+                  "the version.\n");
 }
 
 std::string command_names() {
@@ -46,6 +48,10 @@ int main(int argc, char** argv) {
   const std::string_view name = args.front();
   if (name == "-h" || name == "--help" || name == "help") {
     print_usage(stdout);
+    return kExitOk;
+  }
+  if (name == "--version") {
+    std::printf("sublinear %s\n", SUBLINEAR_VERSION_STRING);
     return kExitOk;
   }
   const command* found = nullptr;

@@ -9,11 +9,13 @@
 // Approach: one flag per setting, generated from the options table (--budget for
 //   SUBLINEAR_BUDGET, --trace-iterations for SUBLINEAR_TRACE_ITERATIONS, ...), so the
 //   command line cannot drift from the table; compose_run_environment() validates and
-//   builds the child's environment; execvpe() replaces this process, so the exit status,
-//   signals and the terminal are the program's own.
-// Limitations: the preload/injection library must exist (by default ../lib/ next to this
-//   program, as the build tree and `cmake --install` lay it out); on a machine without it
-//   the command says where it looked and how to get it.
+//   builds the child's environment; the library must be sublinear's (Note [Preload
+//   library check]); the command runs as a child whose exit status becomes this one's,
+//   and which must load the library (Note [Run supervision]).
+// Limitations: the preload/injection library must exist (by default at the install's
+//   library directory relative to this program, or ../lib/, as the build tree, the Python
+//   package and `cmake --install` lay it out); on a machine without it the command says
+//   where it looked and how to get it.
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +29,8 @@
 
 #include "runtime/settings.hpp"
 #include "integrations/cli/commands.hpp"
+#include "integrations/cli/preload_check.hpp"
+#include "integrations/cli/supervise.hpp"
 #include "sublinear/error.hpp"
 
 extern char** environ;
@@ -35,6 +39,9 @@ namespace sublinear::cli {
 namespace {
 
 constexpr const char* kLibraryName = "libsublinear_preload.so";
+#ifndef SUBLINEAR_BIN_TO_LIB
+#define SUBLINEAR_BIN_TO_LIB "../lib"
+#endif
 
 // `head` padded to the description column, then `body` wrapped at 90 columns.
 std::string wrapped(const std::string& head, const std::string& body) {
@@ -86,8 +93,9 @@ std::string help_text() {
   }
   h += "\nother options:\n" +
        wrapped("  --library PATH",
-              "sublinear's preload/injection library. Default: ../lib/" + std::string(kLibraryName) +
-                  " next to this program.") +
+              "sublinear's preload/injection library; it must be libsublinear_preload.so of this version. Default: " +
+                  std::string(SUBLINEAR_BIN_TO_LIB "/") + kLibraryName + " next to this program" +
+                  (std::string_view(SUBLINEAR_BIN_TO_LIB) == "../lib" ? "." : ", else ../lib/" + std::string(kLibraryName) + ".")) +
       wrapped("  --print-env", "Print the variables sublinear sets for COMMAND, and exit without running it.") +
       "\n"
       "examples:\n"
@@ -95,9 +103,11 @@ std::string help_text() {
       "  sublinear run --budget 0.5x --policy chain --report run.json -- ./trainer --epochs 1\n"
       "  SUBLINEAR_LOG=info sublinear run --budget 60% -- python train.py\n"
       "\n"
-      "PyTorch's own caching allocator hides tensor frees from sublinear: run PyTorch with\n"
-      "PYTORCH_NO_CUDA_MEMORY_CACHING=1, or use sublinear.torch.enable() instead. Programs must\n"
-      "use the shared CUDA runtime (nvcc -cudart shared). Per framework: docs/integrations.md.\n";
+      "PyTorch's own caching allocator hides tensor frees from sublinear: COMMAND runs with\n"
+      "PYTORCH_NO_CUDA_MEMORY_CACHING=1 unless the environment sets it already. Programs must\n"
+      "use the shared CUDA runtime (nvcc -cudart shared). Per framework: docs/integrations.md.\n"
+      "COMMAND runs as a child of sublinear run, which exits with its status, and fails a\n"
+      "command that ran without loading sublinear (a static or setuid program).\n";
   return h;
 }
 
@@ -169,18 +179,31 @@ std::string find_library(const std::string& given) {
     if (::access(given.c_str(), R_OK) != 0) {
       throw error("the library given with --library, '" + given + "', cannot be read: " + std::strerror(errno));
     }
+    if (const std::string problem = preload_library_problem(given); !problem.empty()) {
+      throw config_error("--library: " + problem +
+                         "; name sublinear's libsublinear_preload.so, or leave --library out to use the one "
+                         "installed with this program");
+    }
     return given;
   }
+  // Note [Install layout] (CMakeLists.txt): the install's library directory relative to its
+  // program directory, then ../lib (the build tree, the Python package).
   const std::string dir = self_directory();
-  const std::string prefix = dir.substr(0, dir.rfind('/'));  // <prefix>/bin/sublinear
-  const std::string candidate = prefix + "/lib/" + kLibraryName;
-  if (::access(candidate.c_str(), R_OK) == 0) {
+  std::vector<std::string> candidates{dir + "/" SUBLINEAR_BIN_TO_LIB "/" + kLibraryName};
+  if (std::string_view(SUBLINEAR_BIN_TO_LIB) != "../lib") candidates.push_back(dir + "/../lib/" + kLibraryName);
+  for (const auto& candidate : candidates) {
+    if (::access(candidate.c_str(), R_OK) != 0) continue;
     char resolved[PATH_MAX];
-    if (::realpath(candidate.c_str(), resolved) != nullptr) return resolved;
-    return candidate;
+    const std::string path = ::realpath(candidate.c_str(), resolved) != nullptr ? std::string(resolved) : candidate;
+    if (const std::string problem = preload_library_problem(path); !problem.empty()) {
+      throw error(problem + "; rebuild or reinstall sublinear, or name its libsublinear_preload.so with --library");
+    }
+    return path;
   }
+  std::string looked;
+  for (const auto& c : candidates) looked += (looked.empty() ? "" : " and ") + c;
   throw error("sublinear's preload/injection library " + std::string(kLibraryName) + " is missing: looked for " +
-              candidate + " (../lib/ next to this program, " + dir +
+              looked + " (next to this program, " + dir +
               "). Build it (cmake --build <build dir> --target sublinear_preload) or install sublinear "
               "(cmake --install), or name it with --library PATH.");
 }
@@ -206,10 +229,12 @@ int run_main(std::span<const std::string_view> args) {
   std::vector<std::string> inherited;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) inherited.emplace_back(*e);
   runtime::run_environment env;
+  std::string library;
   try {
     // Settings first: a malformed value is the error to show even when the library is missing.
     (void)runtime::compose_run_environment(inherited, o.settings, kLibraryName);
-    env = runtime::compose_run_environment(inherited, o.settings, find_library(o.library));
+    library = find_library(o.library);
+    env = runtime::compose_run_environment(inherited, o.settings, library);
   } catch (const config_error& e) {
     std::string why = e.what();
     if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);  // main() names the command already
@@ -220,23 +245,13 @@ int run_main(std::span<const std::string_view> args) {
     // What sublinear sets or changes, not the whole environment.
     for (const auto& kv : env.variables) {
       if (kv.rfind("SUBLINEAR_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0 ||
-          kv.rfind("CUDA_INJECTION64_PATH=", 0) == 0)
+          kv.rfind("CUDA_INJECTION64_PATH=", 0) == 0 || kv.rfind("PYTORCH_NO_CUDA_MEMORY_CACHING=", 0) == 0)
         std::printf("%s\n", kv.c_str());
     }
     return kExitOk;
   }
 
-  std::vector<char*> argv;
-  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<char*> envp;
-  for (const auto& kv : env.variables) envp.push_back(const_cast<char*>(kv.c_str()));
-  envp.push_back(nullptr);
-  std::fflush(stdout);
-  ::execvpe(argv[0], argv.data(), envp.data());
-  const int err = errno;
-  std::fprintf(stderr, "sublinear run: cannot run '%s': %s\n", o.command.front().c_str(), std::strerror(err));
-  return err == ENOENT ? 127 : 126;  // as shells report a command not found / not executable
+  return run_supervised(o.command, env.variables, library);
 }
 
 }  // namespace sublinear::cli

@@ -12,44 +12,52 @@
 //   passes everything through.
 // Approach: cudaMalloc, cudaFree, cudaMallocAsync, cudaFreeAsync, cuMemAlloc_v2,
 //   cuMemFree_v2, cuMemAllocAsync, cuMemFreeAsync, cudaMemGetInfo and cuMemGetInfo_v2 are
-//   defined here. An allocation goes to the process runtime's caching allocator (created on
-//   the first one) when the runtime is active and serves the calling thread's current
-//   device; otherwise, and for every pointer the runtime does not own, the call goes to
-//   the real function, found with dlsym(RTLD_NEXT) (then in an already loaded libcudart /
-//   libcuda, for programs that dlopen them). cudaFree and cuMemFree synchronize the context
-//   before giving a block back, as the real calls do: programs rely on that to free memory
-//   still used by queued work; the async frees order the reuse after the freeing stream
-//   (record_stream). With a budget set, the memory queries report the budget as the total
-//   and what is unmapped under it as free (frameworks size their pools from them). At
-//   load, a library constructor checks the settings and whether libcuda.so.1 can be opened
-//   (without initializing it): if not, it prints one line saying that sublinear is inactive
-//   and why, and the process runs untouched.
+//   defined here. An allocation goes to the process runtime's caching allocator when the
+//   runtime is active and serves the calling thread's current device; otherwise, and for
+//   every pointer the runtime does not own, the call goes to the real function (dlsym
+//   RTLD_NEXT, then an already loaded libcudart / libcuda). Frees keep the real calls'
+//   ordering (cudaFree synchronizes the context; the async frees order reuse after the
+//   freeing stream). With a budget, the memory queries report the budget as the total and
+//   what is unmapped under it as free. At load, a constructor checks the settings and
+//   that libcuda.so.1 can be opened: if not, it prints one line saying why sublinear is
+//   inactive, and the process runs untouched.
 // Limitations: programs linked with the static CUDA runtime (nvcc's default) call their
 //   own copy of cudaMalloc, which no preload can replace: build with -cudart shared or use
-//   the C API. Allocations made inside libcudart with driver calls it resolved itself
-//   (cuGetProcAddress), graph memory nodes, cudaMallocManaged/Host/Pitch and pools
-//   (cudaMallocFromPoolAsync) are not interposed and keep working unchanged. A failed
-//   allocation returns the error code but does not set cudart's sticky last error. The
-//   _ptsz (per-thread default stream) variants of the async driver calls are not
-//   interposed. Loading libsublinear.so as well (sublinear.torch.enable) gives a second,
-//   separate runtime: use one route per process.
+//   the C API. Some allocation routes are not interposed and keep working unchanged, and
+//   a failed allocation does not set cudart's sticky last error (the details:
+//   docs/design-notes.md#preload-interposition). Loading libsublinear.so as well
+//   (sublinear.torch.enable) gives a second, separate runtime: use one route per process.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 
 #include "common/text.hpp"
 #include "device/cuda/driver_api.hpp"
+#include "integrations/cli/supervise.hpp"
 #include "allocator/default_allocator.hpp"
 #include "runtime/cuda/process_runtime.hpp"
 #include "runtime/settings.hpp"
 #include "sublinear/error.hpp"
 #include "sublinear/export.h"
+#include "sublinear/version.h"
+
+// The mark of a sublinear preload library, with the version it was built as: `sublinear
+// run` reads it from the file before preloading it (Note [Preload library check]).
+extern "C" {
+SUBLINEAR_API extern const char sublinear_preload_version[];
+const char sublinear_preload_version[] = SUBLINEAR_VERSION_STRING;
+}
 
 namespace {
 
@@ -176,7 +184,26 @@ bool budget_memory_info(std::size_t* free_bytes, std::size_t* total_bytes) {
   return true;
 }
 
+// Tells `sublinear run` that this process loaded the library (Note [Run supervision]),
+// once: the variable goes, so the program's own children do not write.
+void tell_run_command() {
+  const char* text = std::getenv(sublinear::cli::kRunFdVariable);
+  if (text == nullptr) return;
+  char* end = nullptr;
+  const long fd = std::strtol(text, &end, 10);
+  ::unsetenv(sublinear::cli::kRunFdVariable);
+  struct stat st {};
+  if (end == text || *end != '\0' || fd < 0 || fd > 1 << 20 || ::fstat(static_cast<int>(fd), &st) != 0 ||
+      !S_ISFIFO(st.st_mode)) {
+    return;  // not the pipe `sublinear run` made: write nothing
+  }
+  const char loaded = 1;
+  (void)!::write(static_cast<int>(fd), &loaded, 1);
+  ::close(static_cast<int>(fd));
+}
+
 __attribute__((constructor)) void on_load() {
+  tell_run_command();
   try {
     const sublinear::runtime::settings s = sublinear::runtime::read_settings_from_environment();
     if (s.disable) {

@@ -30,7 +30,11 @@ __all__ = [
     "mark_iteration",
     "empty_cache",
 ]
-__version__ = "0.1.0"
+try:
+    # Written by `pip install .` from project(VERSION) in CMakeLists.txt (pyproject.toml).
+    from ._version import __version__
+except ImportError:  # python/ put on sys.path by hand: no build, no version
+    __version__ = "0+unknown"
 
 
 def stats() -> Dict[str, int]:

@@ -12,7 +12,6 @@ Approach: open the library once, lazily (importing sublinear costs nothing), and
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -53,6 +52,10 @@ _SIGNATURES: Dict[str, Any] = {
     "sublinear_last_error": (ctypes.c_char_p, []),
     "sublinear_status": (ctypes.c_char_p, []),
     "sublinear_write_report": (ctypes.c_int, [ctypes.c_char_p]),
+    "sublinear_version": (ctypes.c_char_p, []),
+    "sublinear_check_setting": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p]),
+    "sublinear_setting_info": (ctypes.c_int, [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                              ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_int)]),
 }
 
 
@@ -82,9 +85,12 @@ def preload_library_path() -> str:
 
 
 def preloaded() -> bool:
-    """True when this process runs under `sublinear run` (libsublinear_preload.so in LD_PRELOAD)."""
-    entries = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
-    return any(Path(e).name == PRELOAD_NAME for e in entries)
+    """True when this process runs under `sublinear run`: libsublinear_preload.so is loaded
+    in its global scope (its marker symbol is there), not merely named in LD_PRELOAD."""
+    try:
+        return hasattr(ctypes.CDLL(None), "sublinear_preload_version")
+    except OSError:
+        return False
 
 
 def load() -> ctypes.CDLL:

@@ -1,176 +1,112 @@
 """Checks SUBLINEAR_* settings in Python before they reach the native library.
 
-Note [Settings checked twice]
+Note [Settings checked at enable()]
 Rationale: the native library reads its settings when it creates its allocator, at the
   first CUDA allocation. A malformed value found there can only fail that allocation, and
   PyTorch reports a failed pluggable allocation as an out-of-memory error, far from the
   call that set it. enable() therefore checks every value when it is called and raises
-  ValueError naming the setting and the forms it accepts.
-Approach: the rules of options_table() (runtime/settings.cpp) and parse_budget()
-  (policy/budget.cpp) restated for the values a user passes; the messages use the same
-  wording as docs/settings.md. The native library still checks everything itself.
-Limitations: two copies of the rules: tests/python/test_settings.py pins each form of
-  docs/settings.md, so a change to one side that the other misses fails there.
+  ValueError naming the setting, the value and the accepted forms.
+Approach: the native parser decides, through the C API: sublinear_check_setting() runs
+  the runtime's own reader (runtime/settings.cpp) on one value, and
+  sublinear_setting_info() lists the settings with their forms. Python only turns its
+  own types into text (a bool for a switch, an int budget as bytes) and refuses what has
+  no text form (a float budget).
+Limitations: checking loads the package's libsublinear.so (or, under `sublinear run`, the
+  preloaded library's C API), as enable() does anyway.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import re
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, Mapping, Optional, Tuple, Union
 
-BUDGET_FORMS = (
-    "bytes with a unit (8GiB, 512MiB, 1.5GB, 1048576), a share of device memory (60%), or a "
-    "multiple of the traced peak (0.5x)"
-)
-POLICIES = ("none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr")
-BOOL_TRUE = ("1", "true", "yes", "on")
-BOOL_FALSE = ("0", "false", "no", "off")
-
-# name -> accepted forms, as the table of docs/settings.md words them (a test keeps them equal).
-SETTINGS: Dict[str, str] = {
-    "SUBLINEAR_BUDGET": BUDGET_FORMS,
-    "SUBLINEAR_POLICY": ", ".join(POLICIES),
-    "SUBLINEAR_REPORT": "a file path",
-    "SUBLINEAR_LOG": "error, warn, info, debug, optionally followed by :PATH (info:/tmp/sublinear.log)",
-    "SUBLINEAR_VALIDATE": "off, first, always",
-    "SUBLINEAR_RETENTION": "1/true/yes/on or 0/false/no/off",
-    "SUBLINEAR_MULTIPASS": "1/true/yes/on or 0/false/no/off",
-    "SUBLINEAR_PACKS": "1/true/yes/on or 0/false/no/off",
-    "SUBLINEAR_SCALED_CACHE": "1/true/yes/on or 0/false/no/off",
-    "SUBLINEAR_TRACE": "a file path",
-    "SUBLINEAR_TRACE_ITERATIONS": "1 or 2",
-    "SUBLINEAR_ITERATION": "marker, auto",
-    "SUBLINEAR_DISABLE": "1/true/yes/on or 0/false/no/off",
-}
-# Settings that take a boolean.
-SWITCHES = ("SUBLINEAR_DISABLE", "SUBLINEAR_RETENTION", "SUBLINEAR_MULTIPASS", "SUBLINEAR_PACKS", "SUBLINEAR_SCALED_CACHE")
-# Environment variables of the build and test scripts, not settings (docs/settings.md).
-NOT_SETTINGS = ("SUBLINEAR_ROOT", "SUBLINEAR_SANITIZER", "SUBLINEAR_STRESS_OPS", "SUBLINEAR_BUILD_TYPE",
-                "SUBLINEAR_BUILD_TARGETS")
-# Settings whose default is unset: an empty value means unset.
-OPTIONAL = ("SUBLINEAR_BUDGET", "SUBLINEAR_REPORT", "SUBLINEAR_TRACE")
-
-_BYTE_UNITS = {
-    "": 1, "b": 1,
-    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-}
-_NUMBER = re.compile(r"[ \t]*([0-9]+(?:\.[0-9]+)?)[ \t]*(.*?)[ \t]*\Z", re.S)
-_SIZE_MAX = (1 << 64) - 1
+from . import _native
 
 Value = Union[str, int, float, bool, os.PathLike]
 
-
-def _bad(name: str, value: str, why: str = "") -> ValueError:
-    reason = f": {why}" if why else " is not valid"
-    return ValueError(f"sublinear: {name}={value!r}{reason}; accepted: {SETTINGS[name]}")
+_table: Optional[Tuple[Dict[str, str], Tuple[str, ...]]] = None
 
 
-def _check_budget(name: str, text: str) -> None:
-    m = _NUMBER.match(text)
-    if not m:
-        raise _bad(name, text, "it does not start with a number")
-    number, suffix = m.group(1), m.group(2)
-    value = float(number)
-    if not value > 0:
-        raise _bad(name, text, "a budget must be greater than zero")
-    if suffix == "%":
-        if value > 100:
-            raise _bad(name, text, "a percentage of device memory cannot exceed 100%")
-        return
-    if suffix in ("x", "X"):
-        return
-    multiplier = _BYTE_UNITS.get(suffix.lower())
-    if multiplier is None:
-        hint = " (single-letter units are ambiguous: write GiB or GB)" if len(suffix) == 1 else ""
-        raise _bad(name, text, f"unknown unit {suffix!r}{hint}")
-    if "." in number:
-        whole, frac = number.split(".")
-        num = int(whole + frac) * multiplier
-        nbytes = num // (10 ** len(frac))
-    else:
-        nbytes = int(number) * multiplier
-    if nbytes > _SIZE_MAX:
-        raise _bad(name, text, "the value is too large")
-    if nbytes == 0:
-        raise _bad(name, text, "it is less than one byte")
+def _settings_table() -> Tuple[Dict[str, str], Tuple[str, ...]]:
+    """(name -> accepted forms, names of the yes/no switches), from the native library."""
+    global _table
+    if _table is None:
+        info = _native.function("sublinear_setting_info")
+        forms: Dict[str, str] = {}
+        switches = []
+        index = 0
+        name, text, switch = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_int()
+        while info(index, ctypes.byref(name), ctypes.byref(text), ctypes.byref(switch)) == 0:
+            decoded = (name.value or b"").decode()
+            forms[decoded] = (text.value or b"").decode()
+            if switch.value:
+                switches.append(decoded)
+            index += 1
+        _table = (forms, tuple(switches))
+    return _table
+
+
+def settings() -> Dict[str, str]:
+    """Every setting's variable name -> its accepted forms, in the order of docs/settings.md."""
+    return dict(_settings_table()[0])
+
+
+def _forms(name: str) -> str:
+    return _settings_table()[0].get(name, "see docs/settings.md")
 
 
 def check(name: str, value: str) -> None:
-    """Raises ValueError when `value` is not an accepted form of setting `name`."""
-    if name not in SETTINGS:
-        raise ValueError(f"sublinear: unknown setting {name}; the settings are: {', '.join(SETTINGS)}")
-    if value == "":
-        if name in OPTIONAL:
-            return
-        raise _bad(name, value, "the value is empty")
-    lower = value.lower()
-    if name == "SUBLINEAR_BUDGET":
-        _check_budget(name, value)
-    elif name == "SUBLINEAR_POLICY":
-        if value not in POLICIES:  # planner names are taken as written
-            raise _bad(name, value)
-    elif name == "SUBLINEAR_LOG":
-        level, colon, path = value.partition(":")
-        if level.lower() not in ("error", "warn", "warning", "info", "debug"):
-            raise _bad(name, value)
-        if colon and not path:
-            raise _bad(name, value, "a level followed by a non-empty path after ':'")
-    elif name == "SUBLINEAR_VALIDATE":
-        if lower not in ("off", "first", "always"):
-            raise _bad(name, value)
-    elif name == "SUBLINEAR_TRACE_ITERATIONS":
-        if value not in ("1", "2"):
-            raise _bad(name, value)
-    elif name == "SUBLINEAR_ITERATION":
-        if lower not in ("marker", "auto"):
-            raise _bad(name, value)
-    elif name in SWITCHES:
-        if lower not in BOOL_TRUE + BOOL_FALSE:
-            raise _bad(name, value)
-    # SUBLINEAR_REPORT, SUBLINEAR_TRACE: any non-empty path.
+    """Raises ValueError, with the native parser's reason, when `value` is not an accepted
+    form of setting `name` (or `name` is no setting)."""
+    if "\0" in name or "\0" in value:
+        raise ValueError(f"sublinear: {name}={value!r}: a setting cannot contain a NUL character")
+    fn = _native.function("sublinear_check_setting")
+    if fn(os.fsencode(name), os.fsencode(value)) != 0:
+        raise ValueError(_native.last_error() or f"sublinear: {name}={value!r} is not valid; accepted: {_forms(name)}")
 
 
 def _as_text(name: str, value: Value) -> str:
     if isinstance(value, bool):
-        if name in SWITCHES:
+        if name in _settings_table()[1]:
             return "1" if value else "0"
-        raise ValueError(f"sublinear: {name}={value!r} is not valid; accepted: {SETTINGS[name]}")
+        raise ValueError(f"sublinear: {name}={value!r}: only yes/no settings take a bool; accepted: {_forms(name)}")
     if isinstance(value, int):
         if name == "SUBLINEAR_BUDGET" and value <= 0:
-            raise _bad(name, str(value), "a budget must be greater than zero")
+            raise ValueError(f"sublinear: {name}={value!r}: a budget must be greater than zero; "
+                             f"accepted: {_forms(name)}")
         return str(value)
     if isinstance(value, float):
         if name == "SUBLINEAR_BUDGET":
             raise ValueError(
                 f"sublinear: {name}={value!r}: a float is ambiguous for a budget (bytes, a share or a "
                 f"multiple?); give a string such as '0.5x' or '60%', or bytes as an int; accepted: "
-                f"{SETTINGS[name]}")
+                f"{_forms(name)}")
         return repr(value)
     if isinstance(value, (str, os.PathLike)):
         text = os.fspath(value)
         if isinstance(text, bytes):
             text = os.fsdecode(text)
         return text
-    raise ValueError(f"sublinear: {name}={value!r}: expected a string; accepted: {SETTINGS[name]}")
+    raise ValueError(f"sublinear: {name}={value!r}: expected a string; accepted: {_forms(name)}")
 
 
 def from_arguments(budget: Optional[Value] = None, policy: Optional[Value] = None,
-                   report: Optional[Value] = None, **settings: Value) -> Dict[str, str]:
+                   report: Optional[Value] = None, **given: Value) -> Dict[str, str]:
     """enable()'s arguments as SUBLINEAR_* variables, each checked. None leaves a setting out.
 
     Keyword names are the settings' names without the prefix, in any case:
     log="info", validate="always", trace_iterations=1, iteration="auto", disable=True.
     """
-    given = {"budget": budget, "policy": policy, "report": report, **settings}
+    arguments = {"budget": budget, "policy": policy, "report": report, **given}
+    known = _settings_table()[0]
     out: Dict[str, str] = {}
-    for key, value in given.items():
+    for key, value in arguments.items():
         if value is None:
             continue
         name = "SUBLINEAR_" + key.upper()
-        if name not in SETTINGS:
-            keywords = ", ".join(n[len("SUBLINEAR_"):].lower() for n in SETTINGS)
+        if name not in known:
+            keywords = ", ".join(n[len("SUBLINEAR_"):].lower() for n in known)
             raise ValueError(f"sublinear: unknown setting {key!r}; the settings are: {keywords} "
                              f"(docs/settings.md)")
         text = _as_text(name, value)
@@ -180,8 +116,8 @@ def from_arguments(budget: Optional[Value] = None, policy: Optional[Value] = Non
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
-    """Checks every SUBLINEAR_* variable of `environ` as the native library will."""
+    """Checks every SUBLINEAR_* variable of `environ` as the native library will read it (the
+    build scripts' own SUBLINEAR_ROOT, SUBLINEAR_BUILD_TYPE, ... are not settings and pass)."""
     for name, value in environ.items():
-        if not name.startswith("SUBLINEAR_") or name in NOT_SETTINGS:
-            continue
-        check(name, value)
+        if name.startswith("SUBLINEAR_"):
+            check(name, value)

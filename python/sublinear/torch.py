@@ -148,8 +148,8 @@ def enable(budget: Optional[_settings.Value] = None, policy: Optional[str] = Non
         # The environment the native library will see: what is there, overridden by the arguments.
         environment = {k: v for k, v in os.environ.items() if k.startswith("SUBLINEAR_")}
         environment.update(chosen)
-        _settings.check_environment(environment)
         _check_preload_route()
+        _settings.check_environment(environment)
         torch = _import_torch()
         _check_cuda(torch)
         if chosen and _native.settings_read:

@@ -9,31 +9,16 @@
 //   or a CUkernel cast to one: the driver accepts both), dims, shared memory and stream,
 //   and the packed block as CU_LAUNCH_PARAM_BUFFER_POINTER / CU_LAUNCH_PARAM_BUFFER_SIZE.
 //   Copies go through cuMemcpyAsync (unified addressing resolves host or device sides),
-//   sets through cuMemsetD8Async. Validation's downloads and repairs synchronize the stream
-//   and copy synchronously. Every call runs under tracer::untraced_scope, so the CUPTI
-//   collector does not record the engine's own work, and in the device's primary context
-//   when the calling thread has none. Failures throw sublinear::device_error naming the
-//   call and the driver's error.
-//   When the driver refuses the packed block with CUDA_ERROR_INVALID_VALUE, the launch is
-//   tried once more in the kernelParams form (one pointer per parameter, at the offsets
-//   cuFuncGetParamInfo gives): on an H200 (session 22) cuDNN's
-//   bn_fw_tr_1C11_singleread kernel, whose one argument is a 376-byte struct, was refused
-//   through `extra`; in session 24 it was refused after the retry too (grid 64, block 512,
-//   32 KiB of dynamic shared memory). Why is not known: a refusal now throws with the
-//   driver's result for both forms, the launch's dimensions and the function's
-//   attributes (maximum threads per block, static and maximum dynamic shared memory,
-//   registers, PTX version, cluster requirements). Session 25's run showed the handle
-//   answers no cuFuncGetAttribute (CUDA_ERROR_INVALID_HANDLE) while cuKernelGetParamInfo
-//   knows it: a CUkernel. A refused CUkernel is now launched once more as the CUfunction
-//   cuKernelGetFunction gives for it in the current context, and the message says whether
-//   the handle is a CUfunction or a CUkernel and the attributes the driver gives for it.
-//   That message gave the cause: the kernel's maximum dynamic shared memory was 2 KiB
-//   while the launch replayed had used 8 KiB (32 KiB for another): cuDNN sets the limit
-//   to what each launch needs, and the last one set it lower. So a launch refused with
-//   CUDA_ERROR_INVALID_VALUE whose dynamic shared memory is above the function's limit
-//   is launched again with the limit raised to what it recorded, and the limit is put
-//   back at once (Note [Dynamic shared memory limit] in device/host/device.hpp: the
-//   host device has the same rule, and the engine's tests meet it there).
+//   sets through cuMemsetD8Async; validation's downloads and repairs copy synchronously.
+//   Every call runs under tracer::untraced_scope (the CUPTI collector does not record the
+//   engine's own work), in the device's primary context when the calling thread has none.
+//   Failures throw sublinear::device_error naming the call and the driver's error.
+//   A launch refused with CUDA_ERROR_INVALID_VALUE is tried again: in the kernelParams
+//   form, with the function's dynamic shared memory limit raised to what the launch
+//   recorded (Note [Dynamic shared memory limit] in device/host/device.hpp), and, for a
+//   CUkernel, as the CUfunction cuKernelGetFunction gives for it. A launch still refused
+//   throws with everything that decides whether a launch is accepted. The retries and
+//   the cuDNN kernels that need them: docs/design-notes.md#replay-through-the-driver.
 // Limitations: launch attributes of cuLaunchKernelEx (clusters, cooperative, programmatic
 //   dependent launch) are not recorded, so a replay is a plain launch; the tracer records
 //   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the

@@ -25,6 +25,7 @@
 #include "runtime/cuda/collector_adapter.hpp"
 #include "runtime/cuda/cuda_replay_device.hpp"
 #include "runtime/cuda/marker_inbox.hpp"
+#include "runtime/hidden_allocations.hpp"
 #include "runtime/report/report.hpp"
 #include "policy/budget.hpp"
 #include "sublinear/error.hpp"
@@ -157,6 +158,9 @@ struct process_runtime::impl {
 
   std::atomic<bool> tracing_stopped{false};
   std::atomic<std::uint32_t> enters{0};
+  // Counts at the last iteration boundary, for Note [Hidden allocations].
+  std::uint64_t allocations_at_boundary = 0;
+  std::uint32_t enters_at_boundary = 0;
 
   // SUBLINEAR_ITERATION=auto (Note [Online iteration boundaries]): until the program marks
   // an iteration itself, which switches this off for good.
@@ -189,9 +193,26 @@ struct process_runtime::impl {
       synchronize();
       collector->flush();
     }
+    const bool was_tracing = eng->state() == engine_state::trace;
     eng->mark_iteration();
+    warn_if_allocations_hidden(was_tracing);
     // Note [Durations only while tracing] (cupti_collector.hpp).
     if (collector != nullptr) collector->set_durations(eng->state() == engine_state::trace);
+  }
+
+  // Once, when the traced iterations end (Note [Hidden allocations]).
+  void warn_if_allocations_hidden(bool was_tracing) {
+    const auto stats = alloc->get_stats();
+    const std::uint64_t allocations = stats.allocs + stats.frees;
+    const std::uint32_t launches = enters.load(std::memory_order_relaxed);
+    if (was_tracing && eng->state() != engine_state::trace && config.log >= log_level::warn) {
+      const std::string warning = hidden_allocations_warning(
+          allocations - allocations_at_boundary, launches - enters_at_boundary,  // uint32 wraps as the counter does
+          std::getenv("PYTORCH_NO_CUDA_MEMORY_CACHING"));
+      if (!warning.empty()) std::fprintf(stderr, "%s\n", warning.c_str());
+    }
+    allocations_at_boundary = allocations;
+    enters_at_boundary = launches;
   }
 
   void poll_markers() {

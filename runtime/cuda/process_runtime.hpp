@@ -9,30 +9,23 @@
 //   host_runtime (runtime/host/), wired the same way.
 // Approach: two halves with different lifetimes.
 //   - The tracing side (a recorder and the CUPTI collector) must exist before the first
-//     launch, so InitializeInjection starts it from inside cuInit (the collector then only
-//     looks up driver entry points, it does not initialize the driver). Without injection it
-//     starts with the runtime, later: launches before that are not seen, which only costs
-//     the first (traced) iteration's completeness.
-//   - The runtime proper is created on first use (allocation, status) from the
-//     environment: the driver is loaded with dlopen (a missing one is a device_error that
-//     says what to do), the device is the calling thread's current one (device 0 when no
-//     context is current), then cuda_vmm + cuda_events + caching_allocator + engine +
-//     cuda_replay_device, and the collector's listener is pointed at the engine
-//     (collector_adapter.hpp). Work the runtime queues itself (replays, event records,
-//     copies) runs under tracer::untraced_scope and is not recorded.
-//   - Iteration markers: sublinear_mark_iteration() reaches the engine through a marker
-//     inbox (Note [Marker inbox] in marker_inbox.hpp), polled before every allocation,
-//     free and launch ENTER. A traced iteration is synchronized and CUPTI's activity
-//     records flushed before it is analysed, so kernel durations are known.
+//     launch, so InitializeInjection starts it from inside cuInit. Without injection it
+//     starts with the runtime: launches before that are not seen, which only costs the
+//     first traced iteration's completeness.
+//   - The runtime proper (allocator, engine and replay device over the calling thread's
+//     device) is created on first use from the environment, the driver loaded by dlopen.
+//   - Iteration markers reach the engine through a marker inbox (Note [Marker inbox] in
+//     marker_inbox.hpp), polled before every allocation, free and launch ENTER.
 //   - At exit SUBLINEAR_REPORT is written, and SUBLINEAR_TRACE when the run ended before
 //     the engine planned (the engine writes it at planning otherwise).
 //   The process's runtime (instance()) is never destroyed: frameworks free memory from
-//   static destructors and CUDA calls back until the process exits.
+//   static destructors and CUDA calls back until the process exits. The start-up in
+//   detail: docs/design-notes.md#process-runtime.
 // Limitations: one device per process (allocations on other devices are the caller's to
 //   pass through; see serves_current_device). Without CUPTI (missing, or another subscriber
 //   such as a profiler) or with SUBLINEAR_DISABLE the engine is disabled: plain caching.
 //   Without iteration markers the engine keeps tracing; past 4M recorded events in one
-//   iteration it stops tracing and says so. Untested on a GPU when written.
+//   iteration it stops tracing and says so.
 //
 // This header does not include <cuda.h>.
 #pragma once

@@ -9,6 +9,7 @@
 //                                  they regenerate, the ENTER safety net, prefetch
 //   runtime/engine_pressure.cpp    the pressure valve and the budget overrun
 //   runtime/engine_offload.cpp     offloading to host memory while tracing
+//   runtime/engine_writes.cpp      the hashes that find writes the trace did not see
 //
 // Type map:
 //
@@ -27,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -139,6 +141,40 @@ struct engine::impl {
   std::unordered_map<buffer_id, std::vector<std::byte>> backups;
   iteration_report current;
 
+  // ---- unseen writes (Note [Unseen writes] in runtime/engine_writes.cpp) -----------------
+  struct observation {
+    std::uint32_t stamp = 0;          // 2l: just before launch l; 2l + 1: just after it
+    std::uint64_t version = 0;        // the buffer's version then
+    std::uint32_t engine_writes = 0;  // and the engine's replays touching it so far
+    std::shared_future<std::uint64_t> hash;
+  };
+  struct pending_check {
+    buffer_id buffer = none;
+    std::shared_future<std::uint64_t> expected;  // at its release
+    std::shared_future<std::uint64_t> got;       // once regenerated
+  };
+  std::vector<std::vector<buffer_id>> hash_before_at;    // position -> buffers to hash just before it
+  std::vector<std::vector<buffer_id>> hash_after_at;     // position -> buffers to hash just after it
+  std::vector<std::vector<std::pair<buffer_id, launch_id>>> guarded_inputs;  // entry -> (read in place, first reader)
+  std::vector<std::vector<std::pair<buffer_id, launch_id>>> productions;     // entry -> (target, recipe's last write)
+  std::vector<std::vector<observation>> observations;    // buffer -> this iteration's hashes, by stamp
+  std::vector<std::uint32_t> engine_writes;              // buffer -> replays touching it this iteration
+  std::vector<std::uint8_t> unseen_written;              // buffer -> kept: written where the trace saw no write
+  std::vector<std::uint8_t> tainted;                     // entry -> what its recipe reads was written unseen
+  std::vector<std::uint32_t> released_at;                // buffer -> position of its last release, or none
+  std::vector<std::shared_future<std::uint64_t>> release_hash;  // buffer -> its hash at that release
+  std::vector<pending_check> pending_checks;
+  std::unordered_set<std::uint32_t> warned_unseen;       // alloc_index values warned about
+  struct input_copy {
+    std::uint64_t version = 0;  // the block's version when copied
+    std::uint64_t hash = 0;     // its hash then: what the recipes read
+    std::vector<std::byte> bytes;
+  };
+  std::unordered_map<buffer_id, input_copy> input_copies;  // recipe inputs copied at a release
+  std::unordered_map<buffer_id, const input_copy*> read_from_copy;  // the replay running now reads these
+  std::size_t kept_unseen = 0;                           // buffers kept this iteration for unseen writes
+  std::size_t never_evict_at_begin = 0;                  // never_evict_allocs' size when the iteration began
+
   // ---- offloading while tracing (Note [Offloading the traced iteration]) ---------------------
   struct tracked_block {
     std::size_t size = 0;  // bytes the program asked for
@@ -173,6 +209,7 @@ struct engine::impl {
     e.bytes = bytes;
     e.mapped = s.mapped;
     e.allocated = s.allocated;
+    e.evicted = s.evicted;
     e.label = std::move(label);
     timeline.push_back(std::move(e));
   }
@@ -262,7 +299,7 @@ struct engine::impl {
 
   // ---- eviction and regeneration (runtime/engine_regenerate.cpp) ------------------------
   void evict(std::size_t entry_index, device::stream_handle stream);
-  void evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned);
+  bool evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned);
   void regenerate(std::size_t entry_index, device::stream_handle stream, int depth = 0, bool prefetch = false);
   bool recover_failed_recipe(const std::vector<buffer_id>& pending, const std::string& why,
                              device::stream_handle stream);
@@ -281,6 +318,24 @@ struct engine::impl {
   bool written_in(buffer_id b, std::size_t from, std::size_t until) const;
   bool recipe_valid(std::size_t i, std::size_t until) const;
   void prefetch(device::stream_handle stream);
+
+  // ---- unseen writes (runtime/engine_writes.cpp) -----------------------------------------
+  void index_write_checks();
+  void reset_write_checks();
+  [[nodiscard]] bool touched_between(buffer_id b, std::uint32_t from, std::uint32_t to) const;
+  void observe(buffer_id b, std::uint32_t stamp, device::stream_handle stream);
+  void observe_before(const launch_view& op);
+  void observe_after(const launch_view& op);
+  [[nodiscard]] const observation* first_change(buffer_id b, std::uint32_t from) const;
+  bool release_check(buffer_id b, std::size_t entry, std::uint32_t stamp, device::stream_handle stream);
+  void keep_input_copies(buffer_id b, std::size_t entry, bool planned, device::stream_handle stream);
+  [[nodiscard]] std::string suspects(buffer_id b, std::uint32_t from, std::uint32_t to) const;
+  void add_unseen_temporaries(std::size_t entry, const std::vector<buffer_id>& targets,
+                              std::unordered_set<buffer_id>& temps) const;
+  void isolate_changed_inputs(std::size_t entry, const std::vector<buffer_id>& restored,
+                              std::unordered_set<buffer_id>& temps, device::stream_handle stream);
+  void check_replay(const std::vector<buffer_id>& restored, device::stream_handle stream);
+  void settle_write_checks(bool wait);
 
   // ---- the pressure valve (runtime/engine_pressure.cpp) ---------------------------------
   std::size_t relieve(std::size_t shortfall);

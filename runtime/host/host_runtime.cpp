@@ -6,6 +6,7 @@
 
 #include "runtime/report/report.hpp"
 #include "sublinear/error.hpp"
+#include "tracer/block_hashes.hpp"
 
 namespace sublinear::runtime {
 
@@ -60,6 +61,14 @@ void host_replay_device::upload(void* device_dst, const void* host_src, std::siz
 
 void host_replay_device::copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) {
   dev_.memcpy_async(dst, src, bytes, on(stream));
+}
+
+std::shared_future<std::uint64_t> host_replay_device::hash(const void* device_src, std::size_t bytes,
+                                                           device::stream_handle stream) {
+  auto done = std::make_shared<std::promise<std::uint64_t>>();
+  std::shared_future<std::uint64_t> out = done->get_future().share();
+  dev_.host_func(on(stream), [done, device_src, bytes] { done->set_value(tracer::hash_bytes(device_src, bytes)); });
+  return out;
 }
 
 void host_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) {

@@ -24,6 +24,9 @@ class host_replay_device final : public replay_device {
   void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) override;
   void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
   double now_s() override;
+  // On the stream, by a host function: the host does not wait.
+  std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
+                                         device::stream_handle stream) override;
 
   // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
   // cannot run as a plain one (Note [Failed recipe] in engine_regenerate.cpp): the fault tests use it.

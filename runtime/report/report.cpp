@@ -14,6 +14,7 @@
 #include "runtime/report/report_json.hpp"
 #include "runtime/report/report_text.hpp"
 #include "sublinear/error.hpp"
+#include "sublinear/version.h"
 
 namespace sublinear::runtime {
 
@@ -58,7 +59,8 @@ std::vector<std::pair<std::string, std::string>> settings_pairs(const settings& 
   return out;
 }
 
-// Assigns each event its iteration and, for memory samples, its launch number; drops the
+// Assigns each event its iteration and, for memory samples, evictions and regenerations, the
+// launches completed in the iteration when it happened; drops the
 // memory samples that repeat the previous one of their iteration (keeping each
 // iteration's last sample, so a step curve still reaches the iteration's end).
 std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timeline,
@@ -75,13 +77,13 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
   bool have_last = false;
   report_event last_dropped;
   bool last_was_dropped = false;
-  std::size_t last_mapped = 0, last_allocated = 0;
+  std::size_t last_mapped = 0, last_allocated = 0, last_evicted = 0;
   dropped = 0;
   for (const timeline_event& e : timeline) {
     report_event r{e, index_of(iteration_ordinal), 0};
     if (e.what == timeline_event::kind::memory) {
       r.launch = ++launch;
-      if (have_last && e.mapped == last_mapped && e.allocated == last_allocated) {
+      if (have_last && e.mapped == last_mapped && e.allocated == last_allocated && e.evicted == last_evicted) {
         last_dropped = r;
         last_was_dropped = true;
         ++dropped;
@@ -91,6 +93,7 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
       last_was_dropped = false;
       last_mapped = e.mapped;
       last_allocated = e.allocated;
+      last_evicted = e.evicted;
       out.push_back(std::move(r));
       continue;
     }
@@ -106,6 +109,7 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
       last_was_dropped = false;
       continue;
     }
+    if (e.what == timeline_event::kind::evict || e.what == timeline_event::kind::regenerate) r.launch = launch;
     out.push_back(std::move(r));
   }
   if (last_was_dropped) {
@@ -121,7 +125,7 @@ run_report make_report(const settings& config, const report_metadata& meta, plan
                        std::vector<iteration_report> iterations, std::vector<eviction_record> evictions,
                        const std::vector<timeline_event>& timeline) {
   run_report r;
-  r.generator = "sublinear 0.1.0";
+  r.generator = "sublinear " SUBLINEAR_VERSION_STRING;
   r.model = meta.model;
   r.device = meta.device;
   r.granularity = meta.granularity;
@@ -169,6 +173,9 @@ report_totals totals(const run_report& r) {
     t.pressure_evictions += it.pressure_evictions;
     t.kept_resident += it.kept_resident;
     t.stray_pointers += it.stray_pointers;
+    t.unseen_writes += it.unseen_writes;
+    t.hashed_bytes += it.hashed_bytes;
+    t.copied_bytes += it.copied_bytes;
     t.budget_lifted += it.budget_lifted ? 1 : 0;
     t.retained += it.retained;
     t.allocator_waits += it.allocator_waits;
@@ -258,6 +265,9 @@ std::string to_json(const run_report& r) {
     w.member("pressure_evictions", it.pressure_evictions);
     w.member("kept_resident", it.kept_resident);
     w.member("stray_pointers", it.stray_pointers);
+    w.member("unseen_writes", it.unseen_writes);
+    w.member("hashed_bytes", it.hashed_bytes);
+    w.member("copied_bytes", it.copied_bytes);
     w.member("retained", it.retained);
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
@@ -304,10 +314,12 @@ std::string to_json(const run_report& r) {
         w.member("launch", re.launch);
         w.member("mapped_bytes", e.mapped);
         w.member("allocated_bytes", e.allocated);
+        w.member("evicted_bytes", e.evicted);
         break;
       case timeline_event::kind::evict:
       case timeline_event::kind::regenerate:
       case timeline_event::kind::iteration:
+        if (e.what != timeline_event::kind::iteration) w.member("launch", re.launch);
         w.member("bytes", e.bytes);
         w.member("mapped_bytes", e.mapped);
         w.member("allocated_bytes", e.allocated);
@@ -365,8 +377,9 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.budget = size_or(plan, "budget_bytes");
   r.plan.predicted_peak = size_or(plan, "predicted_peak_bytes");
   r.plan.traced_mapped_peak = size_or(plan, "traced_mapped_peak_bytes");
-  if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();  // since session 26
-  const auto seconds_or_zero = [&plan](std::string_view key) {  // since session 29
+  // Optional plan fields: a report from an earlier version of sublinear may lack them.
+  if (const json::value* a = plan.find("cache_allowance")) r.plan.cache_allowance = a->as_string();
+  const auto seconds_or_zero = [&plan](std::string_view key) {
     const json::value* v = plan.find(key);
     return v != nullptr ? v->as_number() : 0.0;
   };
@@ -388,23 +401,26 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.recomputed_launches = size_or(it, "recomputed_launches");
     ir.recompute_s = it.at("recompute_s").as_number();
     ir.stall_s = it.at("stall_s").as_number();
-    // Optional: reports written before these existed have none.
+    // Optional: reports from earlier versions of sublinear may lack them.
     ir.prefetched = size_or(it, "prefetched");
     ir.pressure_evictions = size_or(it, "pressure_evictions");
     ir.kept_resident = size_or(it, "kept_resident");
     ir.stray_pointers = size_or(it, "stray_pointers");
+    ir.unseen_writes = size_or(it, "unseen_writes");
+    ir.hashed_bytes = size_or(it, "hashed_bytes");
+    ir.copied_bytes = size_or(it, "copied_bytes");
     ir.retained = size_or(it, "retained");
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
     ir.offload_restores = size_or(it, "offload_restores");
     ir.allocator_waits = size_or(it, "allocator_waits");
     ir.handoffs = size_or(it, "handoffs");
-    ir.packed = size_or(it, "packed");  // since session 32
-    if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // since session 26
+    ir.packed = size_or(it, "packed");
+    if (const json::value* l = it.find("budget_lifted")) ir.budget_lifted = l->as_bool();  // optional
     ir.diverged = it.at("diverged").as_bool();
     if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
     ir.validation_mismatches = size_or(it, "validation_mismatches");
-    if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // since 2026-11-27
+    if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // optional
     ir.wall_s = it.at("wall_s").as_number();
     r.iterations.push_back(ir);
   }
@@ -430,6 +446,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     re.event.bytes = size_or(e, "bytes");
     re.event.mapped = size_or(e, "mapped_bytes");
     re.event.allocated = size_or(e, "allocated_bytes");
+    re.event.evicted = size_or(e, "evicted_bytes");
     if (const json::value* l = e.find("label")) re.event.label = l->as_string();
     re.event.address = static_cast<std::uintptr_t>(size_or(e, "address"));
     r.timeline.push_back(std::move(re));
@@ -521,6 +538,12 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.stray_pointers > 0)
     out << "  stray pointers     " << t.stray_pointers
         << " parameter words into evicted blocks that the traced launches did not hold: left alone\n";
+  if (t.unseen_writes > 0)
+    out << "  unseen writes      " << t.unseen_writes
+        << " writes the trace did not see, found (buffers kept, or recipe inputs read from copies)\n";
+  if (t.hashed_bytes > 0)
+    out << "  write checks       " << format_bytes(t.hashed_bytes) << " hashed, " << format_bytes(t.copied_bytes)
+        << " copied to host memory, to find writes the trace did not see\n";
   if (t.budget_lifted > 0)
     out << "  budget lifted      " << t.budget_lifted
         << " iterations ran out of room with the cache scaled to the budget and finished without it\n";

@@ -42,15 +42,15 @@ struct plan_summary {
   std::size_t budget = 0;           // bytes (0: no budget or no plan)
   std::size_t predicted_peak = 0;   // the plan's predicted peak (0: no plan)
   // The traced mapped peak the planner's overhead came from (engine::planning_mapped_peak;
-  // 0: unknown, as in reports written before session 25).
+  // 0: unknown, as in older reports without it).
   std::size_t traced_mapped_peak = 0;
   std::string error;                // why there is no plan ("" when there is one)
   // "traced" or "scaled": how much of the traced cache the planner's share kept back (Note
   // [Scaled cache allowance] in policy/planning_overhead.hpp; "traced" in older reports without it).
   std::string cache_allowance = "traced";
-  // Per iteration, from the traced durations (0 when unknown, as in reports written before
-  // session 29): what the plan recomputes, the recompute floor at the planner's share (no
-  // plan recomputes less; Note [Recompute floor]), and the traced iteration's compute.
+  // Per iteration, from the traced durations (0 when unknown, as in older reports without
+  // them): what the plan recomputes, the recompute floor at the planner's share (no plan
+  // recomputes less; Note [Recompute floor]), and the traced iteration's compute.
   double added_compute_s = 0.0;
   double floor_s = 0.0;
   double traced_compute_s = 0.0;
@@ -67,11 +67,11 @@ struct baseline_figures {
 struct report_event {
   timeline_event event;
   std::size_t iteration = 0;        // index of the iteration it belongs to
-  std::size_t launch = 0;           // memory samples: launches completed in the iteration
+  std::size_t launch = 0;           // launches completed in the iteration (memory, evict, regenerate)
 };
 
 struct run_report {
-  std::string generator;            // "sublinear 0.1.0"
+  std::string generator;            // "sublinear <version>" (SUBLINEAR_VERSION_STRING)
   std::string model;                // the workload, or the command that ran
   std::string device;               // "host", "cuda"
   std::size_t granularity = 0;      // allocator page size (0: unknown)
@@ -121,6 +121,9 @@ struct report_totals {
   std::size_t budget_lifted = 0;   // iterations whose budget was lifted (Note [Scaled cache allowance])
   std::size_t kept_resident = 0;
   std::size_t stray_pointers = 0;       // Note [Stray pointer words]
+  std::size_t unseen_writes = 0;        // Note [Unseen writes]
+  std::size_t hashed_bytes = 0;
+  std::size_t copied_bytes = 0;
   std::size_t retained = 0;             // frees deferred (Note [Retention])
   std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room
   std::size_t handoffs = 0;             // Note [Stream-ordered handoff]
@@ -154,7 +157,7 @@ struct report_totals {
 // planned) iteration, with the budget as a line. Self-contained SVG 1.1.
 struct plot_options {
   int width = 960;
-  int height = 560;
+  int height = 700;
   std::string title;  // "" : a title naming the model and the budget
 };
 [[nodiscard]] std::string render_memory_plot(const run_report& r, const plot_options& options = {});

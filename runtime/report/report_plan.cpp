@@ -152,8 +152,8 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       row.error = e.what();
       row.smallest_feasible = policy::budget_for_planner_bytes(e.smallest_feasible(), tm);
     } catch (const std::logic_error& e) {
-      // A planner's bug: its row says so and the others still run (the GPU suite's trace
-      // diagnosis lost every planner's figures to one such failure in session 24).
+      // A planner's bug: its row says so and the others still run, so one failure does not
+      // cost the GPU suite's trace diagnosis every planner's figures.
       row = plan_preview_row{};
       row.planner = name;
       row.internal_error = true;

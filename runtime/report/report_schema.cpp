@@ -40,11 +40,11 @@ std::string_view report_schema() {
         "planner": {"type": "string"},
         "budget_bytes": {"$ref": "#/$defs/bytes", "description": "The budget the plan was made for; 0 without a plan."},
         "predicted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The simulator's peak for the plan; 0 without a plan."},
-        "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (reports before 2026-11-27)."},
+        "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (older reports without it)."},
         "cache_allowance": {"enum": ["traced", "scaled"], "description": "How much of the traced iteration's allocator cache the planner's share of the budget kept back: all of it (traced), or scaled to the budget, tried only where the traced cache left the planner too little (Note [Scaled cache allowance] in policy/planning_overhead.hpp). Absent in older reports: traced."},
-        "added_compute_s": {"type": "number", "minimum": 0, "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan. Absent before session 29."},
-        "floor_s": {"type": "number", "minimum": 0, "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan. Absent before session 29."},
-        "traced_compute_s": {"type": "number", "minimum": 0, "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan. Absent before session 29."},
+        "added_compute_s": {"type": "number", "minimum": 0, "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan; absent in older reports (read as 0)."},
+        "floor_s": {"type": "number", "minimum": 0, "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan; absent in older reports (read as 0)."},
+        "traced_compute_s": {"type": "number", "minimum": 0, "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan; absent in older reports (read as 0)."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },
@@ -97,18 +97,21 @@ std::string_view report_schema() {
           "pressure_evictions": {"$ref": "#/$defs/count", "description": "Evictions the plan did not foresee, made by the pressure valve."},
           "kept_resident": {"$ref": "#/$defs/count", "description": "Planned evictions not made: the buffer found no room for pages of its own (under the budget, or on the device) and was placed in a shared segment, resident for the iteration."},
           "stray_pointers": {"$ref": "#/$defs/count", "description": "Kernel parameter words that pointed into an evicted block where the traced launch at that position held no pointer to that block (uninitialised fields keeping old addresses): left alone, nothing regenerated."},
+          "unseen_writes": {"$ref": "#/$defs/count", "description": "Writes the trace did not see, found (data-dependent writes): a buffer, or a block its recipe reads in place, changed after it was produced or read, and the buffer was kept resident at its release (never evicted again), or a replay read the input from the copy kept at the release. Optional when read."},
+          "hashed_bytes": {"$ref": "#/$defs/bytes", "description": "Bytes hashed in this iteration to find writes the trace did not see (Note [Unseen writes]). Optional when read."},
+          "copied_bytes": {"$ref": "#/$defs/bytes", "description": "Bytes of recipe inputs copied to host memory at a release because a kernel touches them before the regeneration; a replay reads the copy if that kernel changed the input unseen (Note [Unseen writes]). Optional when read."},
           "retained": {"$ref": "#/$defs/count", "description": "Frees of the program the engine deferred so that recipes read the block in place (retentions of the plan)."},
           "offloads": {"$ref": "#/$defs/count", "description": "Blocks copied to host memory and evicted while tracing under an absolute budget."},
           "offloaded_bytes": {"$ref": "#/$defs/bytes"},
           "offload_restores": {"$ref": "#/$defs/count", "description": "Offloaded blocks brought back for a launch, copy or set."},
           "allocator_waits": {"$ref": "#/$defs/count", "description": "Times the allocator waited for a stream to make room under the budget (each drains that stream's queue)."},
           "handoffs": {"$ref": "#/$defs/count", "description": "Mappings that took a chunk still in use by queued work of their own stream instead of waiting for it (stream-ordered handoff)."},
-          "packed": {"$ref": "#/$defs/count", "description": "Planned buffers placed in a pack: shared pages with other evicted buffers of their recipe, mapped while any of them is resident. Absent before session 32."},
+          "packed": {"$ref": "#/$defs/count", "description": "Planned buffers placed in a pack: shared pages with other evicted buffers of their recipe, mapped while any of them is resident. Absent in older reports (read as 0)."},
           "budget_lifted": {"type": "boolean", "description": "A plan made with the scaled cache allowance ran out of room in this iteration after the pressure valve: the rest of the iteration ran without the budget (its peak may exceed it) and the engine planned again with the whole traced cache. Absent in older reports."},
           "diverged": {"type": "boolean", "description": "The iteration differed from the trace; everything was restored and the next iteration is traced again."},
           "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
-          "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in reports before 2026-11-27."},
+          "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in older reports."},
           "wall_s": {"$ref": "#/$defs/seconds"}
         }
       }
@@ -147,10 +150,11 @@ std::string_view report_schema() {
               "iteration": {"$ref": "#/$defs/count", "description": "The iteration the event belongs to."},
               "begin_s": {"$ref": "#/$defs/seconds", "description": "Seconds since the engine started."},
               "end_s": {"$ref": "#/$defs/seconds"},
-              "launch": {"$ref": "#/$defs/count", "description": "memory: launches completed in the iteration when sampled."},
+              "launch": {"$ref": "#/$defs/count", "description": "memory, evict and regenerate: launches completed in the iteration when it happened."},
               "bytes": {"$ref": "#/$defs/bytes", "description": "evict and regenerate: the buffers' size; iteration: its peak of mapped bytes."},
               "mapped_bytes": {"$ref": "#/$defs/bytes"},
               "allocated_bytes": {"$ref": "#/$defs/bytes"},
+              "evicted_bytes": {"$ref": "#/$defs/bytes", "description": "memory: of allocated_bytes, the bytes of live blocks whose pages are given back."},
               "label": {"type": "string", "description": "evict and regenerate: the producer kernel; iteration: its state."},
               "address": {"$ref": "#/$defs/bytes", "description": "allocate, release, evict and regenerate: the block's device address."}
             }

@@ -1,4 +1,4 @@
-// Packs (Note [Packs] in allocator/detail/pack_table.hpp): several small evictable blocks
+// Packs (Note [Pack segments] in allocator/detail/pack_table.hpp): several small evictable blocks
 // sharing one dedicated segment whose pages are mapped while any member is resident.
 #include <gtest/gtest.h>
 

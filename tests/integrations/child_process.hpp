@@ -19,6 +19,7 @@ namespace sublinear::testing {
 
 struct child_result {
   int exit_code = -1;  // -1: did not exit normally
+  int signal = 0;      // the signal that ended it, if one did
   std::string out, err;
 };
 
@@ -83,7 +84,10 @@ inline child_result run_child(const std::vector<std::string>& argv, const std::v
   ::posix_spawn_file_actions_destroy(&actions);
   if (spawned == 0) {
     int status = 0;
-    if (::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+    if (::waitpid(pid, &status, 0) == pid) {
+      if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
+    }
   }
   ::close(out_fd);
   ::close(err_fd);

@@ -6,7 +6,12 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdlib.h>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -79,6 +84,151 @@ TEST(RunCommand, AMalformedSettingStopsBeforeTheCommandRuns) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_EQ(r.out, "") << "the command must not run";
   EXPECT_NE(r.err.find("SUBLINEAR_BUDGET"), std::string::npos) << r.err;
+}
+
+// Note [Preload library check]: ld.so would skip these with one "ignored" line and run the
+// command without sublinear.
+TEST(RunCommand, AFileThatIsNoLibraryIsRefusedBeforeTheCommandRuns) {
+  REQUIRE_BUILT();
+  const child_result r =
+      run_child({cli(), "run", "--library", "/etc/passwd", "--", "/bin/sh", "-c", "echo ran"}, clean_env());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "") << "the command must not run";
+  EXPECT_NE(r.err.find("'/etc/passwd' is not a shared library"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, ALibraryThatIsNotSublinearsPreloadLibraryIsRefused) {
+  REQUIRE_BUILT();
+  const std::string other = lib_dir() + "/libsublinear.so";  // a shared library, but the C API only
+  if (!readable(other)) GTEST_SKIP() << other << " is not built";
+  const child_result r = run_child({cli(), "run", "--library", other, "--print-env", "--", "/bin/true"}, clean_env());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("not sublinear's preload library"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sublinear_preload_version"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, TheBuiltPreloadLibraryPassesTheCheckWhenNamed) {
+  REQUIRE_BUILT();
+  const child_result r = run_child(
+      {cli(), "run", "--library", lib_dir() + "/libsublinear_preload.so", "--print-env", "--", "/bin/true"}, clean_env());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(RunCommand, PyTorchsCachingAllocatorIsTurnedOffForTheCommandUnlessSet) {
+  REQUIRE_BUILT();
+  child_result r = run_child({cli(), "run", "--", "/bin/sh", "-c", "printf %s \"$PYTORCH_NO_CUDA_MEMORY_CACHING\""},
+                             clean_env({}));
+  EXPECT_EQ(r.out, "1") << r.err;
+  r = run_child({cli(), "run", "--", "/bin/sh", "-c", "printf %s \"$PYTORCH_NO_CUDA_MEMORY_CACHING\""},
+                clean_env({"PYTORCH_NO_CUDA_MEMORY_CACHING=0"}));
+  EXPECT_EQ(r.out, "0") << r.err;
+}
+
+// Note [Run supervision].
+TEST(RunCommand, ACommandThatNeverLoadsTheLibraryFailsAndSaysSo) {
+  REQUIRE_BUILT();
+  const std::string static_program = bin_dir() + "/sublinear_test_static_exit";
+  if (!readable(static_program)) GTEST_SKIP() << static_program << " is not built (no static libc)";
+  const child_result r = run_child({cli(), "run", "--", static_program, "0"}, clean_env());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("ran without sublinear"), std::string::npos) << r.err;
+  // Its own failure is kept.
+  EXPECT_EQ(run_child({cli(), "run", "--", static_program, "5"}, clean_env()).exit_code, 5);
+}
+
+TEST(RunCommand, ACommandThatLoadedTheLibraryIsNotToldOtherwise) {
+  REQUIRE_BUILT();
+  const child_result r = run_child({cli(), "run", "--", "/bin/true"}, clean_env());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("ran without sublinear"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, AStaleLoadedPipeVariableInTheEnvironmentIsReplaced) {
+  REQUIRE_BUILT();
+  const child_result r = run_child({cli(), "run", "--", "/bin/true"}, clean_env({"_SUBLINEAR_RUN_FD=999"}));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("ran without sublinear"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, ACommandKilledByASignalEndsTheRunWithTheSameSignal) {
+  REQUIRE_BUILT();
+  const child_result r = run_child({cli(), "run", "--", "/bin/sh", "-c", "kill -TERM $$"}, clean_env());
+  EXPECT_EQ(r.signal, SIGTERM) << "exit " << r.exit_code << "\n" << r.err;
+}
+
+// `sublinear run -- /bin/sh -c SCRIPT` started in the background; SCRIPT writes the
+// shell's pid to `pid_file` first. Returns the run's pid and, once written, the shell's.
+struct background_run {
+  pid_t run = -1;
+  pid_t command = -1;
+};
+
+background_run start_in_background(const std::string& script, const std::string& pid_file) {
+  background_run b;
+  ::unlink(pid_file.c_str());
+  const std::vector<std::string> argv{cli(), "run", "--", "/bin/sh", "-c", "echo $$ > " + pid_file + "; " + script};
+  const std::vector<std::string> env = clean_env();
+  std::vector<char*> args, envp;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  if (::posix_spawn(&b.run, args[0], nullptr, nullptr, args.data(), envp.data()) != 0) return b;
+  // Bounded: the shell writes its pid at once (30 s at most, then the test fails).
+  for (int i = 0; i < 3000 && b.command <= 0; ++i) {
+    const std::string text = slurp(pid_file);
+    if (!text.empty() && text.back() == '\n') b.command = static_cast<pid_t>(std::stol(text));
+    if (b.command <= 0) ::usleep(10000);
+  }
+  return b;
+}
+
+// Whether `pid` has ended (gone, or a zombie nobody has reaped yet).
+bool ended(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return true;
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
+
+TEST(RunCommand, ATermSentToTheRunReachesTheCommand) {
+  REQUIRE_BUILT();
+  const std::string pid_file = ::testing::TempDir() + "run-term.pid";
+  const background_run b = start_in_background("trap 'exit 7' TERM; while :; do sleep 0.05; done", pid_file);
+  ASSERT_GT(b.run, 0);
+  ASSERT_GT(b.command, 0) << "the command never started";
+  ::kill(b.run, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(::waitpid(b.run, &status, 0), b.run);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 7) << "the command's trap decides the exit status";
+}
+
+TEST(RunCommand, KillingTheRunKillsTheCommand) {
+  REQUIRE_BUILT();
+  const std::string pid_file = ::testing::TempDir() + "run-kill.pid";
+  const background_run b = start_in_background("while :; do sleep 0.05; done", pid_file);
+  ASSERT_GT(b.run, 0);
+  ASSERT_GT(b.command, 0) << "the command never started";
+  ::kill(b.run, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(b.run, &status, 0), b.run);
+  // PR_SET_PDEATHSIG delivers SIGKILL to the command; wait (bounded) for it to end.
+  bool gone = false;
+  for (int i = 0; i < 3000 && !gone; ++i) {
+    gone = ended(b.command);
+    if (!gone) ::usleep(10000);
+  }
+  if (!gone) ::kill(b.command, SIGKILL);  // leave nothing behind
+  EXPECT_TRUE(gone) << "the command outlived `sublinear run`";
+}
+
+TEST(RunCommand, ACommandThatDoesNotExistIsReportedAs127) {
+  REQUIRE_BUILT();
+  const child_result r = run_child({cli(), "run", "--", "/nonexistent/program"}, clean_env());
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.err.find("cannot run '/nonexistent/program'"), std::string::npos) << r.err;
 }
 
 }  // namespace

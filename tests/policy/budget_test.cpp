@@ -85,6 +85,24 @@ TEST(Budget, MultipleOfThePeakBeforeATraceIsAnErrorThatSaysSo) {
   }
 }
 
+TEST(Budget, ASingleLetterUnitIsAnErrorThatSuggestsTheTwoItCouldMean) {
+  // "8G" could be GiB or GB; the Python package shows this same message (one parser).
+  for (const char* text : {"8G", "8g", "512M"}) {
+    try {
+      (void)parse_budget(text);
+      FAIL() << "expected config_error for '" << text << "'";
+    } catch (const config_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("single-letter units are ambiguous: write GiB or GB"));
+    }
+  }
+  try {
+    (void)parse_budget("8 GiBs");
+    FAIL() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("single-letter")));
+  }
+}
+
 class MalformedBudget : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(MalformedBudget, IsAConfigErrorNamingTheValueAndTheAcceptedForms) {

@@ -27,7 +27,7 @@ TEST(PlanningOverhead, AddsAPageAndASixteenthOfTheBudget) {
   EXPECT_EQ(planning_overhead(32 * MiB, traced_memory{0, 0, 2 * MiB}), 2 * MiB + 2 * MiB) << "a CUDA page";
 }
 
-// GPT-2's blocks on an H200 (session 25): 4.46 MiB in sub-page buffers at most, a 362 MiB
+// GPT-2's blocks on an H200: 4.46 MiB in sub-page buffers at most, a 362 MiB
 // budget whose sixteenth is 22.6 MiB. The sixteenth is for the fragmentation of pages that
 // sub-page buffers share, so it is capped at what they hold.
 TEST(PlanningOverhead, TheSixteenthIsCappedAtTheBytesInSubPageBuffers) {

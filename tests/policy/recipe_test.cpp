@@ -294,7 +294,7 @@ TEST(Recipe, ASideOutputWrittenAgainOutsideTheRecipeIsRefused) {
   }
 }
 
-// cuDNN's weight-gradient convolution on an H200 (session 25): two transposes write the
+// cuDNN's weight-gradient convolution on an H200: two transposes write the
 // layer's input and output gradient into a workspace w, the wgrad kernel reads them there
 // and writes the gradient t and a counter inside w, and w is freed before the optimizer
 // reads t: L0 -> w | L1 f(w) -> t, w | free w | L2 | L3 opt(t). Replayed before L3, L1's

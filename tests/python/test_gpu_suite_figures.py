@@ -18,7 +18,7 @@ def load_suite():
 
 def test_planned_times_under_the_marker_route_are_the_programs_own_timings_of_planned_iterations():
     suite = load_suite()
-    # GPT-2 without eviction on an H200 (session 28): the program's timings and the report's states.
+    # GPT-2 without eviction on an H200: the program's timings and the report's states.
     program = [2.5514, 2.1927, 0.0192, 0.0195, 0.0167, 0.0173, 0.0145, 0.0198, 0.0158, 0.0159]
     states = ["trace", "trace", "validate"] + ["steady"] * 7
     assert suite.planned_times(program, states) == program[2:]

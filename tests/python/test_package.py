@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,68 @@ import pytest
 import sublinear
 from sublinear import _native
 
+from conftest import REPO
+
 C_API = (
     "sublinear_alloc", "sublinear_free", "sublinear_record_stream", "sublinear_empty_cache",
     "sublinear_get_stats", "sublinear_reset_peaks", "sublinear_mark_iteration",
     "sublinear_last_error", "sublinear_status", "sublinear_write_report",
+    "sublinear_version", "sublinear_check_setting", "sublinear_setting_info",
 )
+
+
+def console_script():
+    """The `sublinear` command `pip install .` put beside this Python."""
+    return Path(sys.executable).parent / "sublinear"
+
+
+def project_version():
+    """project(sublinear VERSION ...) in CMakeLists.txt: the one place the version is written."""
+    text = (REPO / "CMakeLists.txt").read_text()
+    return re.search(r"project\(sublinear VERSION ([0-9.]+)", text).group(1)
+
+
+def test_the_package_library_and_metadata_have_the_projects_version():
+    version = project_version()
+    assert sublinear.__version__ == version
+    assert metadata.version("sublinear") == version
+    assert _native.function("sublinear_version")().decode() == version
+
+
+def test_pip_install_puts_a_sublinear_command_on_path_that_prints_the_version():
+    script = console_script()
+    assert script.is_file(), f"no console script at {script}"
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"sublinear {project_version()}\n"
+
+
+def test_the_console_script_runs_the_command_line():
+    from sublinear.__main__ import cli_path
+
+    if cli_path() is None:
+        pytest.skip("the package was built with SUBLINEAR_PYTHON_CLI=OFF and no sublinear is on PATH")
+    done = subprocess.run([str(console_script()), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: sublinear <command>" in done.stdout
+
+
+def test_the_command_line_is_never_the_console_script_itself(monkeypatch, tmp_path):
+    # With no program in the package, a `sublinear` on PATH that is the console script (a
+    # Python script) must not be taken for the program: it would start itself forever.
+    from sublinear import __main__ as entry
+
+    monkeypatch.setattr(entry, "__file__", str(tmp_path / "__main__.py"))
+    monkeypatch.setenv("PATH", str(console_script().parent))
+    assert entry.cli_path() is None
+    assert entry.main(["--version"]) == 0
+
+
+def test_the_wheel_ships_the_license():
+    files = metadata.files("sublinear") or []
+    licenses = [f for f in files if f.name == "LICENSE"]
+    assert licenses, "LICENSE is not in the installed distribution"
+    assert "Apache License" in licenses[0].read_text()
 
 
 def test_library_path_names_the_shared_library_inside_the_package():
@@ -127,6 +186,7 @@ def test_python_m_sublinear_runs_the_command_line():
 
 
 def test_sublinear_run_from_the_package_preloads_the_package_library(clean_settings):
+    clean_settings.delenv("PYTORCH_NO_CUDA_MEMORY_CACHING", raising=False)
     bundled = Path(sublinear.__file__).resolve().parent / "bin" / "sublinear"
     if not bundled.is_file():
         pytest.skip("the package was built with SUBLINEAR_PYTHON_CLI=OFF")
@@ -141,6 +201,7 @@ def test_sublinear_run_from_the_package_preloads_the_package_library(clean_setti
     assert "SUBLINEAR_BUDGET=8GiB" in lines
     assert f"LD_PRELOAD={preload}" in lines
     assert f"CUDA_INJECTION64_PATH={preload}" in lines
+    assert "PYTORCH_NO_CUDA_MEMORY_CACHING=1" in lines
 
 
 def test_under_sublinear_run_the_package_talks_to_the_preloaded_runtime(clean_settings):
@@ -152,6 +213,8 @@ def test_under_sublinear_run_the_package_talks_to_the_preloaded_runtime(clean_se
         "print(_native.preloaded())\n"
         "print(sublinear.status())\n"
         "sublinear.mark_iteration()\n"
+        "from sublinear import _settings\n"
+        "_settings.check('SUBLINEAR_BUDGET', '8GiB')\n"
         "maps = open('/proc/self/maps').read()\n"
         "print('libsublinear.so' in maps, 'libsublinear_preload.so' in maps)\n"
     )

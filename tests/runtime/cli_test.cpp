@@ -130,6 +130,17 @@ TEST(RunEnvironment, EntriesWithoutAnEqualsSignPassThrough) {
   EXPECT_NE(std::find(env.variables.begin(), env.variables.end(), "ODD"), env.variables.end());
 }
 
+TEST(RunEnvironment, TurnsPyTorchsCachingAllocatorOffUnlessTheEnvironmentSetsIt) {
+  // Note [Hidden allocations]: with the cache on, sublinear would see almost nothing.
+  EXPECT_EQ(value_of(compose_run_environment({"PATH=/usr/bin"}, {}, kLib), "PYTORCH_NO_CUDA_MEMORY_CACHING"), "1");
+  EXPECT_EQ(value_of(compose_run_environment({"PYTORCH_NO_CUDA_MEMORY_CACHING=0"}, {}, kLib),
+                     "PYTORCH_NO_CUDA_MEMORY_CACHING"),
+            "0");
+  EXPECT_EQ(value_of(compose_run_environment({"PYTORCH_NO_CUDA_MEMORY_CACHING="}, {}, kLib),
+                     "PYTORCH_NO_CUDA_MEMORY_CACHING"),
+            "");
+}
+
 TEST(RunEnvironment, NeedsALibrary) { EXPECT_NE(error_of({}, {}, "").find("no preload library"), std::string::npos); }
 
 // A model of the kind at its default sizes (resnet: 20 layers): large enough that
@@ -423,8 +434,8 @@ TEST(PlanPreviewReport, WithoutPacksEachEvictedBufferHoldsPagesOfItsOwn) {
   EXPECT_LT(packed.rows[0].predicted_peak, unpacked.rows[0].predicted_peak);
 }
 
-// `sublinear plan --evictions`: each planned eviction with its window and its recipe, as
-// the GPU suite's traces need to be read (session 28).
+// `sublinear plan --evictions`: each planned eviction with its window and its recipe, which
+// is how the GPU suite's traces are read.
 TEST(PlanPreviewReport, ListsEachEvictionWithItsWindowAndTheLaunchesItsRecipeReplays) {
   const recorded_iteration rec = record_first_iteration(model_kind::resnet);
   plan_preview_options po;

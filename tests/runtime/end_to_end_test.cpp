@@ -225,11 +225,11 @@ TEST(EndToEndRetention, ADenseNetKeepsFreedFeaturesForItsRecipesAndTrainsBitIden
     ASSERT_TRUE(two.params[i] == baseline[i]) << "two streams: parameter tensor " << i << " differs";
 }
 
-// Regression: an absolute budget below what any plan can meet is known only after the
-// traced iterations, which offload to try to hold it and so cache dedicated segments of
-// exact sizes. Plain caching, the fallback, placed the same requests in shared segments
-// beside that cache (`sublinear demo --depth 56 --budget 2.93MiB`: 9.44 MiB mapped after
-// the fallback against the baseline's 6.00 MiB).
+// An absolute budget below what any plan can meet is known only after the traced
+// iterations, which offload to try to hold it and so cache dedicated segments of exact
+// sizes. Plain caching, the fallback, must not place the same requests in shared segments
+// beside that cache, which would map more than the baseline (`sublinear demo --depth 56
+// --budget 2.93MiB` is such a case).
 TEST(EndToEndFallback, AfterAnInfeasibleAbsoluteBudgetPlainCachingMapsNoMoreThanTheBaseline) {
   const with_allowance traced_only(kTracedCacheOnly);
   const outcome baseline = train(model_kind::resnet, "none", "");
@@ -420,8 +420,8 @@ TEST(EndToEndMultiLevel, TheRuntimeReplaysARotorScheduleBitIdentically) {
 }
 
 // Note [Stream-ordered handoff]: regeneration names the recipe's stream, so at a tight
-// budget a restore takes the chunk of an eviction or a free still queued there instead of
-// waiting for it. Both ways train bit-identically within the budget.
+// budget a restore takes the chunk of a free still queued there instead of waiting for
+// it (never a pending eviction's). Both ways train bit-identically within the budget.
 TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIdentically) {
   const auto config = matrix_config(model_kind::resnet);
   const std::vector<std::vector<float>> baseline = train(config, "none", "").params;
@@ -434,8 +434,8 @@ TEST(EndToEndHandoff, RegenerationTakesChunksFromWorkStillQueuedAndTrainsBitIden
   EXPECT_GT(hands.evictions, 0u);
   expect_exact_within_budget(hands, baseline);
   // The stream is busy with the backward pass when the engine restores, so at 0.3x some
-  // pending eviction or free of the wanted size is still queued on it: hundreds of
-  // handoffs an iteration in `sublinear demo` at 0.5x (docs/benchmarks.md, session 21).
+  // free of the wanted size is still queued on it: hundreds of handoffs an iteration in
+  // `sublinear demo` at 0.5x (docs/allocator.md).
   EXPECT_GT(hands.restore_handoffs, 0u) << "no regeneration took a queued chunk: does the engine still name its stream?";
   // The iteration reports count them too (the report's "allocator" line).
   std::size_t reported = 0;
@@ -566,8 +566,7 @@ INSTANTIATE_TEST_SUITE_P(Matrix, EndToEnd, ::testing::ValuesIn(matrix()), cell_n
 
 // Without write observation every block a launch touches may have been written, so a
 // recipe's inputs are temporaries too and many recipes are wrong in ways only validation
-// sees. This was the CUDA collector's case before session 22; the first GPU run found
-// regenerated convolutions of the cuDNN ResNet failing validation, and a recipe that read
+// sees: regenerated convolutions of the cuDNN ResNet fail validation, and a recipe may read
 // an evicted temporary through scratch with no valid bytes. Whatever the plan then does
 // (recipes failing, buffers never evicted again, fallback to plain caching), training
 // must stay bit-identical and within the budget. Validation mismatches are expected here.

@@ -395,7 +395,7 @@ TEST(EngineFaults, ADivergenceBeforeACarriersTargetRegeneratesWhatItEvictedSoFar
   // iteration 4 the chain has 38 layers instead of 64: the backward begins inside a
   // segment, its first members evicted and their carrier not yet computed. Restoring
   // everything runs the carrier's recipe up to the launches issued so far (Note [Recipe
-  // prefix]); it used to refuse the recipe, and the run failed. Then the new shape is
+  // prefix]) rather than refusing it, which would fail the run. Then the new shape is
   // traced and planned, packs and all, and the result equals the run without sublinear.
   host_runtime_options ro;
   ro.time_launches = false;
@@ -425,10 +425,9 @@ TEST(EngineFaults, ADivergenceBeforeACarriersTargetRegeneratesWhatItEvictedSoFar
 
 // PyTorch's training loops hold the batch (and the loss) in a Python variable until the
 // next iteration assigns it again: each is allocated in one iteration and freed in the next,
-// after its successor is allocated. Found on the first GPU run (ResNet-50 through
-// sublinear.torch.enable): every validation iteration diverged at its first allocation,
-// because the traced iteration's carried-out batch had been taken for lazily created state
-// that does not recur.
+// after its successor is allocated (ResNet-50 through sublinear.torch.enable). Taken for
+// lazily created state that does not recur, the traced iteration's carried-out batch would
+// make every validation iteration diverge at its first allocation.
 TEST(EngineFaults, ABatchFreedInTheNextIterationDoesNotDivergeTheRun) {
   float* batch = nullptr;
   const int iterations = 7;
@@ -591,8 +590,9 @@ chain_comparison compare_chain_training(const std::function<void(chain_model&)>&
   return c;
 }
 
-// On a GPU, PyTorch's GPT-2 blocks had recipes that read an evicted block through scratch
-// (session 22): a block whose writer the tracer did not see has no recipe. Here every third
+// On a GPU, PyTorch's GPT-2 blocks write some activations through pointers the tracer does
+// not see; a recipe must not read such a block through scratch: a block whose writer the
+// tracer did not see has no recipe. Here every third
 // activation is written through an encoded pointer. Such activations must stay resident
 // (Note [Unknown producers]); the rest are evicted and regenerated, and validation finds
 // nothing to repair.
@@ -608,11 +608,11 @@ TEST(EngineFaults, ActivationsWrittenThroughAPointerTheTracerCannotSeeStayReside
   }
 }
 
-// PyTorch's GPT-2 blocks on an H200 (session 28): an elementwise kernel's unused
-// parameter words held the address the engine had just evicted, left on the stack by its
-// own eviction code. The safety net took it for a read, regenerated the block with a
-// recipe that could not run yet, and left its pages mapped without their bytes: NaN from
-// the next iteration on. Words the traced launch did not hold there are left alone (Note
+// PyTorch's GPT-2 blocks on an H200: an elementwise kernel's unused parameter words can
+// hold the address the engine has just evicted, left on the stack by its own eviction
+// code. Taken for a read, it would regenerate the block with a recipe that cannot run yet
+// and leave its pages mapped without their bytes: NaN from the next iteration on. Words
+// the traced launch did not hold there are left alone (Note
 // [Stray pointer words]): no regeneration is brought forward, nothing is lost.
 TEST(EngineFaults, AParameterWordPointingIntoAnEvictedBlockThatTheTraceDidNotHoldTriggersNothing) {
   // sqrtn's plan does not depend on measured durations, so every run of this test plans
@@ -687,7 +687,7 @@ TEST(EngineFaults, APrefetchNeverReplaysMoreThanThePlan) {
   }
 }
 
-// The cuDNN ResNet of the GPU suite on an H200 (session 24): each forward convolution is
+// The cuDNN ResNet of the GPU suite on an H200: each forward convolution is
 // handed a 1 KiB workspace, allocated around it, that it leaves as it found it. Without
 // the fill no launch is seen producing the workspaces, so no recipe through a layer can
 // be built and nothing is evicted; with it (Note [Filled fresh blocks]) the layers are
@@ -711,7 +711,7 @@ TEST(EngineFaults, KernelsHandedAWorkspaceTheyDoNotTouchCanStillBeReplayed) {
   }
 }
 
-// The GPT-2 blocks on an H200 (session 24): every GEMM is handed a workspace allocated in
+// The GPT-2 blocks on an H200: every GEMM is handed a workspace allocated in
 // the first traced iteration and kept, which it leaves untouched. Its first user finds it
 // filled; were that counted as a write, write generalization would make every layer
 // write it, and the runtime would refuse each recipe reading it "after it changed".
@@ -728,10 +728,10 @@ TEST(EngineFaults, APersistentWorkspaceNoKernelWritesIsNotTakenForAnOutput) {
   }
 }
 
-// The PyTorch ResNet-50 on an H200 (session 25): cuDNN's BatchNorm kernel had its dynamic
-// shared memory limit set to 2 KiB by its last launch when a recipe replayed one that had
-// used 8 KiB, and the driver refused every such replay (Note [Dynamic shared memory
-// limit]). Replays raise the limit for themselves and put it back.
+// The PyTorch ResNet-50 on an H200: cuDNN's BatchNorm kernel can have its dynamic shared
+// memory limit set to 2 KiB by its last launch when a recipe replays one that used 8 KiB,
+// and the driver refuses such a replay (Note [Dynamic shared memory limit]). Replays
+// raise the limit for themselves and put it back.
 TEST(EngineFaults, AKernelWhoseSharedMemoryLimitTheProgramLowersIsStillReplayed) {
   for (const char* policy : {"reforward", "chain"}) {
     SCOPED_TRACE(policy);
@@ -746,10 +746,10 @@ TEST(EngineFaults, AKernelWhoseSharedMemoryLimitTheProgramLowersIsStillReplayed)
   }
 }
 
-// cuDNN's weight-gradient convolutions in PyTorch's ResNet-50 on an H200 (session 25):
-// the kernel read tensors two transposes had written into its workspace, freed before the
-// optimizer read the gradient; a recipe replaying the kernel alone gave it a workspace
-// without those bytes, and validation found the gradients different. Such recipes are
+// cuDNN's weight-gradient convolutions in PyTorch's ResNet-50 on an H200: the kernel reads
+// tensors two transposes wrote into its workspace, freed before the optimizer reads the
+// gradient; a recipe replaying the kernel alone would give it a workspace without those
+// bytes, and validation would find the gradients different. Such recipes are
 // refused (docs/policy.md, "Recipes"): the staged layers stay resident, the others are
 // evicted, and nothing is found different.
 TEST(EngineFaults, ALayerThatReadsItsInputFromAWorkspaceAnotherKernelFilledIsNotReplayedAlone) {
@@ -1057,12 +1057,11 @@ TEST(TraceBudget, CopiesAndSetsOfAnOffloadedBlockRestoreItFirst) {
   EXPECT_LE(r.peak_mapped, budget);
 }
 
-// The GPT-2 blocks on an H200 (session 25): traced under an absolute budget, the
-// iterations offloaded and mapped no more than the budget, while the engine took the
-// planner's share from the peak they would have mapped without offloading. The report
-// kept only the first, and `sublinear plan` given it previewed a cheaper plan than the
-// runtime made. The report's plan now carries the second, and with it the preview makes
-// the runtime's plan.
+// The GPT-2 blocks on an H200, traced under an absolute budget: the iterations offload and
+// map no more than the budget, while the engine takes the planner's share from the peak
+// they would have mapped without offloading. The report's plan carries that second peak,
+// and `sublinear plan` given it previews the runtime's plan (given the first, it would
+// preview a cheaper one).
 TEST(TraceBudget, TheReportGivesTheMappedPeakThatMakesSublinearPlansPreviewTheRuntimesPlan) {
   const std::size_t budget = unbudgeted_traced_peak() * 7 / 10;
   const std::string trace_path = ::testing::TempDir() + "/trace_budget_plan.sltrace";

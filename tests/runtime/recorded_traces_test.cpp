@@ -16,8 +16,8 @@ std::string trace_path(const char* name) {
 }
 
 // GPU suite part 3 (the cuDNN ResNet through the C API) at 0.5x of its traced 160 MiB.
-// Every planner's rounds climbed away from the plans that fit (the best needed 81.09 MiB,
-// docs/gpu-suite.md, run 7); steepest descent on the peak finds one of 72.01 MiB.
+// The planners' rounds climb away from the plans that fit and end above the 80 MiB budget;
+// steepest descent on the peak (Note [Cost-aware greedy], Limitations) finds plans that fit.
 TEST(RecordedTraces, TheCudnnResnetOfTheGpuSuiteHasAPlanAtHalfItsPeak) {
   const tracer::trace t = tracer::read_trace_file(trace_path("cudnn-resnet-h200.sltrace"));
   plan_preview_options po;

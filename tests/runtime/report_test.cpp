@@ -221,7 +221,7 @@ TEST(ReportJson, AReportWithoutThePlansTracedMappedPeakReadsAsUnknown) {
   EXPECT_EQ(parse_report(text, "old.json").plan.traced_mapped_peak, 0u);
 }
 
-// Session 29: the plan's recompute beside the recompute floor (Note [Recompute floor]).
+// The plan's recompute beside the recompute floor (Note [Recompute floor]).
 TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
   const run_report& real = real_report();
   ASSERT_TRUE(real.plan.error.empty()) << real.plan.error;
@@ -237,8 +237,7 @@ TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
   EXPECT_NE(text.find("planned recompute"), std::string::npos) << text;
   EXPECT_NE(text.find("the recompute floor"), std::string::npos) << text;
 
-  // Reports written before session 29 have none of the three: they read as 0, and the text
-  // says nothing of them.
+  // Older reports without the three read as 0, and the text says nothing of them.
   std::string old = to_json(handmade_report());
   for (const char* key : {"added_compute_s", "floor_s", "traced_compute_s"}) {
     const auto at = old.find(std::string("\"") + key + "\": 0,");
@@ -533,11 +532,75 @@ TEST(MemoryPlot, ARealRunGivesWellFormedSvgWithBothCurvesAndTheBudget) {
     EXPECT_NE(std::find(f.ids.begin(), f.ids.end(), id), f.ids.end()) << id;
   // Readable without the project: a title, both axis labels with units, a legend per series.
   EXPECT_NE(f.text.find("Device memory during one training iteration"), std::string::npos);
-  EXPECT_NE(f.text.find("mapped device memory ("), std::string::npos);
+  EXPECT_NE(f.text.find("device memory ("), std::string::npos);
   EXPECT_NE(f.text.find("launches into the iteration"), std::string::npos);
   EXPECT_NE(f.text.find("without a budget"), std::string::npos);
   EXPECT_NE(f.text.find("with sublinear"), std::string::npos);
   EXPECT_NE(f.text.find("budget on mapped memory"), std::string::npos);
+}
+
+// The y pixel of every vertex of the path with this id (y grows downward in SVG).
+std::vector<double> path_ys(const std::string& svg, const std::string& id) {
+  const auto a = svg.find("id=\"" + id + "\"");
+  if (a == std::string::npos) return {};
+  const auto b = svg.find(" d=\"", a) + 4;
+  const std::string d = svg.substr(b, svg.find('"', b) - b);
+  std::vector<double> ys;
+  for (std::size_t at = d.find_first_of("MV"); at != std::string::npos; at = d.find_first_of("MV", at + 1)) {
+    const std::string rest = d.substr(at + 1);
+    ys.push_back(d[at] == 'M' ? std::stod(rest.substr(rest.find(',') + 1)) : std::stod(rest));
+  }
+  return ys;
+}
+
+TEST(MemoryPlot, ShowsLiveMemoryAsAMountainBesideMappedMemoryAndMarksEvictions) {
+  const run_report& r = real_report();
+  const std::string svg = render_memory_plot(r);
+  ASSERT_EQ(check_xml(svg).error, "");
+  for (const char* id : {"baseline-mapped", "budgeted-mapped", "evictions", "regenerations"})
+    EXPECT_NE(svg.find(std::string("id=\"") + id + "\""), std::string::npos) << id;
+  // The traced iteration's live memory climbs through the forward pass and falls in
+  // backward: its highest point (smallest y) lies strictly between its ends.
+  const auto live = path_ys(svg, "baseline");
+  ASSERT_GE(live.size(), 3u);
+  const auto top = std::min_element(live.begin(), live.end());
+  EXPECT_LT(*top, live.front() - 10) << "no climb";
+  EXPECT_LT(*top, live.back() - 10) << "no fall";
+  // Mapped memory is never below live memory: the budgeted mapped curve's highest point is
+  // at least as high as the budgeted live curve's, and the budget caps both.
+  const auto budgeted_live = path_ys(svg, "budgeted"), budgeted_mapped = path_ys(svg, "budgeted-mapped");
+  ASSERT_FALSE(budgeted_live.empty());
+  ASSERT_FALSE(budgeted_mapped.empty());
+  EXPECT_LE(*std::min_element(budgeted_mapped.begin(), budgeted_mapped.end()),
+            *std::min_element(budgeted_live.begin(), budgeted_live.end()) + 1e-9);
+  // The legend counts the budgeted iteration's evictions, as the report does.
+  std::size_t evictions = 0;
+  for (const auto& it : r.iterations)
+    if (it.state == engine_state::steady && !it.diverged) evictions = it.evictions;
+  EXPECT_GT(evictions, 0u);
+  EXPECT_NE(svg.find(std::to_string(evictions) + " evictions (ticks"), std::string::npos) << svg.substr(svg.find("legend"));
+}
+
+TEST(ReportJson, MemorySamplesCarryEvictedBytesAndEvictionsTheirLaunch) {
+  const run_report& r = real_report();
+  std::size_t with_evicted = 0, evictions_with_launch = 0;
+  for (const auto& e : r.timeline) {
+    if (e.event.what == timeline_event::kind::memory && e.event.evicted > 0) {
+      EXPECT_LE(e.event.evicted, e.event.allocated);
+      ++with_evicted;
+    }
+    if (e.event.what == timeline_event::kind::evict && e.launch > 0) ++evictions_with_launch;
+  }
+  EXPECT_GT(with_evicted, 0u);
+  EXPECT_GT(evictions_with_launch, 0u);
+  const run_report back = parse_report(to_json(r), "r.json");
+  ASSERT_EQ(back.timeline.size(), r.timeline.size());
+  for (std::size_t i = 0; i < r.timeline.size(); ++i) {
+    if (r.timeline[i].event.what == timeline_event::kind::memory) {
+      EXPECT_EQ(back.timeline[i].event.evicted, r.timeline[i].event.evicted) << i;
+    }
+    EXPECT_EQ(back.timeline[i].launch, r.timeline[i].launch) << i;
+  }
 }
 
 TEST(MemoryPlot, TheBudgetedCurveStaysBelowTheBudgetLine) {

@@ -286,7 +286,7 @@ TEST_F(CuptiCollectorOnGpu, ActivityRecordsStopAndStartAgainWithSetDurations) {
 }
 
 // Note [Listener failure at a launch]: the engine's failure at a launch's ENTER ends the
-// process (session 28: GPT-2 trained on with a NaN loss when it was dropped).
+// process (dropped, it would let the launch compute on missing bytes: a NaN loss).
 class ThrowingListener final : public launch_listener {
  public:
   void on_enter(const launch_description&) override {
@@ -318,8 +318,8 @@ TEST_F(CuptiCollectorOnGpu, AListenerThatFailsAtEnterStopsTheProcessSayingWhy) {
 TEST(CuptiCollector, SaysWhyItIsUnavailableInsteadOfFailingToLoad) {
 #if defined(__SANITIZE_ADDRESS__)
   // Looking for CUPTI loads the toolkit's libraries, and with them loaded GCC 12's
-  // LeakSanitizer crashed in its own exit-time check ("Tracer caught signal 11") for this
-  // test binary's layout in session 23. Check for leaks now, before they are loaded; the
+  // LeakSanitizer can crash in its own exit-time check ("Tracer caught signal 11") for this
+  // test binary's layout. Check for leaks now, before they are loaded; the
   // exit-time check is then skipped.
   __lsan_do_leak_check();
 #endif

@@ -114,16 +114,24 @@ TEST(ScanParams, ReportsEveryAlignedWordInsideABlockWithItsOffset) {
   EXPECT_EQ(hits[1], (scan_hit{24, 2, 0x300000, 0}));
 }
 
-TEST(ScanParams, IgnoresUnalignedWordsAndTrailingBytes) {
+// A packed struct puts a pointer at any offset (Note [Pointer scan]); an aligned pointer's
+// bytes seen from another offset are not a second one, and bytes past the last whole 8 are
+// not a pointer.
+TEST(ScanParams, FindsAPointerAtAnUnalignedOffsetButNotAnAlignedPointersShiftedBytes) {
   block_map m;
   m.insert(0x200000, 4096, 1);
-  std::byte block[20] = {};
+  m.insert(0x20000000, 4096, 2);
+  std::byte block[30] = {};
   const std::uint64_t p = 0x200010;
-  std::memcpy(block + 4, &p, 8);   // straddles two aligned words: not a pointer slot
-  std::memcpy(block + 12, &p, 8);  // ends in the trailing 4 bytes
+  std::memcpy(block + 4, &p, 8);    // straddles two aligned words, as in a packed struct
+  const std::uint64_t q = 0x20000000;
+  std::memcpy(block + 16, &q, 8);   // aligned: q >> 8 at offset 17 would be block 1's... not counted
+  std::memcpy(block + 25, &p, 5);   // only 5 of its bytes before the end
   std::vector<scan_hit> hits;
   scan_params(block, m, hits);
-  EXPECT_TRUE(hits.empty());
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_EQ(hits[0], (scan_hit{4, 1, 0x200000, 0x10}));
+  EXPECT_EQ(hits[1], (scan_hit{16, 2, 0x20000000, 0}));
 }
 
 // ---- on the host device: a test that fails if the scan is removed ------------------------------

@@ -147,7 +147,7 @@ TEST(Recorder, RegistersEachKernelOnceAndRecordsUnpackedLaunchesPacked) {
 }
 
 // The next observer in the chain (the replay engine) decides placement; the recorder only
-// passes the questions on (Note [Packs] in allocator/detail/pack_table.hpp).
+// passes the questions on (Note [Pack segments] in allocator/detail/pack_table.hpp).
 struct placing_observer final : allocator::allocation_observer {
   int evictable_asked = 0, slot_asked = 0;
   bool place_evictable(std::size_t, device::stream_handle) override {

@@ -173,8 +173,8 @@ thread_local bool t_packed_valid = false;
 // Rationale: recipes are exact only if the trace says which blocks each kernel wrote.
 //   Without it every touched block may have been written: a recipe's inputs become its
 //   temporaries, weights look modified by every kernel that reads them, and plans fail
-//   validation or are refused. The first GPU run (session 22) showed exactly that: every
-//   regenerated convolution of the cuDNN ResNet failed validation. The host collector
+//   validation or are refused (every regenerated convolution of the cuDNN ResNet fails
+//   validation without it). The host collector
 //   observes writes by hashing the touched blocks around each kernel (Note [Write
 //   observation] in host_collector.hpp); this does the same on the device.
 // Approach: while the recorder records (the traced iterations only), at a kernel's ENTER

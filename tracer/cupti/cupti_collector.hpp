@@ -49,9 +49,9 @@
 // Rationale: the listener's ENTER is where the runtime brings back what the launch reads.
 //   If that fails (a recipe that cannot run, no memory left to map the block back), the
 //   launch is queued anyway, since nothing can stop it from inside the callback, and it
-//   computes on bytes that are not there. Dropping the error, as the collector once did,
-//   let GPT-2 train on with a NaN loss on an H200 (session 28) while the run looked
-//   healthy. A wrong result must never look like a result.
+//   computes on bytes that are not there: dropped, the error lets a run train on with a
+//   NaN loss (GPT-2 on an H200) while it looks healthy. A wrong result must never look
+//   like a result.
 // Approach: an exception from the listener's on_enter is fatal: the collector prints what
 //   failed, at which driver call, that the launch would read missing bytes, and how to run
 //   without the failing part (SUBLINEAR_VALIDATE=always to catch a bad recipe while copies
@@ -154,14 +154,13 @@ class cupti_collector {
   // Note [Durations only while tracing]
   // Rationale: CUPTI's activity records time every kernel, copy and set, which costs each
   //   launch on the device and fills CUPTI's buffers; only a traced iteration's durations
-  //   are ever used (they are the planners' costs). On an H200 sublinear without any
-  //   eviction cost ResNet-50 30% and GPT-2 48% of an iteration (session 28), the engine's
-  //   own hooks a small part of it, and the records were on throughout.
+  //   are ever used (they are the planners' costs). Left on, they would slow every
+  //   iteration, including those that evict nothing, for figures nobody reads.
   // Approach: set_durations(false) flushes what is pending into the recorder and disables
   //   the activity kinds; set_durations(true) enables them again. The process runtime
   //   keeps them on exactly while its engine traces (a divergence traces again). Without
   //   activity records (cupti_options::durations false, or CUPTI refused them) both do
-  //   nothing. Not yet run on a GPU.
+  //   nothing. tests/tracer/cupti_collector_test.cpp checks it on a GPU (skipped without one).
   void set_durations(bool on);
   [[nodiscard]] bool durations_on() const noexcept;
 

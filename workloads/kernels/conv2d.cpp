@@ -2,7 +2,11 @@
 // Rationale: cuDNN and PyTorch convolutions take a workspace from the caching allocator and
 //   free it right after the kernel, so a trace of a real network is full of short-lived
 //   scratch blocks that a replay recipe must re-create (DESIGN.md §8: temporaries get pages
-//   at a separate address). The host workloads reproduce that pattern faithfully.
+//   at a separate address). The host workloads reproduce that pattern faithfully. A
+//   workspace for the whole batch would be nine times a 3x3 convolution's input at batch
+//   64: the largest single buffer at the smallest budgets, and a round trip through
+//   memory for data a GPU's implicit GEMM never writes out. One sample's lowering stays
+//   in cache between im2col and the GEMM.
 // Approach: each pass is one kernel with a workspace from ctx.bytes() that holds one
 //   sample's lowering (C*KH*KW x OH*OW floats) and is released right after it, as an
 //   implicit-GEMM algorithm's small workspace is. "conv2d_fwd_f32" lowers sample n with
@@ -13,14 +17,6 @@
 //   order. The GEMMs run inside the kernels (gemm_on_this_thread), with the arithmetic of
 //   the launched ones. 1x1 stride-1 convolutions take the same path on purpose: every
 //   convolution launches a workspace.
-// History: until session 18 the workspace held the whole batch (im2col of every sample,
-//   one strided-batched GEMM, separate "im2col_f32" / "col2im_f32" / "gemm_*" launches).
-//   At batch 64 a 3x3 convolution's workspace was nine times its input: the largest single
-//   buffer at the smallest budgets (the floor the Re-forwarding table met), and a round
-//   trip through memory for data a GPU's implicit GEMM never writes out. One sample's
-//   lowering stays in cache between im2col and the GEMM. The per-sample arithmetic is
-//   unchanged, so every output keeps its bits: `sublinear demo --model densenet
-//   --iterations 6 --budget none` ends at loss 2.2508950233459473 on both trees.
 // Limitations: no dilation or groups; the lowering is still materialised, a sample at a
 //   time.
 #include "workloads/kernels/conv2d.hpp"
@@ -49,10 +45,9 @@ struct im2col_params {
 
 // Note [Lowering at memory speed]
 // Rationale: im2col and col2im move data and compute nothing; a GPU's implicit GEMM does
-//   not even materialise them. Written with a bounds test per element they ran scalar and
-//   took a third of a ResNet iteration on the host device (session 17's profile: im2col
-//   22%, col2im 11% of the baseline's samples), more than the GEMMs beside them, which
-//   overstated what replaying a convolution costs next to what the network computes.
+//   not even materialise them. Written with a bounds test per element they run scalar
+//   and take more of a ResNet iteration on the host device than the GEMMs beside them,
+//   which overstates what replaying a convolution costs next to what the network computes.
 // Approach: for each kernel offset (ky, kx), the output columns whose input column lies
 //   inside the image form one range [lo, hi); outside it are zeros (padding). A row is
 //   then three plain loops, the middle one a contiguous copy (or add) when the stride is 1,

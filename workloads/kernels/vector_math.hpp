@@ -1,13 +1,10 @@
 // Note [Vector transcendentals]
-// Rationale: a GPU evaluates exp and erf in a few instructions per element (the special
-//   function units, or a short polynomial in registers), so softmax, GELU and their
-//   backward passes run at memory speed beside a GEMM. The host device called libm's
-//   scalar expf and erff once per element, which GCC cannot vectorize without
-//   -ffast-math: the Transformer's attention forward (one exp per probability) took more
-//   time than its own backward (7.5 against 6.1 ms an iteration), and GELU's forward and
-//   backward together 3.2 ms against about 8 ms for all of the iteration's GEMMs. A recomputation
-//   planner weighs exactly these costs, so the host device priced the Transformer's
-//   cheapest recomputations like its dearest (docs/benchmarks.md, session 27).
+// Rationale: a GPU evaluates exp and erf in a few instructions per element, so softmax,
+//   GELU and their backward passes run at memory speed beside a GEMM. libm's scalar expf
+//   and erff cannot be vectorized without -ffast-math: with them the Transformer's
+//   attention forward (one exp per probability) costs more than its own backward. A
+//   recomputation planner weighs exactly these costs, so the host device would price the
+//   cheapest recomputations like the dearest.
 // Approach: plain float polynomials that GCC vectorizes at -O3 from an ordinary loop, so
 //   a lane of the vector loop and the scalar remainder run the same IEEE operations in
 //   the same order and give the same bits (determinism is what replay validation needs;
@@ -23,10 +20,9 @@
 //     Functions, 1964), erf(|x|) = 1 - t (a1 + t (a2 + ... a5 t)) exp(-x^2) with
 //     t = 1 / (1 + p|x|), absolute error below 1.5e-7 in exact arithmetic; below 0.8,
 //     where that subtraction from 1 cancels, erf's Maclaurin series to x^17. Odd in x.
-// Limitations: not correctly rounded (libm's expf is); results differ from libm's in the
-//   last bits, so a kernel that moved to these gives different (equally deterministic)
-//   bits than before. erf is within a few 1e-7 of the true value (absolute), not within
-//   an ulp as libm's erff is.
+// Limitations: not correctly rounded (libm's expf is): results differ from libm's in the
+//   last bits (equally deterministic). erf is within a few 1e-7 of the true value
+//   (absolute), not within an ulp as libm's erff is.
 #pragma once
 
 #include <bit>

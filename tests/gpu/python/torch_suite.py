@@ -109,10 +109,9 @@ def planned_times(program_times: List[float], states: List[str]) -> List[float]:
     under the marker route, fewer under `--iteration auto`, which starts counting once it has
     found the period. Empty when the report has more iterations than the program timed.
 
-    Session 28: the figures had used the report's `wall_s` instead, the time between two
-    iteration markers, which also covers making the batch and the script's bookkeeping that
-    the baseline's timing leaves out, and so overstated sublinear's time (GPT-2 without any
-    eviction: 30.0 ms by `wall_s` against 16-19 ms by the program's timing)."""
+    Not the report's `wall_s`: the time between two iteration markers also covers making
+    the batch and the script's bookkeeping, which the baseline's timing leaves out, so it
+    would overstate sublinear's time against the baseline."""
     offset = len(program_times) - len(states)
     if offset < 0:
         return []
@@ -274,8 +273,9 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     runs["enable"] = enable_at(budget, "enable")
     # At the checkpoint run's memory the plan may be infeasible (sublinear's floor counts
     # its allocator's whole pages). That is a figure; the checks then run at the smallest
-    # feasible budget the planner named, plus 10%: it moved by 5% between two runs of
-    # ResNet-50 on an H200 (session 22), and one page above it was refused.
+    # feasible budget the planner named, plus 10%: it varies between runs with the traced
+    # durations and layout (by 5% between two runs of ResNet-50 on an H200), so one page
+    # above it may be refused.
     error = ((runs["enable"].get("report") or {}).get("plan") or {}).get("error") or ""
     out["equal_memory"] = {"budget_bytes": budget, "feasible": not error, "error": error or None}
     smallest = smallest_feasible(error)
@@ -283,8 +283,9 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
         budget = (smallest * 11 // 10 + (2 << 20) - 1) // (2 << 20) * (2 << 20)
         out["budget_bytes"] = budget
         runs["enable_at_checkpoint_memory"] = runs["enable"]
-        # Keep the first run's log and report: the retry writes the same files, and in
-        # session 24 the cause of its validation mismatches was lost that way.
+        # Keep the first run's log and report: the retry writes the same files, and the
+        # first run's log may hold the cause of a failure (validation mismatches) that the
+        # retry does not repeat.
         for suffix in ("stderr", "report.json"):
             first = work / f"{model}-enable{'.' if suffix == 'stderr' else '-'}{suffix}"
             try:
@@ -304,8 +305,7 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     # What sublinear costs with nothing to evict: a budget of twice the traced peak plans no
     # eviction, so its planned iterations carry only the launch interception, the budgeted
     # allocator and the report. Against the baseline it separates that fixed cost from
-    # what recomputation adds (GPT-2 on an H200, session 25: 2.33x the baseline's time at
-    # 362 MiB, for 12 replayed launches an iteration).
+    # what recomputation adds.
     runs["enable_no_eviction"] = enable_at("2x", "enable-no-eviction")
     if not a.quick:
         runs["baseline2"] = run_worker(common + ["--mode", "baseline", "--dump", str(dumps["baseline2"])],
@@ -313,9 +313,9 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
 
     # The traces the budgeted runs kept, read back by `sublinear plan` on this machine.
     def traced_mapped_peak(route: str) -> int:
-        # The peak the runtime took the planner's share from (the report's plan, since
-        # session 25); the summary's traced peak is lower when the traced iterations
-        # offloaded under the budget, and previewed cheaper plans than the runtime made.
+        # The peak the runtime took the planner's share from (the report's plan), else the
+        # summary's traced peak, which is lower when the traced iterations offloaded under
+        # the budget and so previews cheaper plans than the runtime made.
         report = (runs.get(route) or {}).get("report") or {}
         planned_from = int((report.get("plan") or {}).get("traced_mapped_peak_bytes") or 0)
         return planned_from or int((report.get("summary") or {}).get("traced_peak_bytes") or 0)
