@@ -18,7 +18,7 @@ constexpr std::string_view accepted_forms =
     "peak (0.5x)";
 
 [[noreturn]] void malformed(std::string_view text, std::string_view why) {
-  throw config_error("sublinear: invalid budget '" + std::string(text) + "': " + std::string(why) + "; " +
+  throw config_error("sublinear: invalid budget " + quote_bounded(text) + ": " + std::string(why) + "; " +
                      std::string(accepted_forms));
 }
 
@@ -171,13 +171,17 @@ std::size_t parse_budget_bytes(std::string_view text, std::size_t device_capacit
 namespace {
 
 std::string exact(std::size_t bytes) { return format_bytes(bytes) + " (" + std::to_string(bytes) + " bytes)"; }
+// A budget to ask for: rounded up, so that the figure shown, given back, is enough.
+std::string at_least(std::size_t bytes) {
+  return format_bytes_at_least(bytes) + " (" + std::to_string(bytes) + " bytes)";
+}
 
 }  // namespace
 
 infeasible_budget::infeasible_budget(std::string_view planner, std::size_t budget, std::size_t smallest_feasible,
                                      std::size_t lower_bound)
     : config_error("sublinear: budget " + exact(budget) + " is infeasible for planner '" + std::string(planner) +
-                   "': the smallest feasible budget for it is " + exact(smallest_feasible) +
+                   "': the smallest feasible budget for it is " + at_least(smallest_feasible) +
                    "; no plan can go below " + exact(lower_bound) + " for this iteration"),
       budget_(budget),
       smallest_feasible_(smallest_feasible),

@@ -123,18 +123,18 @@ plan attempt_planner::search(context& ctx, std::size_t budget) const {
   // Two-level plans meet exactly the budgets from their least peak up; below it attempt()
   // answers from the cached least peak without repeating their grid.
   const std::size_t two = deepens() ? multi_pass_least_peak(ctx) : 0;
-  throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
+  const std::size_t smallest = smallest_feasible_budget(ctx, [&](std::size_t b) {
     return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || attempt(ctx, b).has_value();
   });
+  return plan_at_smallest(ctx, name(), budget, smallest, [&](std::size_t b) { return attempt(ctx, b); });
 }
 
-void throw_smallest_feasible(planner::context& ctx, std::string_view planner_name, std::size_t budget,
-                             const std::function<bool(std::size_t)>& meets) {
+std::size_t smallest_feasible_budget(planner::context& ctx, const std::function<bool(std::size_t)>& meets) {
   const std::size_t floor = ctx.lower_bound();
   std::size_t hi = std::max(ctx.unplanned_peak(), floor);
-  std::size_t lo = std::max(floor, budget + 1);  // `budget` itself was just refused
-  if (lo > hi) lo = hi;
-  // Invariant: meets(hi); every budget below lo is refused.
+  std::size_t lo = floor;
+  // Invariant: meets(hi) (evicting nothing meets the unplanned peak). From the lower
+  // bound, never from the budget asked for: the answer is the same for every budget.
   while (lo < hi && hi - lo > hi / 1024) {
     const std::size_t mid = lo + (hi - lo) / 2;
     if (meets(mid)) {
@@ -143,7 +143,17 @@ void throw_smallest_feasible(planner::context& ctx, std::string_view planner_nam
       lo = mid + 1;
     }
   }
-  throw infeasible_budget(planner_name, budget, hi, floor);
+  return hi;
+}
+
+plan plan_at_smallest(planner::context& ctx, std::string_view planner_name, std::size_t budget, std::size_t smallest,
+                      const std::function<std::optional<plan>(std::size_t)>& attempt) {
+  if (smallest > budget) throw infeasible_budget(planner_name, budget, smallest, ctx.lower_bound());
+  if (ctx.unplanned_peak() <= smallest) return plan{};
+  if (std::optional<plan> p = attempt(smallest)) return std::move(*p);
+  throw std::logic_error("sublinear: internal error: planner '" + std::string(planner_name) +
+                         "' met its smallest feasible budget of " + format_bytes(smallest) +
+                         " while searching for it and not when planning at it");
 }
 
 }  // namespace sublinear::policy

@@ -90,11 +90,20 @@ class attempt_planner : public planner {
   [[nodiscard]] plan search(context& ctx, std::size_t budget) const override;
 };
 
-// Binary search between the lower bound and the unplanned peak (which every attempt
-// planner meets by evicting nothing) for the smallest budget `attempt` meets, to 1/1024
-// relative precision; then throws infeasible_budget.
-[[noreturn]] void throw_smallest_feasible(planner::context& ctx, std::string_view planner_name, std::size_t budget,
-                                          const std::function<bool(std::size_t)>& meets);
+// The smallest feasible budget of a planner whose search may miss a budget above one it
+// meets (greedy rounds and grid searches are not monotone in the budget): `meets` is
+// bisected between the lower bound and the unplanned peak (which every planner meets by
+// evicting nothing) to 1/1024 relative precision. The bisection does not depend on the
+// budget asked for, so every budget on one iteration names the same smallest budget, and
+// plan_at_smallest keeps the promise that every budget from it up plans.
+[[nodiscard]] std::size_t smallest_feasible_budget(planner::context& ctx, const std::function<bool(std::size_t)>& meets);
+
+// After the planner's search at `budget` failed: the plan `attempt` makes at `smallest`
+// (its peak is within it, so within `budget`) when `budget` >= `smallest`; otherwise
+// throws infeasible_budget naming `smallest`.
+[[nodiscard]] plan plan_at_smallest(planner::context& ctx, std::string_view planner_name, std::size_t budget,
+                                    std::size_t smallest,
+                                    const std::function<std::optional<plan>(std::size_t)>& attempt);
 
 // Factories, one per planner (planner_*.cpp); make_planner (planner_registry.cpp) calls them.
 std::unique_ptr<planner> make_none_planner();

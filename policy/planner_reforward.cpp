@@ -349,13 +349,17 @@ class reforward_planner final : public attempt_planner {
       if (search.run(least)) {
         std::size_t smallest = least ? least->sim.peak : ctx.unplanned_peak();
         if (two != 0) smallest = std::min(smallest, two);
-        throw infeasible_budget(name(), budget, std::max(smallest, ctx.lower_bound()), ctx.lower_bound());
+        smallest = std::max(smallest, ctx.lower_bound());
+        // At or above the least peak, the plan that has it (or the two-level one) fits.
+        if (least && smallest == least->sim.peak && smallest <= budget) return std::move(least->result);
+        return plan_at_smallest(ctx, name(), budget, smallest, [&](std::size_t b) { return attempt(ctx, b); });
       }
     }
     // Note [Blind searches]: whether a budget is met needs one plan, not the cheapest.
-    throw_smallest_feasible(ctx, name(), budget, [&](std::size_t b) {
+    const std::size_t smallest = smallest_feasible_budget(ctx, [&](std::size_t b) {
       return ctx.unplanned_peak() <= b || (two != 0 && two <= b) || meets(ctx, b);
     });
+    return plan_at_smallest(ctx, name(), budget, smallest, [&](std::size_t b) { return attempt(ctx, b); });
   }
 
  private:

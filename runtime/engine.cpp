@@ -410,6 +410,15 @@ engine::engine(allocator::caching_allocator& alloc, replay_device& device, trace
   impl_->begin_iteration();
 }
 
+void engine::log(log_level level, const std::string& line) const {
+  switch (level) {
+    case log_level::error: impl_->log_out->write("sublinear: " + line); break;
+    case log_level::warn: impl_->log_warn(line); break;
+    case log_level::info: impl_->log_info(line); break;
+    case log_level::debug: impl_->log_debug(line); break;
+  }
+}
+
 engine::~engine() {
   if (impl_->st == engine_state::disabled) return;
   impl_->alloc.set_pressure_handler({});

@@ -92,6 +92,10 @@ class engine final : public allocator::allocation_observer {
   };
   [[nodiscard]] plan_compute planned_compute() const;
 
+  // Writes a line of the runtime's log ("sublinear: " + line; warnings marked) where
+  // SUBLINEAR_LOG sends it, when its level is enabled: for the layers around the engine.
+  void log(log_level level, const std::string& line) const;
+
  private:
   struct impl;
   std::unique_ptr<impl> impl_;

@@ -6,6 +6,8 @@
 #include "runtime/detail/engine_impl.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <exception>
 #include <set>
@@ -123,12 +125,37 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   };
   const std::string infeasible = "sublinear: budget " + format_bytes(budget_bytes) + " (" + opts.config.budget->text +
                                  ") is infeasible for planner '" + opts.config.policy + "'";
+  // A budget given as a multiple of the traced peak is not held while tracing, so the next
+  // run traces the same way only if given a multiple again (a budget in bytes is held, and
+  // its traced layout differs: Note [Offloading the traced iteration]). The smallest
+  // multiple, to a thousandth, that resolves to at least `bytes`; "" for other forms.
+  const auto multiple_for = [&](std::size_t bytes) -> std::string {
+    if (opts.config.budget->form != policy::budget_spec::kind::peak_fraction || traced_peak == 0) return "";
+    double f = std::ceil(static_cast<double>(bytes) * 1000.0 / static_cast<double>(traced_peak)) / 1000.0;
+    for (int step = 0; step < 4; ++step, f += 0.001) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3fx", f);
+      if (policy::resolve_budget(policy::parse_budget(text), 0, traced_peak) >= bytes) return text;
+    }
+    return "";
+  };
+  // The smallest budget whose share for the planner is `planner_bytes`, as a user gives it
+  // back: rounded up, the bytes exact, the margin kept beside the plan (planning_overhead),
+  // and the multiple to give after a budget given as one.
+  const auto smallest_text = [&](std::size_t planner_bytes, policy::cache_allowance_mode mode) {
+    const std::size_t b = policy::budget_for_planner_bytes(planner_bytes, tm, mode);
+    const std::string multiple = multiple_for(b);
+    return format_bytes_at_least(b) + " (" + std::to_string(b) + " bytes: " + format_bytes(planner_bytes) +
+           " for the plan and " + format_bytes(b - planner_bytes) + " kept back for the allocator's cache" +
+           (mode == policy::cache_allowance_mode::scaled ? " scaled to the budget" : "") + " and fragmentation" +
+           (multiple.empty() ? ")" : "; as a multiple of this traced peak SUBLINEAR_BUDGET=" + multiple + ")");
+  };
   try {
     plan = make(overhead);
   } catch (const policy::infeasible_budget& traced_error) {
     // The planner speaks of the bytes it was given; the user set the whole budget.
     const std::string traced_smallest =
-        format_bytes(policy::budget_for_planner_bytes(traced_error.smallest_feasible(), tm));
+        smallest_text(traced_error.smallest_feasible(), policy::cache_allowance_mode::traced);
     // Again with the cache scaled to the budget (Note [Scaled cache allowance]), unless that
     // gives the planner no more (no cache traced, or a budget at the traced peak).
     const std::size_t scaled_cache = policy::cache_allowance(tm, budget_bytes, policy::cache_allowance_mode::scaled);
@@ -152,13 +179,13 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     try {
       plan = make(overhead);
     } catch (const policy::infeasible_budget& e) {
-      const std::string scaled_smallest = format_bytes(
-          policy::budget_for_planner_bytes(e.smallest_feasible(), tm, policy::cache_allowance_mode::scaled));
-      give_up(infeasible + ": the smallest feasible budget for it is " + scaled_smallest +
-              (scaled_smallest == traced_smallest
-                   ? std::string()
-                   : " with the allocator's cache scaled to the budget (" + traced_smallest +
-                         " with the whole traced cache, which holds a budget strictly)") +
+      const bool same = policy::budget_for_planner_bytes(e.smallest_feasible(), tm, policy::cache_allowance_mode::scaled) ==
+                        policy::budget_for_planner_bytes(traced_error.smallest_feasible(), tm);
+      give_up(infeasible + ": the smallest feasible budget for it is " +
+              smallest_text(e.smallest_feasible(), policy::cache_allowance_mode::scaled) +
+              (same ? std::string()
+                    : " with the allocator's cache scaled to the budget, and " + traced_smallest +
+                          " with the whole traced cache, which holds a budget strictly") +
               "; no plan can go below " +
               format_bytes(
                   policy::budget_for_planner_bytes(e.lower_bound(), tm, policy::cache_allowance_mode::scaled)) +
@@ -167,7 +194,9 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     }
     allowance = policy::cache_allowance_mode::scaled;
     log_warn("budget " + format_bytes(budget_bytes) + " is below the smallest the traced cache allows for planner '" +
-             opts.config.policy + "' (" + traced_smallest + "): planning with the allocator's cache scaled to the "
+             opts.config.policy + "' (" +
+             format_bytes_at_least(policy::budget_for_planner_bytes(traced_error.smallest_feasible(), tm)) +
+             "): planning with the allocator's cache scaled to the "
              "budget. If a planned iteration still runs out of room, the rest of it runs without the budget and "
              "sublinear plans again with the whole cache (Note [Scaled cache allowance]).");
   }

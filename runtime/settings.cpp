@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "common/text.hpp"
 #include "policy/budget.hpp"
 #include "policy/planner.hpp"
 
@@ -21,7 +22,7 @@ std::string lower(std::string s) {
 }
 
 [[noreturn]] void bad(const std::string& what, const std::string& value, const std::string& forms) {
-  throw config_error("sublinear: " + what + "='" + value + "' is not valid; accepted: " + forms);
+  throw config_error("sublinear: " + what + "=" + quote_bounded(value) + " is not valid; accepted: " + forms);
 }
 
 using setter = void (*)(settings&, const std::string& name, const std::string& value);
@@ -41,7 +42,11 @@ const std::vector<entry>& entries() {
          } catch (const config_error& e) {
            std::string why = e.what();
            if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);  // one prefix is enough
-           throw config_error("sublinear: " + n + "='" + v + "': " + why);
+           // The value once: here, not again in the parser's "invalid budget '...': ".
+           if (const std::string again = "invalid budget " + quote_bounded(v) + ": "; why.rfind(again, 0) == 0) {
+             why = why.substr(again.size());
+           }
+           throw config_error("sublinear: " + n + "=" + quote_bounded(v) + ": " + why);
          }
        }},
       {{"SUBLINEAR_POLICY", "reforward", "none, sqrtn, chen, chain, tiered, reforward, greedy, dtr",
@@ -152,7 +157,8 @@ namespace {
 config_error unknown_setting(const std::string& name) {
   std::string all;
   for (const auto& e : entries()) all += (all.empty() ? "" : ", ") + std::string(e.info.name);
-  return config_error("sublinear: unknown setting " + name + "; the settings are: " + all);
+  const std::string shown = name.size() <= 64 ? name : quote_bounded(name);
+  return config_error("sublinear: unknown setting " + shown + "; the settings are: " + all);
 }
 
 // The build and test scripts' own environment variables (docs/settings.md).

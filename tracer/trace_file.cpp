@@ -12,6 +12,9 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
+
+#include "common/atomic_file.hpp"
 
 namespace sublinear::tracer {
 
@@ -623,25 +626,10 @@ namespace {
 
 void write_trace_file(const trace& t, const std::string& path) {
   const std::vector<std::byte> bytes = encode_trace(t);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) io_error("cannot create " + tmp, path, errno);
-  const std::size_t written = std::fwrite(bytes.data(), 1, bytes.size(), f);
-  const int write_err = errno;
-  if (written != bytes.size()) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    io_error("short write", path, write_err);
-  }
-  if (std::fclose(f) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    io_error("cannot close " + tmp, path, err);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    io_error("cannot rename " + tmp + " over it", path, err);
+  try {
+    write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  } catch (const error& e) {
+    throw error(std::string("trace file: ") + e.what());
   }
 }
 

@@ -48,8 +48,8 @@ void validate(const trace& t);
 // Parses and validates. `source` names the input in error messages.
 [[nodiscard]] trace decode_trace(std::span<const std::byte> bytes, std::string_view source = "<memory>");
 
-// Writes atomically (a temporary file renamed over `path`); throws sublinear::error with
-// the path and errno text on I/O failure.
+// Writes atomically (write_file_atomically, Note [Atomic file writes]); throws
+// sublinear::error with the path and errno text on I/O failure.
 void write_trace_file(const trace& t, const std::string& path);
 // Reads and decodes; throws trace_format_error (bad content) or sublinear::error (I/O).
 [[nodiscard]] trace read_trace_file(const std::string& path);

@@ -21,11 +21,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/atomic_file.hpp"
 #include "workloads/host_session.hpp"
 #include "workloads/models/registry.hpp"
 #include "workloads/training.hpp"
@@ -140,7 +141,7 @@ series sweep(models::model_kind kind, const std::vector<std::int64_t>& sizes, st
 }
 
 void write_json(const std::string& path, const std::vector<series>& all) {
-  std::ofstream out(path);
+  std::ostringstream out;
   out << "{\n  \"device\": \"host\",\n  \"series\": [";
   for (std::size_t i = 0; i < all.size(); ++i) {
     const series& s = all[i];
@@ -158,7 +159,7 @@ void write_json(const std::string& path, const std::vector<series>& all) {
     out << "]}";
   }
   out << "\n  ]\n}\n";
-  if (!out) throw sublinear::error("cannot write " + path);
+  sublinear::write_file_atomically(path, out.str());
 }
 
 int usage(const char* why) {
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    if (!json.empty()) sublinear::check_file_writable(json);  // now, not after the sweeps
     const std::vector<std::int64_t> depths =
         quick ? std::vector<std::int64_t>{20, 56, 110} : std::vector<std::int64_t>{20, 56, 110, 218, 500, 1202};
     const std::vector<std::int64_t> lengths = quick ? std::vector<std::int64_t>{64, 128, 256}

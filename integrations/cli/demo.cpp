@@ -20,7 +20,8 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
+#include <sstream>
 #include <span>
 #include <stdexcept>
 #include <optional>
@@ -30,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/atomic_file.hpp"
 #include "common/text.hpp"
 #include "runtime/engine.hpp"
 #include "runtime/host/host_runtime.hpp"
@@ -257,6 +259,7 @@ struct budgeted_run {
   std::string plan_error;
   std::string cache_allowance = "traced";  // Note [Scaled cache allowance] in policy/planning_overhead.hpp
   std::size_t budget_lifted = 0;           // iterations that ran out of room and finished without the budget
+  std::string report_error;                // SUBLINEAR_REPORT could not be written
 };
 
 // 0 when empty.
@@ -320,6 +323,11 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   };
   out.figures = wl::train(ctx, *m, t);
   out.params = wl::download_parameters(ctx, *m);
+  try {
+    rt.write_report();  // here, so that a failure fails the demo
+  } catch (const std::exception& e) {
+    out.report_error = e.what();
+  }
   out.reports = rt.get().iterations();
   out.budget = rt.get().budget();
   out.predicted_peak = rt.get().predicted_peak();
@@ -460,15 +468,8 @@ int demo_main(std::span<const std::string_view> args) {
     return kExitUsage;
   }
 
-  // Opened before training, so an unwritable path fails in a second, not after the run.
-  std::ofstream json;
-  if (!o.json_path.empty()) {
-    json.open(o.json_path);
-    if (!json) {
-      std::fprintf(stderr, "sublinear demo: cannot open %s for writing\n", o.json_path.c_str());
-      return kExitFailure;
-    }
-  }
+  // Checked before training, so an unwritable path fails in a second, not after the run.
+  if (!o.json_path.empty()) check_file_writable(o.json_path);
 
   // With a budget, the baseline trains beside the budgeted run, one iteration each in
   // turn, so that iteration i of both meets the same machine (Note [Paired timing]).
@@ -503,6 +504,10 @@ int demo_main(std::span<const std::string_view> args) {
     }
     budgeted.time_ratio = median(std::move(ratios));
   } else {
+    if (const char* report = std::getenv("SUBLINEAR_REPORT"); report != nullptr && *report != '\0') {
+      std::fprintf(stderr, "sublinear demo: SUBLINEAR_REPORT=%s is not written: without --budget the demo runs no "
+                   "engine (add --budget, for example --budget 0.5x)\n", report);
+    }
     base = run_baseline(o, nullptr);
   }
   const wl::training_figures& baseline = base.figures;
@@ -513,20 +518,21 @@ int demo_main(std::span<const std::string_view> args) {
   print_iterations(columns);
   print_summary(columns);
   if (with_budget) print_budgeted(budgeted, baseline, o);
-  if (json.is_open()) {
+  if (!o.json_path.empty()) {
     std::vector<wl::report_run> runs{{"baseline_", &baseline, {}}};
     std::vector<std::pair<std::string, std::string>> extra;
     if (with_budget) {
       runs.push_back({"sublinear_", &budgeted.figures, {}});
       extra = budgeted_json(budgeted, o);
     }
+    std::ostringstream json;
     wl::write_figures_json(json, o.model, runs, extra);
-    json.close();
-    if (!json) {
-      std::fprintf(stderr, "sublinear demo: writing %s failed\n", o.json_path.c_str());
-      return kExitFailure;
-    }
+    write_file_atomically(o.json_path, json.str());
     std::printf("\nfigures written to %s\n", o.json_path.c_str());
+  }
+  if (!budgeted.report_error.empty()) {
+    std::fprintf(stderr, "sublinear demo: %s\n", budgeted.report_error.c_str());
+    return kExitFailure;
   }
   if (with_budget && !budgeted.bit_identical) return kExitFailure;
   return kExitOk;

@@ -10,6 +10,8 @@
 
 #include "runtime/report/report.hpp"
 #include "runtime/report/report_plan.hpp"
+#include "common/atomic_file.hpp"
+#include "common/text.hpp"
 #include "integrations/cli/args.hpp"
 #include "integrations/cli/commands.hpp"
 #include "policy/budget.hpp"
@@ -71,11 +73,11 @@ std::size_t parse_bytes(std::string_view flag, std::string_view text) {
   try {
     spec = policy::parse_budget(text);
   } catch (const config_error&) {
-    bad(std::string(flag) + " needs a byte count with an optional unit (16GiB, 80GB, 1048576), got '" +
-        std::string(text) + "'");
+    bad(std::string(flag) + " needs a byte count with an optional unit (16GiB, 80GB, 1048576), got " +
+        quote_bounded(text));
   }
   if (spec.form != policy::budget_spec::kind::bytes) {
-    bad(std::string(flag) + " needs bytes (16GiB, 80GB), not a share, got '" + std::string(text) + "'");
+    bad(std::string(flag) + " needs bytes (16GiB, 80GB), not a share, got " + quote_bounded(text));
   }
   return spec.bytes;
 }
@@ -112,8 +114,8 @@ plan_options parse(std::span<const std::string_view> args) {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
-      bad("unknown argument '" + std::string(r.raw()) +
-          "'; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, "
+      bad("unknown argument " + quote_bounded(r.raw()) +
+          "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, "
           "--evictions, --json");
     }
   }
@@ -127,30 +129,40 @@ plan_options parse(std::span<const std::string_view> args) {
     bad("--budget: " + why);
   }
   if (o.preview.budget.form == policy::budget_spec::kind::device_fraction && o.preview.device_capacity == 0) {
-    bad("--budget " + *budget + " is a share of device memory: give the device's memory with --device-memory "
+    bad("--budget " + quote_bounded(*budget) + " is a share of device memory: give the device's memory with --device-memory "
         "BYTES (for example --device-memory 80GB), or a budget in bytes");
   }
-  if (policies == "all") {
-    for (auto n : policy::planner_names()) o.preview.policies.emplace_back(n);
-  } else {
-    std::string item;
-    auto take = [&] {
-      if (item.empty()) bad("--policy has an empty name in '" + policies + "'");
+  // A comma-separated list; "all" in it stands for every planner; each planner once, in
+  // the order first named.
+  const auto add = [&](std::string_view name) {
+    for (const auto& p : o.preview.policies)
+      if (p == name) return;
+    o.preview.policies.emplace_back(name);
+  };
+  std::string item;
+  const auto take = [&] {
+    if (item.empty()) bad("--policy has an empty name in " + quote_bounded(policies));
+    if (item == "all") {
+      for (auto n : policy::planner_names()) add(n);
+    } else {
       bool known = false;
       for (auto n : policy::planner_names()) known = known || n == item;
-      if (!known) bad("--policy '" + item + "' is not a planner; the planners are " + planner_list() + ", or all");
-      o.preview.policies.push_back(item);
-      item.clear();
-    };
-    for (char c : policies) {
-      if (c == ',') {
-        take();
-      } else {
-        item += c;
+      if (!known) {
+        bad("--policy " + quote_bounded(item) + " is not a planner; give planners from " + planner_list() +
+            " separated by commas, or all");
       }
+      add(item);
     }
-    take();
+    item.clear();
+  };
+  for (char c : policies) {
+    if (c == ',') {
+      take();
+    } else {
+      item += c;
+    }
   }
+  take();
   return o;
 }
 
@@ -162,6 +174,7 @@ int plan_main(std::span<const std::string_view> args) {
     return kExitOk;
   }
   const plan_options o = parse(args);
+  if (!o.json_path.empty()) check_file_writable(o.json_path);  // before planning, which may take a while
   const tracer::trace t = tracer::read_trace_file(o.trace);
   const runtime::plan_preview p = runtime::preview_plans(t, o.preview);
   std::printf("sublinear plan: %s\n", o.trace.c_str());

@@ -235,12 +235,11 @@ struct process_runtime::impl {
       // Live bytes matter only while searching; once locked the signature alone is checked.
       const std::size_t live = d.period() == 0 ? alloc->get_stats().allocated : 0;
       boundary = d.on_launch(signature, live);
-      if (d.period() != auto_period.load(std::memory_order_relaxed) && config.log >= log_level::info) {
-        std::fprintf(stderr,
-                     d.period() != 0 ? "sublinear: iteration boundaries found: %zu launches per iteration\n"
-                                     : "sublinear: iteration boundaries lost (a launch differed from the period); "
-                                       "searching again\n",
-                     d.period());
+      if (d.period() != auto_period.load(std::memory_order_relaxed)) {
+        eng->log(log_level::info, d.period() != 0 ? "iteration boundaries found: " + std::to_string(d.period()) +
+                                                        " launches per iteration"
+                                                  : "iteration boundaries lost (a launch differed from the period); "
+                                                    "searching again");
       }
       auto_period.store(d.period(), std::memory_order_relaxed);
     }
@@ -263,14 +262,13 @@ struct process_runtime::impl {
       collector->set_durations(false);
     }
     recorder->stop();
-    if (config.log < log_level::warn) return;
-    std::fprintf(stderr,
-                 "sublinear: warning: %zu events recorded without an iteration marker%s; tracing stopped and "
-                 "sublinear runs as a plain caching allocator. Mark iterations with sublinear_mark_iteration() (the "
-                 "PyTorch integration does it from the optimizer step).\n",
-                 max_traced_events,
-                 auto_boundaries != nullptr ? " and no repeating iteration found in the launches (SUBLINEAR_ITERATION=auto)"
-                                            : "");
+    eng->log(log_level::warn,
+             std::to_string(max_traced_events) + " events recorded without an iteration marker" +
+                 (auto_boundaries != nullptr
+                      ? " and no repeating iteration found in the launches (SUBLINEAR_ITERATION=auto)"
+                      : "") +
+                 "; tracing stopped and sublinear runs as a plain caching allocator. Mark iterations with "
+                 "sublinear_mark_iteration() (the PyTorch integration does it from the optimizer step).");
   }
 };
 
@@ -353,13 +351,12 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
         *m->eng, [raw](const tracer::launch_description& op) { raw->before_launch(op); });
     m->collector->set_listener(m->listener.get());
   }
-  if (config.log >= log_level::info) {
-    std::fprintf(stderr, "sublinear: active on %s, budget %s, policy %s%s%s\n", m->device_label.c_str(),
-                 config.budget ? config.budget->text.c_str() : "none", config.policy.c_str(),
-                 m->disabled_reason.empty() ? "" : "; engine disabled: ", m->disabled_reason.c_str());
-  }
+  m->eng->log(log_level::info, "active on " + m->device_label + ", budget " +
+                                   (config.budget ? config.budget->text : std::string("none")) + ", policy " +
+                                   config.policy +
+                                   (m->disabled_reason.empty() ? "" : "; engine disabled: " + m->disabled_reason));
   if (!m->disabled_reason.empty() && !config.disable && config.log >= log_level::warn) {
-    std::fprintf(stderr, "sublinear: %s; running without recomputation\n", m->disabled_reason.c_str());
+    m->eng->log(log_level::error, m->disabled_reason + "; running without recomputation");
   }
   return std::unique_ptr<process_runtime>(new process_runtime(std::move(m)));
 }

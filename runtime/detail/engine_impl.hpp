@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -42,6 +43,7 @@
 #include "policy/plan.hpp"
 #include "policy/planning_overhead.hpp"
 #include "runtime/engine.hpp"
+#include "runtime/log_output.hpp"
 #include "runtime/settings.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/events.hpp"
@@ -66,6 +68,7 @@ struct engine::impl {
   replay_device& dev;
   tracer::recorder& rec;
   engine_options opts;
+  std::unique_ptr<log_output> log_out;  // SUBLINEAR_LOG's file, or stderr
   allocation_observer* previous_observer = nullptr;
 
   mutable std::recursive_mutex mutex;
@@ -223,11 +226,14 @@ struct engine::impl {
   tracer::trace kept_trace;
 
   impl(allocator::caching_allocator& a, replay_device& d, tracer::recorder& r, engine_options o)
-      : alloc(a), dev(d), rec(r), opts(std::move(o)) {
+      : alloc(a), dev(d), rec(r), opts(std::move(o)), log_out(std::make_unique<log_output>(opts.config.log_file)) {
     if (opts.config.disable) st = engine_state::disabled;
     iteration_started_s = started_s = dev.now_s();
-    if (opts.config.log >= log_level::debug)
-      std::fprintf(stderr, "sublinear: effective configuration:\n%s", describe(opts.config).c_str());
+    if (opts.config.log >= log_level::debug) {
+      std::string text = describe(opts.config);
+      if (!text.empty() && text.back() == '\n') text.pop_back();
+      log_out->write("sublinear: effective configuration:\n" + text);
+    }
   }
 
   // ---- helpers --------------------------------------------------------------------------
@@ -241,13 +247,13 @@ struct engine::impl {
   }
   const policy::iteration& graph() const { return an.graph; }
   void log_info(const std::string& line) const {
-    if (opts.config.log >= log_level::info) std::fprintf(stderr, "sublinear: %s\n", line.c_str());
+    if (opts.config.log >= log_level::info) log_out->write("sublinear: " + line);
   }
   void log_debug(const std::string& line) const {
-    if (opts.config.log >= log_level::debug) std::fprintf(stderr, "sublinear: debug: %s\n", line.c_str());
+    if (opts.config.log >= log_level::debug) log_out->write("sublinear: debug: " + line);
   }
   void log_warn(const std::string& line) const {
-    if (opts.config.log >= log_level::warn) std::fprintf(stderr, "sublinear: warning: %s\n", line.c_str());
+    if (opts.config.log >= log_level::warn) log_out->write("sublinear: warning: " + line);
   }
   std::string launch_name(launch_id l) const {
     const auto& ev = recorded_event(l);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/report/report.hpp"
+#include "sublinear/error.hpp"
 #include "tracer/block_hashes.hpp"
 
 namespace sublinear::runtime {
@@ -135,17 +136,28 @@ host_runtime::host_runtime(device::host::device& dev, allocator::caching_allocat
   collector_ = std::make_unique<tracer::host_collector>(dev, *recorder_, co);
 }
 
+void host_runtime::write_report() {
+  dev_.synchronize();
+  if (config_.report.empty()) return;
+  report_written_ = true;
+  report_metadata meta;
+  meta.model = model_;
+  meta.device = "host";
+  meta.granularity = granularity_;
+  try {
+    write_text_file(config_.report, to_json(make_report(*engine_, config_, meta)));
+  } catch (const std::exception& e) {
+    throw error(std::string("SUBLINEAR_REPORT: ") + e.what());
+  }
+}
+
 host_runtime::~host_runtime() {
   dev_.synchronize();
-  if (!config_.report.empty()) {
+  if (!config_.report.empty() && !report_written_) {
     try {
-      report_metadata meta;
-      meta.model = model_;
-      meta.device = "host";
-      meta.granularity = granularity_;
-      write_text_file(config_.report, to_json(make_report(*engine_, config_, meta)));
+      write_report();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "sublinear: SUBLINEAR_REPORT: cannot write %s: %s\n", config_.report.c_str(), e.what());
+      std::fprintf(stderr, "sublinear: %s\n", e.what());
     }
   }
   dev_.remove_hook(hook_.get());

@@ -67,6 +67,10 @@ class host_runtime {
   void mark_iteration();
   // Names the workload in the report written at exit (SUBLINEAR_REPORT).
   void set_model_name(std::string name) { model_ = std::move(name); }
+  // Writes the report SUBLINEAR_REPORT names now, and not again at destruction; throws
+  // sublinear::error naming the file when it cannot be written. Without it the destructor
+  // writes the report and can only print a failure on stderr.
+  void write_report();
   [[nodiscard]] engine& get() { return *engine_; }
   [[nodiscard]] tracer::recorder& recorder() { return *recorder_; }
   [[nodiscard]] host_replay_device& replay_device() { return *replay_; }
@@ -77,6 +81,7 @@ class host_runtime {
   settings config_;
   std::size_t granularity_;
   std::string model_;
+  bool report_written_ = false;
   std::unique_ptr<tracer::recorder> recorder_;
   std::unique_ptr<host_replay_device> replay_;
   std::unique_ptr<engine> engine_;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/atomic_file.hpp"
 #include "runtime/report/report_json.hpp"
 #include "runtime/report/report_text.hpp"
 #include "sublinear/error.hpp"
@@ -585,24 +586,7 @@ std::string read_text_file(const std::string& path) {
   return s.str();
 }
 
-void write_text_file(const std::string& path, std::string_view text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw error("cannot write '" + path + "': " + std::strerror(errno));
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw error("cannot write '" + path + "': " + std::strerror(errno));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw error("cannot write '" + path + "': " + why);
-  }
-}
+void write_text_file(const std::string& path, std::string_view text) { write_file_atomically(path, text); }
 
 namespace text {
 

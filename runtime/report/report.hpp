@@ -171,7 +171,8 @@ struct plot_options {
 
 // Reads a whole file; throws sublinear::error naming the path on failure.
 [[nodiscard]] std::string read_text_file(const std::string& path);
-// Writes a whole file (through a temporary renamed over `path`); throws sublinear::error.
+// Writes a whole file (write_file_atomically, Note [Atomic file writes]); throws
+// sublinear::error naming the path when any part of the write fails.
 void write_text_file(const std::string& path, std::string_view text);
 
 }  // namespace sublinear::runtime

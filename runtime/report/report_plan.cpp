@@ -308,7 +308,7 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
     }
     if (!r.feasible) {
       rows.push_back({r.planner + (r.cache_allowance == "scaled" ? " *" : ""), "infeasible",
-                      "needs at least " + format_bytes(r.smallest_feasible), "", "", ""});
+                      "needs at least " + format_bytes_at_least(r.smallest_feasible), "", "", ""});
       continue;
     }
     const std::string added = text::seconds(r.added_compute_s) + percent_of(r.added_compute_s, p.iteration_compute_s);

@@ -32,6 +32,29 @@ TEST(FormatBytes, TheLargestCountStaysInTebibytes) {
   EXPECT_EQ(text.substr(text.size() - 4), " TiB") << text;
 }
 
+// A budget named in a message is given back by users: shown rounded down ("13.09 MiB" for
+// 13.094 MiB), it asked for less than was named and was refused again.
+TEST(FormatBytesAtLeast, RoundsUpAtTheSecondDecimal) {
+  EXPECT_EQ(format_bytes_at_least(512), "512 B");
+  EXPECT_EQ(format_bytes_at_least(KiB), "1.00 KiB");
+  EXPECT_EQ(format_bytes_at_least(KiB + 1), "1.01 KiB");
+  EXPECT_EQ(format_bytes_at_least(3 * MiB + 256 * KiB), "3.25 MiB");
+  const std::size_t b = 13 * MiB + 94 * MiB / 1000;  // 13.094 MiB
+  EXPECT_EQ(format_bytes(b), "13.09 MiB");
+  EXPECT_EQ(format_bytes_at_least(b), "13.10 MiB");
+  EXPECT_EQ(format_bytes_at_least(2 * MiB - 1), "2.00 MiB");
+  EXPECT_EQ(format_bytes_at_least(8 * GiB + 1), "8.01 GiB");
+}
+
+TEST(QuoteBounded, QuotesAShortValueWholeAndALongOneByItsStartAndLength) {
+  EXPECT_EQ(quote_bounded("lots"), "'lots'");
+  const std::string huge(100000, 'x');
+  const std::string q = quote_bounded(huge);
+  EXPECT_LT(q.size(), 100u) << q;
+  EXPECT_EQ(q, "'" + std::string(64, 'x') + "...' (100000 characters)");
+  EXPECT_EQ(quote_bounded("abcdef", 3), "'abc...' (6 characters)");
+}
+
 TEST(JsonQuote, QuotesAndEscapesWhatJsonRequires) {
   EXPECT_EQ(json_quote(""), "\"\"");
   EXPECT_EQ(json_quote("plain"), "\"plain\"");

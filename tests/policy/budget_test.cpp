@@ -142,5 +142,32 @@ TEST(Budget, InfeasibleBudgetNamesTheSmallestFeasibleBudget) {
   EXPECT_THAT(base.what(), HasSubstr("infeasible"));
 }
 
+// The smallest feasible budget a message names is given back as shown: rounded down
+// ("13.09 MiB" for 13.094 MiB) it asked for less than was named and was refused again.
+TEST(Budget, TheSmallestFeasibleBudgetAsShownParsesBackToAtLeastItsBytes) {
+  const std::size_t b = 13 * MiB + 94 * MiB / 1000;
+  const infeasible_budget e("greedy", 10 * MiB, b, 5 * MiB);
+  EXPECT_THAT(e.what(), HasSubstr("the smallest feasible budget for it is 13.10 MiB (" + std::to_string(b) + " bytes)"));
+  for (std::size_t n : {KiB + 1, 13 * MiB + 94 * MiB / 1000, 3 * MiB + 1, 5 * GiB - 1, 7 * GiB + 12345, 2 * TiB + 3,
+                        MiB * 100 / 3, std::size_t{999999999}}) {
+    const std::string shown = format_bytes_at_least(n);
+    EXPECT_GE(bytes(shown), n) << shown;
+    EXPECT_LE(bytes(shown) - n, (n >= TiB ? TiB : n >= GiB ? GiB : n >= MiB ? MiB : KiB) / 100 + 1) << shown;
+  }
+}
+
+// A long malformed value is quoted once, by its start and its length.
+TEST(Budget, AVeryLongMalformedValueIsQuotedOnceAndBounded) {
+  const std::string text(100000, '9');
+  try {
+    (void)parse_budget(text + "q");
+    FAIL() << "accepted";
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    EXPECT_LT(what.size(), 600u) << what.substr(0, 600);
+    EXPECT_THAT(what, HasSubstr("(100001 characters)"));
+  }
+}
+
 }  // namespace
 }  // namespace sublinear::policy

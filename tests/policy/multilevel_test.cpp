@@ -56,7 +56,7 @@ std::vector<std::size_t> budgets_below_drop_sets(const iteration& it, std::size_
   const std::size_t least = multi_level_least_peak(ctx);
   const std::size_t drops = drop_set_least(it, "reforward");
   std::vector<std::size_t> out;
-  // The smallest feasible budget is found to 1/1024 (throw_smallest_feasible): stay clear.
+  // The smallest feasible budget is found to 1/1024 (smallest_feasible_budget): stay clear.
   const std::size_t top = drops - drops / 512;
   if (least == 0 || least >= top) return out;
   for (std::size_t k = 0; k <= steps; ++k) out.push_back(least + (top - least) * k / steps);

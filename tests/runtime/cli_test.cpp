@@ -2,9 +2,12 @@
 // `sublinear plan`'s preview, which must agree with what the runtime then does on the
 // same workload.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -16,6 +19,7 @@
 #include "allocator/default_allocator.hpp"
 #include "device/host/device.hpp"
 #include "device/host/host_vmm.hpp"
+#include "common/text.hpp"
 #include "runtime/host/host_runtime.hpp"
 #include "runtime/report/report_plan.hpp"
 #include "runtime/settings.hpp"
@@ -211,21 +215,24 @@ struct runtime_outcome {
   std::vector<std::size_t> resident_peaks;  // per iteration: peak of allocated - evicted bytes
 };
 
-runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std::size_t budget_bytes) {
+// `budget` as SUBLINEAR_BUDGET takes it. Timed, launches cost their measured durations;
+// untimed, their touched bytes, so that every run traces the same iteration.
+runtime_outcome run_with_budget(model_kind kind, const std::string& policy, const std::string& budget,
+                                bool budget_traced_iterations, bool timed) {
   tight_session session;
   auto ctx = session.make_context();
   auto model = test_model(kind);
   model->init(ctx, 7);
   engine_options o;
-  o.config.budget = policy::parse_budget(std::to_string(budget_bytes));
+  o.config.budget = policy::parse_budget(budget);
   o.config.policy = policy;
   o.device_capacity = session.vmm().physical_capacity();
-  // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
-  // plan from the same iteration (Note [Offloading the traced iteration] in engine_offload.cpp).
-  o.budget_traced_iterations = false;
+  o.budget_traced_iterations = budget_traced_iterations;
+  host_runtime_options ho;
+  ho.time_launches = timed;
   runtime_outcome out;
   {
-    host_runtime rt(session.device(), session.allocator(), o);
+    host_runtime rt(session.device(), session.allocator(), o, ho);
     workloads::training_options to;
     to.iterations = 4;
     to.seed = 7;
@@ -241,6 +248,12 @@ runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std:
   }
   model->release();
   return out;
+}
+
+runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std::size_t budget_bytes) {
+  // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
+  // plan from the same iteration (Note [Offloading the traced iteration] in engine_offload.cpp).
+  return run_with_budget(kind, policy, std::to_string(budget_bytes), false, true);
 }
 
 struct agreement_case {
@@ -360,14 +373,10 @@ TEST(PlanPreviewReport, APlannerTheTracedCacheLeavesTooLittleIsPreviewedWithTheC
   ASSERT_GT(low.rows[0].smallest_feasible, low.budget);
   const policy::traced_memory tm{rec.mapped_peak, low.unplanned_peak, low.granularity, low.sub_page_peak};
   ASSERT_GT(policy::cache_allowance(tm), 0u) << "no cache traced: both allowances are the same";
-  // At the smallest budget it named (a page or two more if the search's answer is refused).
-  std::size_t budget = low.rows[0].smallest_feasible;
-  plan_preview at;
-  for (int tries = 0; tries < 4; ++tries, budget += rec.granularity) {
-    po.budget = policy::parse_budget(std::to_string(budget));
-    at = preview_plans(rec.trace, po);
-    if (at.rows[0].feasible) break;
-  }
+  // At the smallest budget it named.
+  const std::size_t budget = low.rows[0].smallest_feasible;
+  po.budget = policy::parse_budget(std::to_string(budget));
+  const plan_preview at = preview_plans(rec.trace, po);
   const plan_preview_row& row = at.rows[0];
   ASSERT_TRUE(row.feasible) << row.error;
   ASSERT_EQ(row.cache_allowance, "scaled") << "the whole traced cache already allows " << budget << " bytes";
@@ -618,6 +627,226 @@ TEST(PlanPreviewReport, RejectsAnUnknownPlannerBeforeAnalysing) {
   po.budget = policy::parse_budget("0.5x");
   po.policies = {"magic"};
   EXPECT_THROW((void)preview_plans(rec.trace, po), config_error);
+}
+
+// ---- a refusal's smallest feasible budget plans ------------------------------------------------------
+
+// On each workload's recorded iteration, every planner refused at a budget below all plans
+// names its smallest feasible budget; asked for it, in bytes or as `sublinear plan` shows
+// it (rounded up), the planner plans. Greedy's and the grid searches' success is not
+// monotone in the budget; the bisection for the smallest one could name a budget that the
+// planner's own search then missed.
+class NamedSmallestBudget : public ::testing::TestWithParam<model_kind> {};
+
+TEST_P(NamedSmallestBudget, PlansForEveryPlannerOnTheSameTrace) {
+  const recorded_iteration rec = record_first_iteration(GetParam());
+  plan_preview_options po;
+  po.budget = policy::parse_budget("0.02x");
+  po.traced_mapped_peak = rec.mapped_peak;
+  for (auto name : policy::planner_names()) po.policies.emplace_back(name);
+  const plan_preview low = preview_plans(rec.trace, po);
+  const std::string text = render_plan_preview(low);
+  ASSERT_EQ(low.rows.size(), po.policies.size());
+  for (const plan_preview_row& row : low.rows) {
+    SCOPED_TRACE(row.planner);
+    ASSERT_FALSE(row.internal_error) << row.error;
+    ASSERT_FALSE(row.feasible) << "0.02x is below every plan";
+    ASSERT_GT(row.smallest_feasible, low.budget) << row.error;
+    const std::string shown = format_bytes_at_least(row.smallest_feasible);
+    EXPECT_NE(text.find("needs at least " + shown), std::string::npos) << text;
+    for (const std::string& budget : {std::to_string(row.smallest_feasible), shown}) {
+      plan_preview_options at = po;
+      at.policies = {row.planner};
+      at.budget = policy::parse_budget(budget);
+      const plan_preview p = preview_plans(rec.trace, at);
+      ASSERT_EQ(p.rows.size(), 1u);
+      EXPECT_TRUE(p.rows[0].feasible) << "at " << budget << ": " << p.rows[0].error;
+      if (p.rows[0].feasible) {
+        EXPECT_LE(p.rows[0].predicted_mapped, p.budget) << budget;
+      }
+    }
+  }
+}
+
+// The same trace gives the same plan: every planner, twice on one recorded iteration.
+TEST_P(NamedSmallestBudget, TheSameTraceGivesTheSamePlan) {
+  const recorded_iteration rec = record_first_iteration(GetParam());
+  const std::string path = ::testing::TempDir() + "/same_plan_" +
+                           std::string(workloads::models::to_string(GetParam())) + ".sltrace";
+  tracer::write_trace_file(rec.trace, path);
+  plan_preview_options po;
+  po.budget = policy::parse_budget("0.6x");
+  po.traced_mapped_peak = rec.mapped_peak;
+  for (auto name : policy::planner_names()) po.policies.emplace_back(name);
+  const plan_preview first = preview_plans(rec.trace, po);
+  const plan_preview again = preview_plans(tracer::read_trace_file(path), po);
+  std::remove(path.c_str());
+  ASSERT_EQ(first.rows.size(), again.rows.size());
+  for (std::size_t i = 0; i < first.rows.size(); ++i) {
+    const plan_preview_row& a = first.rows[i];
+    const plan_preview_row& b = again.rows[i];
+    SCOPED_TRACE(a.planner);
+    EXPECT_EQ(a.feasible, b.feasible);
+    EXPECT_EQ(a.error, b.error);
+    EXPECT_EQ(a.smallest_feasible, b.smallest_feasible);
+    EXPECT_EQ(a.predicted_peak, b.predicted_peak);
+    EXPECT_EQ(a.added_compute_s, b.added_compute_s);
+    ASSERT_EQ(a.evictions.size(), b.evictions.size());
+    for (std::size_t k = 0; k < a.evictions.size(); ++k) {
+      EXPECT_EQ(a.evictions[k].alloc_index, b.evictions[k].alloc_index);
+      EXPECT_EQ(a.evictions[k].evict_after, b.evictions[k].evict_after);
+      EXPECT_EQ(a.evictions[k].restore_before, b.evictions[k].restore_before);
+      EXPECT_EQ(a.evictions[k].recipe, b.evictions[k].recipe);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Workloads, NamedSmallestBudget,
+                         ::testing::Values(model_kind::mlp, model_kind::resnet, model_kind::densenet, model_kind::lstm,
+                                           model_kind::transformer),
+                         [](const ::testing::TestParamInfo<model_kind>& param_info) {
+                           return std::string(workloads::models::to_string(param_info.param));
+                         });
+
+// What the runtime's refusal names: the budget shown, its bytes, and the multiple of the
+// traced peak when it gives one.
+struct named_budget {
+  std::string shown, multiple;
+  std::size_t bytes = 0;
+};
+
+named_budget named_in(const std::string& error) {
+  named_budget n;
+  constexpr std::string_view key = "the smallest feasible budget for it is ";
+  const std::size_t at = error.find(key);
+  if (at == std::string::npos) return n;
+  const std::size_t open = error.find(" (", at);
+  n.shown = error.substr(at + key.size(), open - at - key.size());
+  n.bytes = std::stoull(error.substr(open + 2));
+  constexpr std::string_view give = "SUBLINEAR_BUDGET=";
+  if (const std::size_t g = error.find(give, at); g != std::string::npos) {
+    n.multiple = error.substr(g + give.size(), error.find_first_of(" ;),", g + give.size()) - g - give.size());
+  }
+  return n;
+}
+
+// The budget in the runtime's own refusal, given to the next run of the same program as
+// SUBLINEAR_BUDGET, plans. In bytes it holds during the traced iterations too (Note
+// [Offloading the traced iteration]), whose layout, and so the allocator's cache beside the
+// plan, differs from an unbudgeted trace's: a refusal of a multiple of the traced peak names
+// the multiple to give (the same unbudgeted trace), a refusal of bytes names bytes. Launches
+// cost their touched bytes here, so that runs trace the same iteration (measured durations
+// are part of a trace: another run's may differ).
+TEST(NamedSmallestBudgetAtRunTime, TheBudgetTheRuntimeNamesPlansInTheNextRun) {
+  const std::size_t peak = run_with_budget(model_kind::resnet, "none", "100x", true, false).iterations.at(0).peak_mapped;
+  ASSERT_GT(peak, 0u);
+  for (const char* planner : {"chen", "chain", "tiered", "reforward", "greedy", "dtr"}) {
+    SCOPED_TRACE(planner);
+    // A multiple of the traced peak: named back as a multiple.
+    const runtime_outcome refused = run_with_budget(model_kind::resnet, planner, "0.05x", true, false);
+    const named_budget n = named_in(refused.plan_error);
+    ASSERT_GT(n.bytes, 0u) << refused.plan_error;
+    EXPECT_NE(refused.plan_error.find(std::to_string(n.bytes) + " bytes: "), std::string::npos) << refused.plan_error;
+    EXPECT_NE(refused.plan_error.find("kept back for the allocator's cache"), std::string::npos) << refused.plan_error;
+    EXPECT_GE(policy::parse_budget(n.shown).bytes, n.bytes) << n.shown;
+    ASSERT_FALSE(n.multiple.empty()) << refused.plan_error;
+    runtime_outcome run = run_with_budget(model_kind::resnet, planner, n.multiple, true, false);
+    EXPECT_TRUE(run.plan_error.empty()) << "SUBLINEAR_BUDGET=" << n.multiple << ": " << run.plan_error
+                                        << "\nthe refusal: " << refused.plan_error;
+    EXPECT_GE(run.budget, n.bytes);
+    // Bytes: named back as bytes, shown or exact.
+    const runtime_outcome refused_bytes =
+        run_with_budget(model_kind::resnet, planner, std::to_string(peak / 20), true, false);
+    const named_budget nb = named_in(refused_bytes.plan_error);
+    ASSERT_GT(nb.bytes, 0u) << refused_bytes.plan_error;
+    EXPECT_TRUE(nb.multiple.empty()) << refused_bytes.plan_error;
+    for (const std::string& budget : {nb.shown, std::to_string(nb.bytes)}) {
+      run = run_with_budget(model_kind::resnet, planner, budget, true, false);
+      EXPECT_TRUE(run.plan_error.empty()) << "SUBLINEAR_BUDGET=" << budget << ": " << run.plan_error
+                                          << "\nthe refusal: " << refused_bytes.plan_error;
+    }
+  }
+}
+
+// ---- SUBLINEAR_LOG=LEVEL:PATH and SUBLINEAR_REPORT -------------------------------------------------
+
+// Trains the small ResNet at 0.5x with the settings `vars` gives; returns what the engine
+// printed on stderr, or the error that stopped it.
+std::string train_with_settings(const std::map<std::string, std::string>& vars) {
+  std::vector<std::string> names;
+  for (const auto& [k, v] : vars) names.push_back(k);
+  engine_options o;
+  o.config = read_settings(
+      [&](const char* n) -> const char* {
+        const auto it = vars.find(n);
+        return it == vars.end() ? nullptr : it->second.c_str();
+      },
+      names);
+  tight_session session;
+  auto ctx = session.make_context();
+  auto model = test_model(model_kind::resnet);
+  model->init(ctx, 7);
+  o.device_capacity = session.vmm().physical_capacity();
+  ::testing::internal::CaptureStderr();
+  std::string error;
+  try {
+    host_runtime rt(session.device(), session.allocator(), o);
+    workloads::training_options to;
+    to.iterations = 3;
+    to.seed = 7;
+    to.on_iteration_end = [&](const workloads::iteration_figures&) { rt.mark_iteration(); };
+    workloads::train(ctx, *model, to);
+    rt.write_report();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  model->release();
+  return error.empty() ? err : "error: " + error;
+}
+
+TEST(LogFile, TheLogGoesToThePathSublinearLogNames) {
+  const std::string path = ::testing::TempDir() + "/sublinear_log_" + std::to_string(::getpid()) + ".log";
+  std::remove(path.c_str());
+  const std::string err =
+      train_with_settings({{"SUBLINEAR_LOG", "debug:" + path}, {"SUBLINEAR_BUDGET", "0.5x"}, {"SUBLINEAR_POLICY", "chen"}});
+  std::ifstream in(path);
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  EXPECT_EQ(err.find("sublinear: traced iteration"), std::string::npos) << "not on stderr:\n" << err;
+  EXPECT_NE(log.find("sublinear: effective configuration:"), std::string::npos) << log;
+  EXPECT_NE(log.find("sublinear: traced iteration"), std::string::npos) << log;
+}
+
+TEST(LogFile, AnUnwritableLogPathIsAnErrorNamingItAndTheFix) {
+  const std::string path = ::testing::TempDir() + "/no-such-directory/sublinear.log";
+  const std::string err = train_with_settings({{"SUBLINEAR_LOG", "info:" + path}, {"SUBLINEAR_BUDGET", "0.5x"}});
+  EXPECT_EQ(err.rfind("error: ", 0), 0u) << err;
+  EXPECT_NE(err.find("SUBLINEAR_LOG"), std::string::npos) << err;
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  EXPECT_NE(err.find("No such file or directory"), std::string::npos) << err;
+}
+
+TEST(LogFile, AFullLogDeviceIsReportedOnceAndTheLogGoesOnOnStderr) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  const std::string err = train_with_settings({{"SUBLINEAR_LOG", "info:/dev/full"}, {"SUBLINEAR_BUDGET", "0.5x"}});
+  const std::string failed = "SUBLINEAR_LOG: writing the log file /dev/full failed: No space left on device";
+  ASSERT_NE(err.find(failed), std::string::npos) << err;
+  EXPECT_EQ(err.find(failed), err.rfind(failed)) << "once:\n" << err;
+  EXPECT_NE(err.find("sublinear: traced iteration"), std::string::npos) << err;
+}
+
+// The host runtime's report, written when asked: a failure is an error naming the file,
+// for the caller (`sublinear demo`) to fail with, not a line on stderr at destruction.
+TEST(ReportFile, AReportThatCannotBeWrittenIsAnErrorNamingTheFile) {
+  if (::access("/dev/full", W_OK) != 0) GTEST_SKIP() << "no writable /dev/full here";
+  // Through a link: a write that renamed over its path replaces the link, not the device.
+  const std::string full = ::testing::TempDir() + "/report_full_" + std::to_string(::getpid());
+  std::remove(full.c_str());
+  ASSERT_EQ(::symlink("/dev/full", full.c_str()), 0);
+  const std::string err = train_with_settings({{"SUBLINEAR_REPORT", full}, {"SUBLINEAR_BUDGET", "0.5x"}});
+  std::remove(full.c_str());
+  EXPECT_EQ(err.rfind("error: SUBLINEAR_REPORT: cannot write " + full + ": No space left on device", 0), 0u) << err;
 }
 
 }  // namespace

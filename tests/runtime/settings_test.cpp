@@ -145,6 +145,20 @@ TEST(BudgetSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_BUDGET", v, "a multiple of the traced peak (0.5x)");
 }
 
+// A value of any length is quoted once in its error, bounded: its start and its length.
+TEST(BudgetSetting, AVeryLongValueIsQuotedOnceAndBounded) {
+  for (const char* name : {"SUBLINEAR_BUDGET", "SUBLINEAR_POLICY", "SUBLINEAR_LOG"}) {
+    const std::string value(100000, 'z');
+    const std::string e = error_for({{name, value}});
+    EXPECT_NE(e, "(accepted)") << name;
+    EXPECT_LT(e.size(), 1000u) << name << ": " << e.substr(0, 1000);
+    EXPECT_NE(e.find(name), std::string::npos) << e;
+    const std::string quoted = "'" + std::string(64, 'z') + "...' (100000 characters)";
+    EXPECT_EQ(e.find(quoted), e.rfind(quoted)) << "once: " << e;
+    EXPECT_NE(e.find(quoted), std::string::npos) << e;
+  }
+}
+
 TEST(BudgetSetting, AnEmptyBudgetMeansNone) { EXPECT_FALSE(read({{"SUBLINEAR_BUDGET", ""}}).budget.has_value()); }
 
 // ---- SUBLINEAR_POLICY -----------------------------------------------------------------------------------

@@ -5,13 +5,13 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/atomic_file.hpp"
 #include "common/svg.hpp"
 #include "integrations/cli/bench/measure.hpp"
 #include "sublinear/error.hpp"
@@ -281,10 +281,7 @@ svg_chart time_chart(const sweep_result& s, const std::string& title, const std:
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text, std::vector<std::string>& written) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) throw error("cannot write " + path.string());
+  write_file_atomically(path.string(), text);
   written.push_back(path.string());
 }
 

@@ -90,5 +90,7 @@ struct sweep_result {
 };
 
 using progress_fn = std::function<void(const std::string&)>;
+// Told the index of each point of a sweep as it starts (sweeps.hpp, sweep_points).
+using point_fn = std::function<void(std::size_t index)>;
 
 }  // namespace sublinear::cli::bench

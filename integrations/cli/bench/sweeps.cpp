@@ -24,11 +24,14 @@ constexpr std::string_view kSweeps[] = {"depth", "lstm", "budget", "reforward"};
 struct sweep_env {
   const bench_options& options;
   const progress_fn& progress;
+  const point_fn& point_started;
   group_settings group;
+  std::size_t points = 0;  // started so far
 };
 
-sweep_env make_env(const bench_options& o, const progress_fn& progress, const std::string& id) {
-  sweep_env env{o, progress, {}};
+sweep_env make_env(const bench_options& o, const progress_fn& progress, const point_fn& started,
+                   const std::string& id) {
+  sweep_env env{o, progress, started, {}};
   env.group.iterations = o.iterations > 0 ? o.iterations : (o.quick ? 2 : 3);
   env.group.repeats = o.repeats > 0 ? o.repeats : (o.quick ? 1 : 2);
   env.group.sweep = id;
@@ -39,6 +42,25 @@ sweep_env make_env(const bench_options& o, const progress_fn& progress, const st
 
 void say(const sweep_env& env, const std::string& line) {
   if (env.progress) env.progress(env.group.sweep + " " + line);
+}
+
+// Each point, as it starts (its index in sweep_points' list).
+void start_point(sweep_env& env) {
+  if (env.point_started) env.point_started(env.points);
+  ++env.points;
+}
+
+// The points of each sweep, in the order it measures them (sweep_points and the sweeps).
+std::vector<std::int64_t> depth_list(const bench_options& o) {
+  return !o.depths.empty() ? o.depths
+         : o.quick         ? std::vector<std::int64_t>{32, 56, 110}
+                           : std::vector<std::int64_t>{32, 56, 110, 218, 434, 1202};
+}
+
+std::vector<std::int64_t> length_list(const bench_options& o) {
+  return !o.lengths.empty() ? o.lengths
+         : o.quick          ? std::vector<std::int64_t>{64, 128, 256}
+                            : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048};
 }
 
 probe_result probe_point(const sweep_env& env, const models::model_config& c) {
@@ -124,24 +146,24 @@ std::string resolve_planner(const bench_options& o) {
   return o.planner;
 }
 
-sweep_result depth_sweep(const bench_options& o, const progress_fn& progress) {
-  sweep_env env = make_env(o, progress, "depth");
+sweep_result depth_sweep(const bench_options& o, const progress_fn& progress, const point_fn& started) {
+  sweep_env env = make_env(o, progress, started, "depth");
   sweep_result s;
   s.id = "depth";
   s.title = "Memory against depth: ResNet, baseline vs sqrtn and the best planner at <= 1 extra forward";
-  const std::vector<std::int64_t> depths =
-      !o.depths.empty() ? o.depths
-      : o.quick         ? std::vector<std::int64_t>{32, 56, 110}
-                        : std::vector<std::int64_t>{32, 56, 110, 218, 434, 1202};
+  const std::vector<std::int64_t> depths = depth_list(o);
   std::map<std::int64_t, probe_result> probes;
   std::string planner = resolve_planner(o);
   if (planner == "auto") {
     const models::model_config c{models::model_kind::resnet, depths.back(), 0, 0};
+    start_point(env);  // the first point's time includes choosing the planner
     probes[depths.back()] = probe_point(env, c);
     planner = choose_best_planner(probes[depths.back()], point_name(c), s.notes, progress);
   }
-  for (std::int64_t d : depths) {
+  for (std::size_t i = 0; i < depths.size(); ++i) {
+    const std::int64_t d = depths[i];
     const models::model_config c{models::model_kind::resnet, d, 0, 0};
+    if (env.points == i) start_point(env);  // not yet, unless choosing the planner started it
     if (!probes.count(d)) probes[d] = probe_point(env, c);
     const probe_result& p = probes[d];
     say(env, point_name(c) + ": choosing budgets");
@@ -177,24 +199,25 @@ sweep_result depth_sweep(const bench_options& o, const progress_fn& progress) {
   return s;
 }
 
-sweep_result lstm_sweep(const bench_options& o, const progress_fn& progress) {
-  sweep_env env = make_env(o, progress, "lstm");
+sweep_result lstm_sweep(const bench_options& o, const progress_fn& progress, const point_fn& started) {
+  sweep_env env = make_env(o, progress, started, "lstm");
   sweep_result s;
   s.id = "lstm";
   s.title = "LSTM length: reduction against the best non-recompute run";
-  const std::vector<std::int64_t> lengths = !o.lengths.empty() ? o.lengths
-                                            : o.quick           ? std::vector<std::int64_t>{64, 128, 256}
-                                                                : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048};
+  const std::vector<std::int64_t> lengths = length_list(o);
   std::map<std::int64_t, probe_result> probes;
   std::string planner = resolve_planner(o);
   if (planner == "auto") {
     const models::model_config c{models::model_kind::lstm, 0, lengths.back(), 0};
+    start_point(env);  // the first point's time includes choosing the planner
     probes[lengths.back()] = probe_point(env, c);
     planner = choose_best_planner(probes[lengths.back()], point_name(c), s.notes, progress);
   }
   std::vector<double> reductions;
-  for (std::int64_t t : lengths) {
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    const std::int64_t t = lengths[i];
     const models::model_config c{models::model_kind::lstm, 0, t, 0};
+    if (env.points == i) start_point(env);
     if (!probes.count(t)) probes[t] = probe_point(env, c);
     const probe_result& p = probes[t];
     say(env, point_name(c) + ": choosing budgets");
@@ -245,28 +268,34 @@ sweep_result lstm_sweep(const bench_options& o, const progress_fn& progress) {
   return s;
 }
 
-sweep_result budget_sweep(const bench_options& o, const progress_fn& progress) {
-  sweep_env env = make_env(o, progress, "budget");
-  sweep_result s;
-  s.id = "budget";
-  s.title = "Overhead against budget, every planner at 0.25x, 0.5x and 0.75x of the traced peak";
+struct budget_model {
+  models::model_config config;
+  std::string suffix;  // added to the point's name when a size repeats ("-b32")
+};
+
+std::vector<budget_model> budget_models(const bench_options& o) {
   // At batch 16 (the host ResNet's default) ResNet-434's parameters, gradients and
   // optimizer state are 18% of its traced peak, so 0.25x leaves 7% of the peak for
   // activations and lies near the least any plan can reach (0.21x). The systems the targets come from measured
   // networks whose activations dwarf the rest (DTR: ImageNet-sized inputs); the same
   // network at twice the batch (persistent state 10% of the peak) stands for that
   // regime, as in the Re-forwarding table. Both are measured.
-  struct budget_model {
-    models::model_config config;
-    std::string suffix;  // added to the point's name when a size repeats ("-b32")
-  };
   std::vector<budget_model> configs{{{models::model_kind::transformer, 8, 64, 0}, ""}};
   if (!o.quick) {
     configs.push_back({{models::model_kind::resnet, 434, 0, 0}, ""});
     configs.push_back({{models::model_kind::resnet, 434, 0, 32}, "-b32"});
   }
+  return configs;
+}
+
+sweep_result budget_sweep(const bench_options& o, const progress_fn& progress, const point_fn& started) {
+  sweep_env env = make_env(o, progress, started, "budget");
+  sweep_result s;
+  s.id = "budget";
+  s.title = "Overhead against budget, every planner at 0.25x, 0.5x and 0.75x of the traced peak";
   const double fractions[] = {0.25, 0.5, 0.75};
-  for (const auto& [c, suffix] : configs) {
+  for (const auto& [c, suffix] : budget_models(o)) {
+    start_point(env);
     const probe_result p = probe_point(env, c);
     std::vector<run_plan> plans{baseline_plan()};
     for (auto name : policy::planner_names()) {
@@ -337,15 +366,7 @@ struct reforward_model {
   std::string suffix;            // added to the point's name when a size repeats ("-b32")
 };
 
-sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress) {
-  sweep_env env = make_env(o, progress, "reforward");
-  // Each row is one run at its smallest budget, where the time ratio moves most (3 steady
-  // iterations a round gave ResNet-152 at batch 64 anywhere from +24% to +61%). The
-  // table measures 8 a round unless --iterations says otherwise.
-  if (o.iterations <= 0 && !o.quick) env.group.iterations = 8;
-  sweep_result s;
-  s.id = "reforward";
-  s.title = "Re-forwarding-style table: memory cut and time overhead at the reforward planner's smallest budget";
+std::vector<reforward_model> reforward_models(const bench_options& o) {
   // No model here is a plain convolution stack: VGG-19's shape (19 weight layers, no
   // skips, activation-dominated memory) is stood in for by a 19-layer MLP with a batch
   // large enough that activations dominate, as they do in VGG.
@@ -370,7 +391,20 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
     ms.push_back({"DenseNet-121 (batch 32: activation-dominated)",
                   {models::model_kind::densenet, 121, 0, 32}, 0.81, 0.42, "-b32"});
   }
-  for (const auto& m : ms) {
+  return ms;
+}
+
+sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress, const point_fn& started) {
+  sweep_env env = make_env(o, progress, started, "reforward");
+  // Each row is one run at its smallest budget, where the time ratio moves most (3 steady
+  // iterations a round gave ResNet-152 at batch 64 anywhere from +24% to +61%). The
+  // table measures 8 a round unless --iterations says otherwise.
+  if (o.iterations <= 0 && !o.quick) env.group.iterations = 8;
+  sweep_result s;
+  s.id = "reforward";
+  s.title = "Re-forwarding-style table: memory cut and time overhead at the reforward planner's smallest budget";
+  for (const auto& m : reforward_models(o)) {
+    start_point(env);
     const probe_result p = probe_point(env, m.config);
     say(env, point_name(m.config) + m.suffix + ": choosing budgets");
     // Re-forwarding's own plan space recomputes each activation once: drop sets. Its row
@@ -468,11 +502,35 @@ sweep_result reforward_sweep(const bench_options& o, const progress_fn& progress
 
 std::span<const std::string_view> sweep_names() noexcept { return kSweeps; }
 
-sweep_result run_sweep(std::string_view id, const bench_options& options, const progress_fn& progress) {
-  if (id == "depth") return depth_sweep(options, progress);
-  if (id == "lstm") return lstm_sweep(options, progress);
-  if (id == "budget") return budget_sweep(options, progress);
-  if (id == "reforward") return reforward_sweep(options, progress);
+std::vector<sweep_point> sweep_points(std::string_view id, const bench_options& o) {
+  const std::int64_t repeats = o.repeats > 0 ? o.repeats : (o.quick ? 1 : 2);
+  const std::int64_t iterations = o.iterations > 0 ? o.iterations : (o.quick ? 2 : 3);
+  std::vector<sweep_point> out;
+  const auto add = [&](const models::model_config& c, std::size_t runs, std::int64_t measured) {
+    out.push_back({c, runs, static_cast<std::size_t>(repeats * (warmup_iterations() + measured))});
+  };
+  if (id == "depth") {
+    // baseline, sqrtn, and the planner at two budgets unless it is sqrtn
+    for (std::int64_t d : depth_list(o)) add({models::model_kind::resnet, d, 0, 0}, o.planner == "sqrtn" ? 2 : 4, iterations);
+  } else if (id == "lstm") {
+    for (std::int64_t t : length_list(o)) add({models::model_kind::lstm, 0, t, 0}, 3, iterations);
+  } else if (id == "budget") {
+    const std::size_t planners = policy::planner_names().size() - 1;  // all but none, at three budgets
+    for (const auto& m : budget_models(o)) add(m.config, 1 + 3 * planners, iterations);
+  } else if (id == "reforward") {
+    for (const auto& m : reforward_models(o)) add(m.config, 3, o.iterations <= 0 && !o.quick ? 8 : iterations);
+  } else {
+    throw config_error("unknown sweep '" + std::string(id) + "' (sweeps: depth, lstm, budget, reforward, all)");
+  }
+  return out;
+}
+
+sweep_result run_sweep(std::string_view id, const bench_options& options, const progress_fn& progress,
+                       const point_fn& started) {
+  if (id == "depth") return depth_sweep(options, progress, started);
+  if (id == "lstm") return lstm_sweep(options, progress, started);
+  if (id == "budget") return budget_sweep(options, progress, started);
+  if (id == "reforward") return reforward_sweep(options, progress, started);
   throw config_error("unknown sweep '" + std::string(id) + "' (sweeps: depth, lstm, budget, reforward, all)");
 }
 
