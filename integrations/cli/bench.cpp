@@ -189,9 +189,10 @@ std::string bench_help(std::string_view prog) {
          "Times are wall-clock on this machine and carry its load: read the ratios, taken within\n"
          "one group. Memory figures are exact.\n"
          "\n"
-         "How long: `--quick` (all sweeps) took 6 min 18 s, measured on two CPU cores shared with\n"
-         "other work. A default run was not measured: from the per-point figures of that run it\n"
-         "is estimated at about " + default_estimate() + " there.\n"
+         "How long: a default run (all sweeps) took 35 min on two idle CPU cores\n"
+         "(docs/benchmarks.md); `--quick` took 6 min 18 s on two cores shared with other work.\n"
+         "From the per-point figures of that --quick run a default run there is estimated at\n"
+         "about " + default_estimate() + ".\n"
          "Progress lines on stderr count the points and estimate the time left; each sweep's\n"
          "JSON, CSV and plots are written as it finishes.\n";
 }
