@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "common/checked.hpp"
 #include "common/round_up.hpp"
 #include "policy/iteration.hpp"
 #include "policy/plan.hpp"
@@ -59,8 +61,10 @@ std::size_t cache_allowance(const traced_memory& t, std::size_t budget, cache_al
 
 std::size_t planning_overhead(std::size_t budget, const traced_memory& t, cache_allowance_mode mode) {
   // The page: under pressure a sub-page allocation that finds no free block maps a fresh
-  // page-sized segment, whatever the budget (Note [Planning overhead]).
-  return cache_allowance(t, budget, mode) + t.granularity + std::min(budget / margin_divisor, t.sub_page_peak);
+  // page-sized segment, whatever the budget (Note [Planning overhead]). Saturating: the
+  // figures may come from a command line, and an overhead past every budget is infeasible.
+  return saturating_add(saturating_add(cache_allowance(t, budget, mode), t.granularity),
+                        std::min(budget / margin_divisor, t.sub_page_peak));
 }
 
 std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_memory& t, cache_allowance_mode mode) {
@@ -68,13 +72,18 @@ std::size_t budget_for_planner_bytes(std::size_t planner_bytes, const traced_mem
   // all of each added byte; scaled, the cache takes cache / mapped peak < 1 of it), so the
   // smallest budget that leaves `planner_bytes` is found by bisection. (Stepping up from a
   // closed-form start, as this did before, could start above the answer after rounding,
-  // and below the overhead, where the subtraction wraps.)
+  // and below the overhead, where the subtraction wraps.) When no budget that fits in a
+  // size_t leaves that much, the answer is the largest one: the caller shows it as the
+  // smallest feasible budget, which no device has.
   const auto leaves = [&](std::size_t b) {
     return b - std::min(b, planning_overhead(b, t, mode)) >= planner_bytes;
   };
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
+  if (!leaves(most)) return most;
   std::size_t lo = planner_bytes;
-  std::size_t hi = (planner_bytes + cache_allowance(t) + t.granularity) / (margin_divisor - 1) * margin_divisor + margin_divisor;
-  while (!leaves(hi)) hi *= 2;
+  const std::size_t start = saturating_add(saturating_add(planner_bytes, cache_allowance(t)), t.granularity);
+  std::size_t hi = saturating_add(saturating_mul(start / (margin_divisor - 1), margin_divisor), margin_divisor);
+  while (!leaves(hi)) hi = saturating_mul(hi, std::size_t{2});  // ends: leaves(most) holds
   while (lo < hi) {
     const std::size_t mid = lo + (hi - lo) / 2;
     if (leaves(mid)) {

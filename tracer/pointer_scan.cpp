@@ -68,10 +68,15 @@ void block_map::insert(std::uint64_t base, std::uint64_t size, std::uint32_t id)
   if (at(base) != nullptr) erase(base);
   const std::uint64_t end = size > ~std::uint64_t{0} - base ? ~std::uint64_t{0} : base + size;
   const entry e{base, end, id};
-  for (std::uint64_t p = base >> page_shift, last = (end - 1) >> page_shift;; ++p) {
-    std::vector<entry>& v = page_for_insert(p);
-    v.insert(std::lower_bound(v.begin(), v.end(), base, by_base), e);
-    if (p == last) break;
+  const std::uint64_t first = base >> page_shift, last = (end - 1) >> page_shift;
+  if (last - first >= max_paged_span) {
+    large_.insert_or_assign(base, e);
+  } else {
+    for (std::uint64_t p = first;; ++p) {
+      std::vector<entry>& v = page_for_insert(p);
+      v.insert(std::lower_bound(v.begin(), v.end(), base, by_base), e);
+      if (p == last) break;
+    }
   }
   ++count_;
   lo_ = std::min(lo_, base);
@@ -79,16 +84,20 @@ void block_map::insert(std::uint64_t base, std::uint64_t size, std::uint32_t id)
 }
 
 bool block_map::erase(std::uint64_t base) {
-  const entry* found = at(base);
-  if (found == nullptr) return false;
-  const std::uint64_t end = found->end;
-  for (std::uint64_t p = base >> page_shift, last = (end - 1) >> page_shift;; ++p) {
-    // The page exists (the block was inserted through it); the map owns it, so the cast
-    // away from the lookup's const view is sound.
-    auto& v = const_cast<std::vector<entry>&>(*page(p));
-    auto it = std::lower_bound(v.begin(), v.end(), base, by_base);
-    if (it != v.end() && it->base == base) v.erase(it);
-    if (p == last) break;
+  if (const auto big = large_.find(base); big != large_.end()) {
+    large_.erase(big);
+  } else {
+    const entry* found = at(base);
+    if (found == nullptr) return false;
+    const std::uint64_t end = found->end;
+    for (std::uint64_t p = base >> page_shift, last = (end - 1) >> page_shift;; ++p) {
+      // The page exists (the block was inserted through it); the map owns it, so the cast
+      // away from the lookup's const view is sound.
+      auto& v = const_cast<std::vector<entry>&>(*page(p));
+      auto it = std::lower_bound(v.begin(), v.end(), base, by_base);
+      if (it != v.end() && it->base == base) v.erase(it);
+      if (p == last) break;
+    }
   }
   if (--count_ == 0) {
     // The filter only widens while blocks live; reset it when the map empties.
@@ -100,30 +109,42 @@ bool block_map::erase(std::uint64_t base) {
 
 const block_map::entry* block_map::find(std::uint64_t address) const noexcept {
   if (address < lo_ || address >= hi_) return nullptr;
-  const std::vector<entry>* v = page(address >> page_shift);
-  if (v == nullptr || v->empty()) return nullptr;
-  // The last block starting at or before `address` is the only candidate: blocks do not
-  // overlap.
-  auto it = std::upper_bound(v->begin(), v->end(), address,
-                             [](std::uint64_t a, const entry& e) { return a < e.base; });
-  if (it == v->begin()) return nullptr;
+  if (const std::vector<entry>* v = page(address >> page_shift); v != nullptr && !v->empty()) {
+    // The last block starting at or before `address` is the only candidate among the
+    // page's: blocks do not overlap.
+    auto it = std::upper_bound(v->begin(), v->end(), address,
+                               [](std::uint64_t a, const entry& e) { return a < e.base; });
+    if (it != v->begin() && address < std::prev(it)->end) return &*std::prev(it);
+  }
+  if (large_.empty()) return nullptr;
+  auto it = large_.upper_bound(address);
+  if (it == large_.begin()) return nullptr;
   --it;
-  return address < it->end ? &*it : nullptr;
+  return address < it->second.end ? &it->second : nullptr;
 }
 
 const block_map::entry* block_map::at(std::uint64_t base) const noexcept {
-  const std::vector<entry>* v = page(base >> page_shift);
-  if (v == nullptr) return nullptr;
-  auto it = std::lower_bound(v->begin(), v->end(), base, by_base);
-  return it != v->end() && it->base == base ? &*it : nullptr;
+  if (const std::vector<entry>* v = page(base >> page_shift); v != nullptr) {
+    auto it = std::lower_bound(v->begin(), v->end(), base, by_base);
+    if (it != v->end() && it->base == base) return &*it;
+  }
+  const auto big = large_.find(base);
+  return big != large_.end() ? &big->second : nullptr;
 }
 
 void block_map::clear() {
   table_.clear();
   pages_.clear();
+  large_.clear();
   count_ = 0;
   lo_ = ~std::uint64_t{0};
   hi_ = 0;
+}
+
+std::size_t block_map::page_entries() const noexcept {
+  std::size_t n = 0;
+  for (const auto& v : pages_) n += v.size();
+  return n;
 }
 
 std::vector<block_map::entry> block_map::entries() const {
@@ -137,6 +158,7 @@ std::vector<block_map::entry> block_map::entries() const {
       if ((e.base >> page_shift) == page_number) out.push_back(e);
     }
   }
+  for (const auto& [base, e] : large_) out.push_back(e);
   return out;
 }
 

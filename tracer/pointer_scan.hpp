@@ -15,7 +15,9 @@
 //   replayable from a trace. Lookups are the hot path (every word of every launch), so
 //   the map is a hash of 2 MiB pages, each holding the few blocks that overlap it in
 //   address order, behind a [lowest base, highest end) range test that rejects most
-//   scalars at once. Inserting a block registers it in every page it overlaps.
+//   scalars at once. Inserting a block registers it in every page it overlaps, up to
+//   `max_paged_span` pages; a larger block goes in an ordered map searched after the
+//   pages, so a block costs at most that many entries whatever size a trace gives it.
 // Limitations: pointers the kernel finds in device memory (NCCL work FIFOs, batched and
 //   grouped GEMM pointer arrays, TMA descriptors, module globals) are invisible here;
 //   such kernels go on the never-replay list and whatever they touch is never evicted (a
@@ -26,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -57,9 +60,12 @@ class block_map {
   void clear();
   // Every live block, in no particular order.
   [[nodiscard]] std::vector<entry> entries() const;
+  // How many (page, block) registrations the map holds: what its memory grows with.
+  [[nodiscard]] std::size_t page_entries() const noexcept;
 
  private:
   static constexpr unsigned page_shift = 21;  // 2 MiB
+  static constexpr std::uint64_t max_paged_span = 8;  // pages: larger blocks go in large_
   struct slot {
     std::uint64_t key = 0;     // page number + 1; 0: empty
     std::uint32_t index = 0;   // into pages_
@@ -70,6 +76,7 @@ class block_map {
 
   std::vector<slot> table_;                // open addressing, power-of-two size
   std::vector<std::vector<entry>> pages_;  // each ordered by base
+  std::map<std::uint64_t, entry> large_;   // blocks over max_paged_span pages, by base
   std::size_t count_ = 0;
   std::uint64_t lo_ = ~std::uint64_t{0};   // range filter: lo_ <= every base, every end <= hi_
   std::uint64_t hi_ = 0;

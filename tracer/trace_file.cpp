@@ -2,6 +2,7 @@
 // specified in docs/trace-format.md — keep the two in step).
 #include "tracer/trace_file.hpp"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,7 +113,29 @@ std::string event_label(const trace& t, std::size_t i) {
   return "event " + std::to_string(i) + " (seq " + std::to_string(e.seq) + ", " + kind + ")";
 }
 
+// The fields of an event its kind does not use, which the format fixes (zero; grid and
+// block 1, 1, 1, the value every writer leaves there): the name of the first one that is
+// set otherwise, or nullptr.
+const char* unused_field_set(const event& e) {
+  const bool launch = e.kind == event_kind::launch;
+  const bool copy_or_set = e.kind == event_kind::memcpy || e.kind == event_kind::memset;
+  const bool block = e.kind == event_kind::alloc || e.kind == event_kind::free;
+  if (e.reserved != 0) return "reserved";
+  if (launch && e.address != 0) return "address";
+  if (!copy_or_set && e.source != 0) return "source";
+  if (!(launch || copy_or_set || block) && e.bytes != 0) return "bytes";
+  if (!launch && e.correlation != 0) return "correlation";
+  if (e.duration_ns != 0 && (e.flags & event_flags::timed) == 0) return "duration_ns (the event is not timed)";
+  if (!launch && e.shared_mem != 0) return "shared_mem";
+  if (!launch && !(e.grid == dims{} && e.block == dims{})) return "grid/block (1, 1, 1 for every kind but launch)";
+  return nullptr;
+}
+
 void validate_impl(const trace& t) {
+  if (t.granularity > max_granularity) {
+    throw invalid{sec_meta, 0, "granularity " + std::to_string(t.granularity) + " exceeds the limit of " +
+                                   std::to_string(max_granularity) + " bytes"};
+  }
   for (std::size_t k = 0; k < t.kernels.size(); ++k) {
     const kernel_info& ki = t.kernels[k];
     std::uint64_t end = 0;
@@ -132,6 +155,7 @@ void validate_impl(const trace& t) {
   }
   if (t.streams.empty()) throw invalid{sec_streams, 0, "no streams (index 0, the default stream, must exist)"};
 
+  std::uint64_t allocated = 0;  // every alloc's bytes, against max_allocated_bytes
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     const event& e = t.events[i];
     const auto kind = static_cast<std::uint8_t>(e.kind);
@@ -181,6 +205,27 @@ void validate_impl(const trace& t) {
       }
     } else if (e.kernel != 0 || e.param_offset != 0) {
       throw invalid{sec_events, i, event_label(t, i) + ": kernel/parameter fields set on a non-launch event"};
+    }
+    if (const char* field = unused_field_set(e)) {
+      throw invalid{sec_events, i, event_label(t, i) + ": field " + field + " is set, but this kind does not use it"};
+    }
+    if (e.kind == event_kind::memset && e.source > 0xFF) {
+      throw invalid{sec_events, i, event_label(t, i) + ": byte value " + std::to_string(e.source) + " above 255"};
+    }
+    if (e.kind != event_kind::launch && e.bytes > max_event_bytes) {
+      throw invalid{sec_events, i, event_label(t, i) + ": " + std::to_string(e.bytes) +
+                                       " bytes exceed the limit of " + std::to_string(max_event_bytes)};
+    }
+    if (e.kind == event_kind::alloc) {
+      if (e.bytes > ~std::uint64_t{0} - e.address) {
+        throw invalid{sec_events, i, event_label(t, i) + ": block at " + std::to_string(e.address) + " of " +
+                                         std::to_string(e.bytes) + " bytes ends past the 64-bit address space"};
+      }
+      allocated += e.bytes;  // no wrap: each term is at most 2^48 and the sum is checked below 2^56
+      if (allocated > max_allocated_bytes) {
+        throw invalid{sec_events, i, event_label(t, i) + ": the trace's allocations add up to more than the limit of " +
+                                         std::to_string(max_allocated_bytes) + " bytes"};
+      }
     }
   }
 
@@ -622,6 +667,15 @@ namespace {
   throw error("trace file " + path + ": " + what + ": " + std::strerror(err));
 }
 
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a plain file";
+}
+
 }  // namespace
 
 void write_trace_file(const trace& t, const std::string& path) {
@@ -636,11 +690,34 @@ void write_trace_file(const trace& t, const std::string& path) {
 trace read_trace_file(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) io_error("cannot open", path, errno);
+  struct ::stat st {};
+  if (::fstat(::fileno(f), &st) != 0) {
+    const int err = errno;
+    std::fclose(f);
+    io_error("cannot stat", path, err);
+  }
+  // A device (/dev/zero), a pipe or a directory has no size to check in advance and may
+  // never end: only regular files are read.
+  if (!S_ISREG(st.st_mode)) {
+    std::fclose(f);
+    throw trace_format_error("trace file " + path + ": not a regular file (" + file_kind(st.st_mode) +
+                             "); save the trace to a file and give that file's path");
+  }
+  const auto too_large = [&](std::uint64_t bytes) {
+    std::fclose(f);
+    throw trace_format_error("trace file " + path + ": " + std::to_string(bytes) + " bytes, more than the limit of " +
+                             std::to_string(max_trace_file_bytes) + " bytes (1 GiB) for a trace file; a trace of the "
+                             "iterations sublinear plans from (SUBLINEAR_TRACE_ITERATIONS, at most 2) is far "
+                             "smaller: check that this is the trace you meant, or record a shorter run");
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > max_trace_file_bytes) too_large(static_cast<std::uint64_t>(st.st_size));
   std::vector<std::byte> bytes;
+  bytes.reserve(static_cast<std::size_t>(st.st_size));
   std::array<std::byte, 1 << 16> chunk;
   for (;;) {
     const std::size_t n = std::fread(chunk.data(), 1, chunk.size(), f);
     bytes.insert(bytes.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
+    if (bytes.size() > max_trace_file_bytes) too_large(bytes.size());  // it grew while being read
     if (n < chunk.size()) break;
   }
   const bool failed = std::ferror(f) != 0;

@@ -31,6 +31,15 @@ namespace sublinear::tracer {
 inline constexpr std::uint16_t trace_version_major = 1;
 inline constexpr std::uint16_t trace_version_minor = 1;
 
+// What a trace may hold (docs/trace-format.md, "Limits"). Every byte figure the analysis
+// and the planners derive (sums of buffer sizes, each rounded up to a page) then stays far
+// inside 63 bits, and no figure makes the reader or the planners work for what the file
+// merely claims.
+inline constexpr std::uint64_t max_trace_file_bytes = std::uint64_t{1} << 30;  // read_trace_file
+inline constexpr std::uint64_t max_granularity = std::uint64_t{1} << 30;       // META granularity
+inline constexpr std::uint64_t max_event_bytes = std::uint64_t{1} << 48;       // one event's byte count
+inline constexpr std::uint64_t max_allocated_bytes = std::uint64_t{1} << 56;   // all allocs together
+
 // A trace file or trace value that cannot be used. what() names the source, the section
 // and record where it applies, the byte offset, and what was expected.
 class trace_format_error : public config_error {
@@ -51,7 +60,8 @@ void validate(const trace& t);
 // Writes atomically (write_file_atomically, Note [Atomic file writes]); throws
 // sublinear::error with the path and errno text on I/O failure.
 void write_trace_file(const trace& t, const std::string& path);
-// Reads and decodes; throws trace_format_error (bad content) or sublinear::error (I/O).
+// Reads and decodes; throws trace_format_error (bad content, a path that is not a regular
+// file, a file over max_trace_file_bytes) or sublinear::error (I/O).
 [[nodiscard]] trace read_trace_file(const std::string& path);
 
 // CRC-32 (IEEE 802.3, reflected, as zlib computes it).

@@ -1,9 +1,13 @@
 // The report model, its JSON form and the text renderer (Note [Report model] in
 // report.hpp). The timeline renderers are in report_timeline.cpp and report_plot.cpp.
+#include "common/checked.hpp"
 #include "common/text.hpp"
 #include "runtime/report/report.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -156,6 +160,11 @@ run_report make_report(const engine& e, const settings& config, const report_met
 
 report_totals totals(const run_report& r) {
   report_totals t;
+  // At most the schema's largest integer, so that the summary of a report read from a file
+  // (each count at most 2^53) is written back as a valid one.
+  const auto add = [](std::size_t& total, std::size_t v) {
+    total = std::min<std::size_t>(saturating_add(total, v), max_report_integer);
+  };
   t.iterations = r.iterations.size();
   for (const auto& it : r.iterations) {
     const bool planned = (it.state == engine_state::validate || it.state == engine_state::steady) && it.budget > 0;
@@ -167,27 +176,27 @@ report_totals totals(const run_report& r) {
     // A traced iteration under an absolute budget (Note [Offloading the traced iteration])
     // is held to it as well.
     if (it.budget > 0 && it.peak_mapped > it.budget) t.within_budget = false;
-    t.offloads += it.offloads;
-    t.offloaded_bytes += it.offloaded_bytes;
-    t.prefetched += it.prefetched;
-    t.pressure_evictions += it.pressure_evictions;
-    t.kept_resident += it.kept_resident;
-    t.stray_pointers += it.stray_pointers;
-    t.unseen_writes += it.unseen_writes;
-    t.hashed_bytes += it.hashed_bytes;
-    t.copied_bytes += it.copied_bytes;
+    add(t.offloads, it.offloads);
+    add(t.offloaded_bytes, it.offloaded_bytes);
+    add(t.prefetched, it.prefetched);
+    add(t.pressure_evictions, it.pressure_evictions);
+    add(t.kept_resident, it.kept_resident);
+    add(t.stray_pointers, it.stray_pointers);
+    add(t.unseen_writes, it.unseen_writes);
+    add(t.hashed_bytes, it.hashed_bytes);
+    add(t.copied_bytes, it.copied_bytes);
     t.budget_lifted += it.budget_lifted ? 1 : 0;
-    t.retained += it.retained;
-    t.allocator_waits += it.allocator_waits;
-    t.handoffs += it.handoffs;
-    t.packed += it.packed;
-    t.evictions += it.evictions;
-    t.evicted_bytes += it.evicted_bytes;
-    t.recomputed_launches += it.recomputed_launches;
-    t.recompute_s += it.recompute_s;
-    t.stall_s += it.stall_s;
+    add(t.retained, it.retained);
+    add(t.allocator_waits, it.allocator_waits);
+    add(t.handoffs, it.handoffs);
+    add(t.packed, it.packed);
+    add(t.evictions, it.evictions);
+    add(t.evicted_bytes, it.evicted_bytes);
+    add(t.recomputed_launches, it.recomputed_launches);
+    t.recompute_s = std::min(t.recompute_s + it.recompute_s, max_report_seconds);
+    t.stall_s = std::min(t.stall_s + it.stall_s, max_report_seconds);
     t.diverged += it.diverged ? 1 : 0;
-    t.validation_mismatches += it.validation_mismatches;
+    add(t.validation_mismatches, it.validation_mismatches);
   }
   return t;
 }
@@ -461,7 +470,9 @@ std::string render_eviction_table(const run_report& r, std::size_t top) {
   for (const auto& e : r.evictions) order.push_back(&e);
   // Most bytes given back first: those are the buffers the budget is met with.
   std::stable_sort(order.begin(), order.end(), [](const eviction_record* a, const eviction_record* b) {
-    const std::size_t va = a->size * a->times_evicted, vb = b->size * b->times_evicted;
+    // In long double: a size times a count can pass 2^64 (each is at most 2^53 in a report).
+    const long double va = static_cast<long double>(a->size) * static_cast<long double>(a->times_evicted);
+    const long double vb = static_cast<long double>(b->size) * static_cast<long double>(b->times_evicted);
     if (va != vb) return va > vb;
     return a->recompute_cost_s * static_cast<double>(a->times_recomputed) >
            b->recompute_cost_s * static_cast<double>(b->times_recomputed);
@@ -578,12 +589,35 @@ std::string render_text(const run_report& r, std::size_t top) {
 // ---- files ----------------------------------------------------------------------------------------
 
 std::string read_text_file(const std::string& path) {
+  struct ::stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw error("cannot open '" + path + "': " + std::strerror(errno));
+  // A device (/dev/zero) or a pipe has no size to check and may never end.
+  if (!S_ISREG(st.st_mode)) {
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISFIFO(st.st_mode) ? "a pipe"
+                                              : "a socket";
+    throw config_error("cannot read '" + path + "': not a regular file (" + kind +
+                       "); save the report to a file and give that file's path");
+  }
+  const auto too_large = [&path](std::uint64_t bytes) {
+    throw config_error("cannot read '" + path + "': " + std::to_string(bytes) + " bytes, more than the limit of " +
+                       std::to_string(max_report_file_bytes) + " bytes (1 GiB) for a report; a run's report keeps " +
+                       "at most a million timeline events and is far smaller: check that this is a sublinear report");
+  };
+  if (static_cast<std::uint64_t>(st.st_size) > max_report_file_bytes) too_large(static_cast<std::uint64_t>(st.st_size));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw error("cannot open '" + path + "': " + std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
+  std::string text;
+  text.reserve(static_cast<std::size_t>(st.st_size));
+  std::array<char, 1 << 16> chunk;
+  while (in.read(chunk.data(), chunk.size()) || in.gcount() > 0) {
+    text.append(chunk.data(), static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max_report_file_bytes) too_large(text.size());  // it grew while being read
+  }
   if (in.bad()) throw error("cannot read '" + path + "'");
-  return s.str();
+  return text;
 }
 
 void write_text_file(const std::string& path, std::string_view text) { write_file_atomically(path, text); }

@@ -169,7 +169,14 @@ struct plot_options {
 // events; throws config_error saying so otherwise. Note [Memory snapshot].
 [[nodiscard]] std::string render_torch_snapshot(const run_report& r);
 
-// Reads a whole file; throws sublinear::error naming the path on failure.
+// The largest integer and number of seconds a report holds (docs/report-schema.json,
+// "$defs"): JSON numbers are exact up to 2^53; 10^9 seconds is about 32 years.
+inline constexpr std::uint64_t max_report_integer = std::uint64_t{1} << 53;
+inline constexpr double max_report_seconds = 1e9;
+// The largest report `sublinear report` reads (docs/reports.md).
+inline constexpr std::uint64_t max_report_file_bytes = std::uint64_t{1} << 30;
+// Reads a whole file; throws sublinear::error naming the path on failure, config_error
+// when it is not a regular file or holds more than max_report_file_bytes.
 [[nodiscard]] std::string read_text_file(const std::string& path);
 // Writes a whole file (write_file_atomically, Note [Atomic file writes]); throws
 // sublinear::error naming the path when any part of the write fails.

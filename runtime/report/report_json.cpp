@@ -83,7 +83,8 @@ double value::as_number() const {
 }
 
 std::uint64_t value::as_size() const {
-  if (!is_integer() || number_ < 0) wrong_kind("non-negative integer", kind_);
+  // 2^64 and above have no uint64 (the cast would be undefined).
+  if (!is_integer() || number_ < 0 || number_ >= 18446744073709551616.0) wrong_kind("non-negative integer", kind_);
   return static_cast<std::uint64_t>(number_);
 }
 

@@ -23,13 +23,37 @@
 #include "policy/simulator.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/analysis.hpp"
+#include "tracer/trace_file.hpp"
 
 namespace sublinear::runtime {
 
 
+namespace {
+
+std::string limit_text() {
+  return "limit of " + std::to_string(tracer::max_allocated_bytes) + " bytes (64 PiB), the most a trace can allocate";
+}
+
+// Byte figures from the command line are bounded as a trace's are (tracer::max_allocated_bytes),
+// so budget arithmetic on them cannot overflow.
+void check_byte_figures(const plan_preview_options& o) {
+  const auto check = [](const char* what, std::size_t bytes, const char* instead) {
+    if (bytes > tracer::max_allocated_bytes) {
+      throw config_error(std::string(what) + " of " + std::to_string(bytes) + " bytes is more than the " +
+                         limit_text() + "; " + instead);
+    }
+  };
+  check("the traced mapped peak (--mapped-peak)", o.traced_mapped_peak,
+        "give the figure the runtime logged for the traced iteration (SUBLINEAR_LOG=info)");
+  check("the device memory (--device-memory)", o.device_capacity, "give the device's memory (nvidia-smi shows it)");
+}
+
+}  // namespace
+
 plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& options) {
   if (options.policies.empty()) throw config_error("plan: no policy given");
   for (const auto& p : options.policies) (void)policy::make_planner(p);  // names checked before any work
+  check_byte_figures(options);
 
   const tracer::analysed_iteration an = tracer::analyse_last_iteration(t);
   const policy::iteration& g = an.graph;
@@ -58,7 +82,19 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.traced_mapped_peak = options.traced_mapped_peak;
   const std::size_t reference_peak = options.traced_mapped_peak > 0 ? options.traced_mapped_peak : g.peak_bytes;
   out.budget_text = options.budget.text;
+  if (options.budget.form == policy::budget_spec::kind::peak_fraction && reference_peak == 0) {
+    throw config_error("the budget '" + options.budget.text +
+                       "' is a multiple of the traced peak, but the trace's last iteration holds no live bytes (" +
+                       (g.buffers.empty() ? std::string("it allocates nothing")
+                                          : "its " + std::to_string(g.buffers.size()) + " buffers all have size 0") +
+                       "); give the budget in bytes (--budget 8GiB) or the traced iteration's mapped peak "
+                       "(--mapped-peak BYTES)");
+  }
   out.budget = policy::resolve_budget(options.budget, options.device_capacity, reference_peak);
+  if (out.budget > tracer::max_allocated_bytes) {
+    throw config_error("the budget '" + options.budget.text + "' comes to " + std::to_string(out.budget) +
+                       " bytes, more than the " + limit_text() + "; give a smaller budget");
+  }
   // As the engine does (planning_overhead in policy/planning_overhead.hpp).
   const policy::traced_memory tm = policy::traced_memory_of(g, options.traced_mapped_peak);
   out.overhead = policy::planning_overhead(out.budget, tm);

@@ -42,9 +42,9 @@ std::string_view report_schema() {
         "predicted_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The simulator's peak for the plan; 0 without a plan."},
         "traced_mapped_peak_bytes": {"$ref": "#/$defs/bytes", "description": "The traced iteration's peak of mapped bytes the planner's share of the budget was computed from (without offloading, under an absolute budget): what `sublinear plan --mapped-peak` takes to make the same plan. 0 when unknown (older reports without it)."},
         "cache_allowance": {"enum": ["traced", "scaled"], "description": "How much of the traced iteration's allocator cache the planner's share of the budget kept back: all of it (traced), or scaled to the budget, tried only where the traced cache left the planner too little (Note [Scaled cache allowance] in policy/planning_overhead.hpp). Absent in older reports: traced."},
-        "added_compute_s": {"type": "number", "minimum": 0, "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan; absent in older reports (read as 0)."},
-        "floor_s": {"type": "number", "minimum": 0, "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan; absent in older reports (read as 0)."},
-        "traced_compute_s": {"type": "number", "minimum": 0, "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan; absent in older reports (read as 0)."},
+        "added_compute_s": {"$ref": "#/$defs/seconds", "description": "The plan's added compute per iteration, from the traced durations; 0 without a plan; absent in older reports (read as 0)."},
+        "floor_s": {"$ref": "#/$defs/seconds", "description": "The recompute floor at the planner's share of the budget: no plan the runtime can run adds less compute (Note [Recompute floor] in policy/recompute_floor.hpp); 0 without a plan; absent in older reports (read as 0)."},
+        "traced_compute_s": {"$ref": "#/$defs/seconds", "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan; absent in older reports (read as 0)."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },
@@ -164,9 +164,9 @@ std::string_view report_schema() {
     }
   },
   "$defs": {
-    "bytes": {"type": "integer", "minimum": 0},
-    "count": {"type": "integer", "minimum": 0},
-    "seconds": {"type": "number", "minimum": 0},
+    "bytes": {"type": "integer", "minimum": 0, "maximum": 9007199254740992, "description": "At most 2^53: JSON numbers are exact up to there."},
+    "count": {"type": "integer", "minimum": 0, "maximum": 9007199254740992},
+    "seconds": {"type": "number", "minimum": 0, "maximum": 1000000000, "description": "At most 10^9 (about 32 years)."},
     "state": {"enum": ["trace", "validate", "steady", "disabled"]}
   }
 }

@@ -2,8 +2,9 @@
 // decode into a valid trace that re-encodes to the same trace, or be refused with a
 // trace_format_error. Never a crash, a sanitizer report, a hang or an absurd allocation.
 //
-// Build (clang from Debian: packages clang-14 and libclang-rt-14-dev) and run, from the
-// repository root:
+// Build (clang from Debian: packages clang-16 and libclang-rt-16-dev) and run, from the
+// repository root, with scripts/fuzz.sh (scripts/fuzz.sh trace_reader -max_total_time=600),
+// or by hand:
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -I. \
 //     tests/fuzz/trace_reader_fuzz.cpp tracer/trace_file.cpp tracer/events.cpp -o trace_reader_fuzz
 //   ./trace_reader_fuzz -max_total_time=600 -rss_limit_mb=2048 tests/fuzz/corpus/trace_reader

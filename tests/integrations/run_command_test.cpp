@@ -231,5 +231,45 @@ TEST(RunCommand, ACommandThatDoesNotExistIsReportedAs127) {
   EXPECT_NE(r.err.find("cannot run '/nonexistent/program'"), std::string::npos) << r.err;
 }
 
+// ---- `sublinear plan` and `sublinear report` on input they must refuse ------------------------------
+
+std::string source_root() {
+  const std::string here = __FILE__;  // <root>/tests/integrations/run_command_test.cpp
+  return here.substr(0, here.rfind("/tests/integrations/"));
+}
+
+// Runs the built program under timeout(1), so that a command that no longer ends fails
+// the test (timeout exits 137) instead of holding it.
+child_result run_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), {"/usr/bin/timeout", "-s", "KILL", "120", cli()});
+  return run_child(args, clean_env());
+}
+
+TEST(PlanCommand, RefusesAMappedPeakNoTraceCanHaveInsteadOfLoopingForever) {
+  if (!readable(cli())) GTEST_SKIP() << cli() << " is not built (target sublinear_cli)";
+  const child_result r = run_cli({"plan", "--trace", source_root() + "/tests/runtime/traces/cudnn-resnet-h200.sltrace",
+                                  "--budget", "0.5x", "--mapped-peak", "18446744073709551615"});
+  EXPECT_NE(r.exit_code, 137) << "killed by timeout(1): the command did not end";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--mapped-peak"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than the limit of 72057594037927936 bytes"), std::string::npos) << r.err;
+}
+
+TEST(PlanCommand, RefusesATracePathThatIsNotARegularFile) {
+  if (!readable(cli())) GTEST_SKIP() << cli() << " is not built (target sublinear_cli)";
+  const child_result r = run_cli({"plan", "--trace", "/dev/zero", "--budget", "1GiB"});
+  EXPECT_NE(r.exit_code, 137) << "killed by timeout(1): the command did not end";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("trace file /dev/zero: not a regular file (a character device)"), std::string::npos) << r.err;
+}
+
+TEST(ReportCommand, RefusesAReportPathThatIsNotARegularFile) {
+  if (!readable(cli())) GTEST_SKIP() << cli() << " is not built (target sublinear_cli)";
+  const child_result r = run_cli({"report", "/dev/zero"});
+  EXPECT_NE(r.exit_code, 137) << "killed by timeout(1): the command did not end";
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("cannot read '/dev/zero': not a regular file"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace sublinear::testing

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <limits>
 
 #include "policy/planning_overhead.hpp"
 #include "policy/policy_support.hpp"
@@ -74,6 +75,31 @@ TEST(PlanningOverhead, TheSmallestBudgetForAPlannerShareIsExact) {
           EXPECT_LT(less - std::min(less, planning_overhead(less, t, mode)), want)
               << "budget " << less << " for " << want;
         }
+      }
+    }
+  }
+}
+
+// Figures from a command line may be anything a size_t holds: with a mapped peak of 2^64 - 1
+// the search for the smallest budget doubled its upper end until it wrapped, and looped
+// forever. No budget leaves room then; the answer is the largest budget there is.
+TEST(PlanningOverhead, FiguresNearTheLargestSizeGiveAnAnswerWithoutWrapping) {
+  constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
+  for (const cache_allowance_mode mode : {cache_allowance_mode::traced, cache_allowance_mode::scaled}) {
+    SCOPED_TRACE(to_string(mode));
+    const traced_memory huge{most, 18 * MiB, 64 * KiB};
+    EXPECT_EQ(planning_overhead(most, huge, mode), most) << "saturated, not wrapped";
+    EXPECT_EQ(budget_for_planner_bytes(1 * MiB, huge, mode), most);
+    EXPECT_EQ(budget_for_planner_bytes(most, traced_memory{0, 0, 64 * KiB}, mode), most);
+    // Large but not too large: the answer is exact as ever.
+    for (const traced_memory t : {traced_memory{std::size_t{1} << 62, 18 * MiB, 2 * MiB},
+                                  traced_memory{std::size_t{1} << 56, std::size_t{1} << 55, std::size_t{1} << 30}}) {
+      for (std::size_t want : {std::size_t{0}, 5 * MiB + 3, std::size_t{1} << 60}) {
+        const std::size_t b = budget_for_planner_bytes(want, t, mode);
+        EXPECT_GE(b - std::min(b, planning_overhead(b, t, mode)), want) << "budget " << b << " for " << want;
+        if (b == 0) continue;
+        const std::size_t less = b - 1;
+        EXPECT_LT(less - std::min(less, planning_overhead(less, t, mode)), want) << "budget " << less;
       }
     }
   }

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -277,6 +279,106 @@ TEST(ReportJson, ParseNamesEveryProblemWithItsPointer) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Numbers outside a field's range are refused with the field's JSON pointer: 1e308 and
+// 2^64 bytes once read as "0 B" (a double cast to an integer it does not fit), and 1e308
+// seconds printed 300 digits.
+std::string range_error(const std::string& from, const std::string& to) {
+  std::string text = to_json(handmade_report());
+  const auto at = text.find(from);
+  if (at == std::string::npos) return "(" + from + " not in the report)";
+  text.replace(at, from.size(), to);
+  try {
+    (void)parse_report(text, "range.json");
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(ReportJson, ParseRefusesNumbersOutsideTheirFieldsRangeWithThePointer) {
+  for (const char* peak : {"1e308", "18446744073709551616", "9007199254740994"}) {
+    const std::string e = range_error("\"peak_mapped_bytes\": 5242880", std::string("\"peak_mapped_bytes\": ") + peak);
+    EXPECT_NE(e.find("range.json: not a valid sublinear report"), std::string::npos) << e;
+    EXPECT_NE(e.find("/iterations/1/peak_mapped_bytes: "), std::string::npos) << e;
+    EXPECT_NE(e.find("is above the maximum 9007199254740992"), std::string::npos) << e;
+  }
+  const std::string wall = range_error("\"wall_s\": 0", "\"wall_s\": 1e308");
+  EXPECT_NE(wall.find("/iterations/0/wall_s: 1e+308 is above the maximum 1000000000"), std::string::npos) << wall;
+  const std::string times = range_error("\"times_evicted\": 3", "\"times_evicted\": 1e20");
+  EXPECT_NE(times.find("/evictions/2/times_evicted: "), std::string::npos) << times;
+  EXPECT_EQ(range_error("\"peak_mapped_bytes\": 5242880", "\"peak_mapped_bytes\": 9007199254740992"), "(accepted)")
+      << "the limit itself is a byte count";
+}
+
+// The writer keeps a report's totals inside the schema's range, so that what the reader
+// accepts (each count at most 2^53) writes back as a valid report.
+TEST(ReportJson, TotalsOfCountsAtTheLimitStayWithinIt) {
+  run_report r = handmade_report();
+  for (auto& it : r.iterations) {
+    it.evicted_bytes = max_report_integer;
+    it.recompute_s = max_report_seconds;
+  }
+  const report_totals t = totals(r);
+  EXPECT_EQ(t.evicted_bytes, max_report_integer);
+  EXPECT_EQ(t.recompute_s, max_report_seconds);
+  EXPECT_NO_THROW((void)parse_report(to_json(r), "limits.json"));
+}
+
+TEST(ReportFile, RefusesAPathThatIsNotARegularFileWithoutReadingIt) {
+  for (const std::string& path : std::vector<std::string>{"/dev/zero", ::testing::TempDir()}) {
+    try {
+      (void)read_text_file(path);
+      FAIL() << path << " was read";
+    } catch (const config_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("cannot read '" + path + "': not a regular file"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("save the report to a file"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(ReportFile, RefusesAFileOverTheSizeLimitWithoutReadingIt) {
+  const std::string path = ::testing::TempDir() + "/report_too_large.json";
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fseek(f, static_cast<long>(max_report_file_bytes), SEEK_SET), 0);  // sparse
+  ASSERT_EQ(std::fputc(' ', f), ' ');
+  std::fclose(f);
+  try {
+    (void)read_text_file(path);
+    ADD_FAILURE() << "read";
+  } catch (const config_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'" + path + "': 1073741825 bytes, more than the limit of 1073741824 bytes"),
+              std::string::npos)
+        << msg;
+  }
+  std::remove(path.c_str());
+}
+
+// tests/fuzz/corpus/report_reader: the report fuzzer's inputs (scripts/fuzz.sh), each read
+// or refused with a message naming it, and what is read renders.
+TEST(ReportFuzzCorpus, EveryInputParsesAndRendersOrIsRefusedWithAReason) {
+  std::size_t inputs = 0, valid = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(source_root() + "/tests/fuzz/corpus/report_reader")) {
+    if (!entry.is_regular_file()) continue;
+    ++inputs;
+    const std::string name = entry.path().filename().string();
+    try {
+      const run_report r = parse_report(read_text_file(entry.path().string()), name);
+      ++valid;
+      EXPECT_FALSE(render_text(r).empty()) << name;
+      EXPECT_FALSE(render_chrome_trace(r).empty()) << name;
+      EXPECT_FALSE(render_memory_plot(r).empty()) << name;
+      EXPECT_NO_THROW((void)parse_report(to_json(r), name)) << name << ": what was read must write back";
+    } catch (const config_error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GE(inputs, 10u) << "the corpus is missing";
+  EXPECT_GE(valid, 10u) << "the corpus hardly reaches the renderers";
 }
 
 TEST(ReportJson, ThinningDropsRepeatedMemorySamplesButKeepsEachIterationsLast) {
@@ -652,6 +754,15 @@ TEST(EvictionTable, RanksBuffersByBytesGivenBackWithEveryColumn) {
   EXPECT_NE(table.find("4.00 MiB"), std::string::npos) << table;
   EXPECT_NE(table.find("1.50 ms"), std::string::npos) << "relu's total cost, 3 x 0.5 ms:\n" << table;
   EXPECT_NE(table.find("never evict"), std::string::npos) << table;
+}
+
+// A size times its evictions can pass 2^64: a buffer of a third of 2^64 bytes evicted 3
+// times once wrapped to a product of 2 and dropped out of the table's top rows.
+TEST(EvictionTable, RanksBySizeTimesEvictionsBeyondSixtyFourBits) {
+  run_report r = handmade_report();
+  r.evictions.push_back({std::size_t{6148914691236517206u}, "huge_fwd", 3, 3, 0.001, false});  // (2^64 + 2) / 3
+  const std::string table = render_eviction_table(r, 1);
+  EXPECT_NE(table.find("huge_fwd"), std::string::npos) << table;
 }
 
 TEST(EvictionTable, ShowsTheTopRowsAndCountsTheRest) {

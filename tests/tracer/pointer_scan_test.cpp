@@ -96,6 +96,43 @@ TEST(BlockMap, ReinsertingAtTheSameBaseReplacesTheBlock) {
   EXPECT_EQ(m.find(0x1000 + 10)->id, 2u);
 }
 
+// A trace may give a block any size up to 2^48 bytes (tracer::max_event_bytes): a map that
+// registered a 1 TiB block in each of its 524,288 pages took a minute and gigabytes for
+// a small trace of such blocks. Blocks over a few pages cost the same as small ones.
+TEST(BlockMap, AHugeBlockCostsNoMoreEntriesThanASmallOneAndIsFoundAnywhere) {
+  block_map m;
+  constexpr std::uint64_t TiB = std::uint64_t{1} << 40;
+  const std::uint64_t base = 0x7f0000100000;
+  m.insert(base, TiB, 1);
+  m.insert(base + TiB, 4096, 2);       // right behind it
+  m.insert(base - 3 * MiB, 3 * MiB, 3);  // right before it, over two pages
+  // ASSERT: a map that registers every page must not get to the larger block below.
+  ASSERT_LE(m.page_entries(), 4u) << "a block over many pages must not be registered in each";
+  for (std::uint64_t off : {std::uint64_t{0}, std::uint64_t{1}, 5 * MiB, TiB / 2, TiB - 1}) {
+    const block_map::entry* e = m.find(base + off);
+    ASSERT_NE(e, nullptr) << "offset " << off;
+    EXPECT_EQ(e->id, 1u);
+  }
+  EXPECT_EQ(m.find(base + TiB)->id, 2u);
+  EXPECT_EQ(m.find(base - 1)->id, 3u);
+  EXPECT_EQ(m.at(base)->id, 1u);
+  EXPECT_EQ(m.at(base + 1), nullptr);
+  EXPECT_EQ(m.entries().size(), 3u);
+  m.insert(base, 2 * MiB, 4);  // replaced by a small block at the same base
+  EXPECT_EQ(m.size(), 3u);
+  EXPECT_EQ(m.find(base + 5 * MiB), nullptr);
+  EXPECT_EQ(m.find(base + 1)->id, 4u);
+  EXPECT_TRUE(m.erase(base));
+  EXPECT_FALSE(m.erase(base));
+  // The largest block a 64-bit address allows: it ends at the end of the address space.
+  m.insert(std::uint64_t{1} << 47, ~std::uint64_t{0}, 5);
+  EXPECT_EQ(m.find(~std::uint64_t{0} - 1)->id, 5u);
+  EXPECT_EQ(m.find(base + TiB)->id, 2u);
+  EXPECT_TRUE(m.erase(std::uint64_t{1} << 47));
+  EXPECT_EQ(m.find(~std::uint64_t{0} - 1), nullptr);
+  EXPECT_EQ(m.size(), 2u);
+}
+
 TEST(ScanParams, ReportsEveryAlignedWordInsideABlockWithItsOffset) {
   block_map m;
   m.insert(0x200000, 4096, 1);

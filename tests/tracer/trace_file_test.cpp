@@ -382,8 +382,100 @@ INSTANTIATE_TEST_SUITE_P(
                       event_mutation{"flags", 0, 17, event_flags::never_replay, 1, "flags 4 not allowed"},
                       event_mutation{"copy", 6, 18, 3, 1, "invalid copy kind 3"},
                       event_mutation{"copy_range", 5, 18, 9, 1, "invalid copy kind 9"},
-                      event_mutation{"stray_kernel", 0, 72, 1, 4, "kernel/parameter fields set on a non-launch"}),
+                      event_mutation{"stray_kernel", 0, 72, 1, 4, "kernel/parameter fields set on a non-launch"},
+                      // docs/trace-format.md: fields a kind does not use are zero (grid and block 1, 1, 1).
+                      event_mutation{"reserved", 0, 19, 1, 1, "field reserved is set"},
+                      event_mutation{"launch_address", 3, 24, 0x10000, 8, "field address is set"},
+                      event_mutation{"alloc_source", 0, 32, 5, 8, "field source is set"},
+                      event_mutation{"marker_bytes", 2, 40, 8, 8, "field bytes is set"},
+                      event_mutation{"record_bytes", 7, 40, 8, 8, "field bytes is set"},
+                      event_mutation{"alloc_correlation", 0, 56, 9, 8, "field correlation is set"},
+                      event_mutation{"untimed_duration", 4, 64, 100, 8, "field duration_ns (the event is not timed)"},
+                      event_mutation{"free_duration", 9, 64, 100, 8, "field duration_ns"},
+                      event_mutation{"memcpy_shared_mem", 5, 76, 64, 4, "field shared_mem is set"},
+                      event_mutation{"alloc_grid", 0, 80, 2, 4, "field grid/block"},
+                      event_mutation{"wait_block", 8, 100, 0, 4, "field grid/block"},
+                      event_mutation{"memset_value", 6, 32, 256, 8, "byte value 256 above 255"},
+                      // Byte counts are bounded (docs/trace-format.md, "Limits").
+                      event_mutation{"alloc_bytes", 1, 40, ~std::uint64_t{0}, 8,
+                                     "18446744073709551615 bytes exceed the limit of 281474976710656"},
+                      event_mutation{"copy_bytes", 5, 40, std::uint64_t{1} << 49, 8, "exceed the limit"},
+                      event_mutation{"past_the_address_space", 1, 24, ~std::uint64_t{0} - 100, 8,
+                                     "ends past the 64-bit address space"}),
     [](const ::testing::TestParamInfo<event_mutation>& p) { return std::string(p.param.name); });
+
+// A granularity of 2^63 overflowed the simulator's page arithmetic (UBSan: signed
+// overflow) and sent the budget arithmetic into an endless loop.
+TEST(TraceFileRejects, AGranularityAboveTheLimit) {
+  auto b = encode_trace(sample_trace());
+  put<std::uint64_t>(b, section_offset(b, META), std::uint64_t{1} << 63);
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "META section", "granularity 9223372036854775808 exceeds the limit of 1073741824 bytes");
+  put<std::uint64_t>(b, section_offset(b, META), std::uint64_t{1} << 30);
+  fix_checksums(b);
+  EXPECT_EQ(decode_error(b), "(accepted)") << "the limit itself is a granularity";
+}
+
+// Allocations add up to at most 2^56 bytes, so that no sum of buffer sizes, each rounded
+// up to a page, overflows in the analysis or the planners.
+TEST(TraceFileRejects, AllocationsAddingUpBeyondTheLimit) {
+  trace t;
+  t.streams = {0};
+  constexpr std::uint64_t most = max_event_bytes;
+  for (std::uint64_t k = 0; k < max_allocated_bytes / most; ++k) {
+    event& e = t.events.emplace_back();
+    e.seq = k;
+    e.kind = event_kind::alloc;
+    e.address = k * most;
+    e.bytes = most;
+  }
+  event& last = t.events.emplace_back();
+  last.seq = t.events.size();
+  last.kind = event_kind::alloc;
+  last.address = max_allocated_bytes;
+  auto b = encode_trace(t);  // exactly the limit, and an empty block: valid
+  const std::size_t at = section_offset(b, EVENTS) + (t.events.size() - 1) * event_size;
+  put<std::uint64_t>(b, at + 40, 1);
+  fix_checksums(b);
+  const std::string which = "event " + std::to_string(t.events.size() - 1);
+  const std::string where = "byte offset " + std::to_string(at);
+  EXPECT_REJECTED(b, "EVENTS section", which.c_str(), "allocations add up to more than the limit of 72057594037927936",
+                  where.c_str());
+}
+
+TEST(TraceFileRejects, APathThatIsNotARegularFileWithoutReadingIt) {
+  for (const std::string& path : std::vector<std::string>{"/dev/zero", ::testing::TempDir()}) {
+    try {
+      static_cast<void>(read_trace_file(path));
+      FAIL() << path << " was read";
+    } catch (const trace_format_error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("trace file " + path + ": not a regular file"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("save the trace to a file"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(TraceFileRejects, AFileOverTheSizeLimitWithoutReadingIt) {
+  const std::string path = ::testing::TempDir() + "/tracer_too_large.sltrace";
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  // Sparse: the size without the disk space.
+  ASSERT_EQ(std::fseek(f, static_cast<long>(max_trace_file_bytes), SEEK_SET), 0);
+  ASSERT_EQ(std::fputc(0, f), 0);
+  std::fclose(f);
+  try {
+    static_cast<void>(read_trace_file(path));
+    ADD_FAILURE() << "read";
+  } catch (const trace_format_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("trace file " + path + ": 1073741825 bytes, more than the limit of 1073741824 bytes"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("check that this is the trace you meant"), std::string::npos) << msg;
+  }
+  std::remove(path.c_str());
+}
 
 TEST(TraceFileRejects, AWriteForALaunchThatWasNotObserved) {
   auto b = encode_trace(sample_trace());
