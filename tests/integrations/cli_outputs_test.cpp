@@ -21,12 +21,7 @@ namespace fs = std::filesystem;
 
 std::string cli() { return bin_dir() + "/sublinear"; }
 
-std::string source_root() {
-  // <root>/tests/integrations/cli_outputs_test.cpp, or that path relative to the build
-  // directory the compiler ran in (<build>, above <build>/bin).
-  const fs::path here = fs::path(__FILE__).is_absolute() ? fs::path(__FILE__) : fs::path(bin_dir()) / ".." / __FILE__;
-  return here.parent_path().parent_path().parent_path().string();
-}
+std::string source_root() { return SUBLINEAR_SOURCE_DIR; }  // tests/CMakeLists.txt
 
 // A trace recorded on a GPU, kept in the repository (tests/runtime/traces/README.md).
 std::string gpu_trace() { return source_root() + "/tests/runtime/traces/cudnn-resnet-h200.sltrace"; }
