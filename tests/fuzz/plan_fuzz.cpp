@@ -17,47 +17,11 @@
 #include <span>
 
 #include "fuzz/plan_input.hpp"
+#include "fuzz/trace_checksums.hpp"
 #include "policy/budget.hpp"
 #include "runtime/report/report_plan.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/trace_file.hpp"
-
-namespace {
-
-template <class T>
-T get(const std::uint8_t* b, std::size_t at) {
-  T v;
-  std::memcpy(&v, b + at, sizeof v);
-  return v;
-}
-template <class T>
-void put(std::uint8_t* b, std::size_t at, T v) {
-  std::memcpy(b + at, &v, sizeof v);
-}
-
-std::span<const std::byte> bytes(const std::uint8_t* p, std::size_t n) {
-  return {reinterpret_cast<const std::byte*>(p), n};
-}
-
-// As in trace_reader_fuzz.cpp: repairs the checksums of the trace behind the options, so
-// that mutants reach the analysis and the planners instead of the checksum checks.
-void repair_checksums(std::uint8_t* b, std::size_t size) {
-  using sublinear::tracer::crc32;
-  if (size < 64) return;
-  std::uint32_t n = get<std::uint32_t>(b, 24);
-  if (n > 64) n = 64;
-  for (std::uint32_t i = 0; i < n && 64 + (i + 1) * 32 <= size; ++i) {
-    const std::size_t at = 64 + i * 32;
-    const auto off = get<std::uint64_t>(b, at + 8);
-    const auto len = get<std::uint64_t>(b, at + 16);
-    if (off <= size && len <= size - off) put<std::uint32_t>(b, at + 4, crc32(bytes(b + off, len)));
-  }
-  if (64 + std::size_t{n} * 32 <= size) put<std::uint32_t>(b, 40, crc32(bytes(b + 64, std::size_t{n} * 32)));
-  put<std::uint64_t>(b, 16, size);  // file_bytes: the mutant's own size
-  put<std::uint32_t>(b, 60, crc32(bytes(b, 60)));
-}
-
-}  // namespace
 
 extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, std::size_t max_size);
 
@@ -65,7 +29,7 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
                                                unsigned int seed) {
   using sublinear::fuzz::plan_options_bytes;
   size = LLVMFuzzerMutate(data, size, max_size);
-  if ((seed & 1U) != 0 && size > plan_options_bytes) repair_checksums(data + plan_options_bytes, size - plan_options_bytes);
+  if ((seed & 1U) != 0 && size > plan_options_bytes) sublinear::fuzz::repair_trace_checksums(data + plan_options_bytes, size - plan_options_bytes);
   return size;
 }
 
