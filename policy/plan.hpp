@@ -64,16 +64,36 @@ struct pack {
   std::size_t bytes = 0;  // the members' extent; the pack takes round_up(bytes, granularity)
 };
 
+// A buffer copied to host memory and back instead of recomputed (Note [Offload] in
+// link_model.hpp). The device->host copy is queued on the link after launch evict_after
+// (the buffer's last use before the gap) and its pages are released when the copy
+// completes; the host->device copy is queued after launch fetch_after (the prefetch
+// point, evict_after <= fetch_after < restore_before) into freshly mapped pages, and
+// launch restore_before waits for it. Copies are bit-exact: no recipe, no temporaries.
+// A buffer is the target of at most one eviction or offload.
+struct offload {
+  buffer_id target = none;
+  launch_id evict_after = none;
+  launch_id fetch_after = none;
+  launch_id restore_before = none;
+};
+
 struct plan {
   std::string planner;
   std::size_t budget = 0;            // bytes the plan was made for
   std::vector<eviction> evictions;
   std::vector<retention> retentions;  // simulate on with_retentions(iteration, retentions)
   std::vector<pack> packs;            // every member is some eviction's target
+  std::vector<offload> offloads;      // copied to host and back (none when offload is off)
   // Filled by the simulator:
   std::size_t predicted_peak = 0;    // peak mapped bytes at page granularity
   double added_compute_s = 0.0;      // cost of every recipe launch
   std::size_t recomputed_launches = 0;
+  // Filled by the simulator from the link model (zero without offloads):
+  std::size_t offloaded_bytes = 0;   // device->host bytes per iteration (= fetched bytes)
+  std::size_t host_bytes = 0;        // peak of host memory the offloads hold at once
+  double link_busy_s = 0.0;          // both directions' copy time, summed
+  double predicted_stall_s = 0.0;    // time consumers wait for a fetch not back in time
 };
 
 }  // namespace sublinear::policy

@@ -28,6 +28,7 @@
 
 #include "policy/budget.hpp"
 #include "policy/iteration.hpp"
+#include "policy/link_model.hpp"
 #include "policy/plan.hpp"
 
 namespace sublinear::policy {
@@ -50,6 +51,12 @@ class planner {
     // Let evicted buffers of at most half a page share pages (Note [Packs] in packs.hpp):
     // every plan a search simulates is packed.
     bool packs = true;
+    // Offload (Note [Offload] in link_model.hpp): the planners that support it choose
+    // among keep, recompute and offload; the others plan recompute only (offload_mode::on
+    // is then the same as off, and offload_mode::only is refused with a config_error).
+    offload_mode offload = offload_mode::off;
+    link_model link{};                 // unusable link: no offload
+    std::size_t host_budget = 0;       // bytes of pinned host memory offloads may hold at once
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the
