@@ -66,14 +66,18 @@ struct pack {
 
 // A buffer copied to host memory and back instead of recomputed (Note [Offload] in
 // link_model.hpp). The device->host copy is queued on the link after launch evict_after
-// (the buffer's last use before the gap) and its pages are released when the copy
-// completes; the host->device copy is queued after launch fetch_after (the prefetch
-// point, evict_after <= fetch_after < restore_before) into freshly mapped pages, and
-// launch restore_before waits for it. Copies are bit-exact: no recipe, no temporaries.
-// A buffer is the target of at most one eviction or offload.
+// (the buffer's last use before the gap); its pages are released once the copy completes
+// and at the latest before launch release_before (the runtime waits for the copy there if
+// it is late, so the memory the simulator predicts holds whatever the link's speed). The
+// host->device copy is queued after launch fetch_after (the prefetch point) into freshly
+// mapped pages, and launch restore_before waits for it.
+// evict_after < release_before, release_before <= fetch_after + 1, fetch_after < restore_before.
+// Copies are bit-exact: no recipe, no temporaries. A buffer is the target of at most one
+// eviction or offload.
 struct offload {
   buffer_id target = none;
   launch_id evict_after = none;
+  launch_id release_before = none;
   launch_id fetch_after = none;
   launch_id restore_before = none;
 };
