@@ -49,7 +49,7 @@ if [ -z "$results" ]; then
   if [ -n "${OUT:-}" ]; then results="$OUT/gpu-suite.json"; else results="$build/gpu-suite.json"; fi
 fi
 
-case ",$parts," in *[!0-9,]*) echo "scripts/gpu-suite.sh: --parts takes part numbers 1-5, e.g. 1,2,3,4 (got '$parts')" >&2; exit 2 ;; esac
+case ",$parts," in *[!1-5,]*) echo "scripts/gpu-suite.sh: --parts takes part numbers 1-5, e.g. 1,2,3,4 (got '$parts')" >&2; exit 2 ;; esac
 want() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 started=$(date +%s)

@@ -256,7 +256,7 @@ TEST(LaunchKinds, ThePlanPreviewNamesLaunchesNotReplayableForAnAttribute) {
   EXPECT_EQ(q.attribute_unreplayable[0].kernel, "test_kinds_cluster");
   EXPECT_EQ(q.attribute_unreplayable[0].attribute, "launch_completion_event");
   const std::string json = plan_preview_json(q);
-  EXPECT_NE(json.find("\"attribute_unreplayable_count\":" + std::to_string(kLayers)), std::string::npos) << json;
+  EXPECT_NE(json.find("\"attribute_unreplayable_count\": " + std::to_string(kLayers)), std::string::npos) << json;
 }
 
 TEST(LaunchKinds, TheReportCarriesThePerLaunchEngineCostAndVmmCalls) {
