@@ -10,6 +10,8 @@
 #                 scripts/gpu-bundle.sh prepares on a machine with the build dependencies)
 #   --build-dir   default: build-gpu/ in the repository
 #   --parts LIST  the parts to run, e.g. 1,2,3,4 or 5 (default: all); the others are skipped
+#   --dry-run     no GPU, no build: part 5's scripts on the CPU with tiny models (CPU torch in
+#                 $PYTHON; GPU_SUITE_MODELS picks models, default all); writes RESULTS.json only
 #   PYTHON=...    the Python whose torch part 4 uses (default: python3 on PATH)
 #
 # Parts: 1 CUDA VMM conformance + VMM call costs, 2 CUPTI tracer on hand-written kernels,
@@ -31,15 +33,17 @@ skip_build=0
 build="$SUBLINEAR_ROOT/build-gpu"
 results=""
 parts="1,2,3,4,5"
+dry_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --dry-run) dry_run=1 ;;
     --parts) shift; parts="${1:?--parts needs a list such as 1,2,3,4}" ;;
     --parts=*) parts="${1#--parts=}" ;;
     --quick) quick=1 ;;
     --skip-build) skip_build=1 ;;
     --build-dir) shift; build="$(realpath -m "${1:?--build-dir needs a directory}")" ;;
     --build-dir=*) build="$(realpath -m "${1#--build-dir=}")" ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "scripts/gpu-suite.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     *) results="$(realpath -m "$1")" ;;
   esac
@@ -49,6 +53,7 @@ if [ -z "$results" ]; then
   if [ -n "${OUT:-}" ]; then results="$OUT/gpu-suite.json"; else results="$build/gpu-suite.json"; fi
 fi
 
+if [ "$dry_run" = 1 ]; then parts=5; skip_build=1; fi
 case ",$parts," in *[!1-5,]*) echo "scripts/gpu-suite.sh: --parts takes part numbers 1-5, e.g. 1,2,3,4 (got '$parts')" >&2; exit 2 ;; esac
 want() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -63,9 +68,11 @@ quick_flag=()
 [ "$quick" = 1 ] && quick_flag=(--quick)
 say() { echo "== gpu-suite: $*"; }
 
+dry_flag=()
+[ "$dry_run" = 1 ] && dry_flag=(--dry-run)
 collect() {
   "$python" "$SUBLINEAR_ROOT/tests/gpu/collect_results.py" --workdir "$work" --out "$results" \
-    --device "${device:-}" --parts "$parts" "${quick_flag[@]}" "$@"
+    --device "${device:-}" --parts "$parts" "${quick_flag[@]}" "${dry_flag[@]}" "$@"
 }
 
 if ! command -v "$python" >/dev/null 2>&1; then
@@ -75,6 +82,9 @@ if ! command -v "$python" >/dev/null 2>&1; then
 fi
 
 # ---- is there a GPU? (the driver itself, not nvidia-smi, which may be absent) ----------------
+if [ "$dry_run" = 1 ]; then
+  device="a dry run on the CPU (no GPU used)"
+else
 device="$("$python" - <<'PY'
 import ctypes, sys
 try:
@@ -100,6 +110,7 @@ if [ $? -ne 0 ]; then
   collect --skip-all "$device"
   say "results: $results"
   exit 1
+fi
 fi
 say "device: $device"
 
@@ -244,9 +255,10 @@ if want 5; then
   stacks_limit=$((deadline - $(date +%s) - 20))
   [ "$stacks_limit" -lt 1 ] && stacks_limit=1
   step stacks 600 sh -c "PYTHONPATH=\"$stage\${PYTHONPATH:+:\$PYTHONPATH}\" \"$python\" \
-    \"$SUBLINEAR_ROOT/tests/gpu/python/real_stacks_suite.py\" ${quick_flag[*]} --time-limit $stacks_limit \
+    \"$SUBLINEAR_ROOT/tests/gpu/python/real_stacks_suite.py\" ${quick_flag[*]} ${dry_flag[*]} \
+    --models ${GPU_SUITE_MODELS:-gpt,resnet50,ddp,gpt_compile} --time-limit $stacks_limit \
     --workdir \"$work/stacks\" >\"$work/stacks.json\""
-  step launch_kinds 60 "$bin/test_gpu_launch_kinds" --gtest_output="json:$work/launch_kinds.json"
+  [ "$dry_run" = 0 ] && step launch_kinds 60 "$bin/test_gpu_launch_kinds" --gtest_output="json:$work/launch_kinds.json"
 fi
 
 
@@ -254,11 +266,13 @@ collect
 rc=$?
 say "finished in $(( $(date +%s) - started )) s; results: $results"
 # Kept in the tree (committed by whoever ran it) and beside $OUT, which comes back from a lent machine.
+if [ "$dry_run" = 0 ]; then
 gpu_slug="$(printf '%s' "$device" | sed 's/ (.*//; s/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' '-')"
 kept="$(date -u +%Y-%m-%d)-${gpu_slug:-gpu}.json"
 mkdir -p "$SUBLINEAR_ROOT/docs/gpu-results" && cp "$results" "$SUBLINEAR_ROOT/docs/gpu-results/$kept"
 [ -n "${OUT:-}" ] && mkdir -p "$OUT/gpu-results" && cp "$results" "$OUT/gpu-results/$kept"
 say "kept as docs/gpu-results/$kept"
+fi
 "$python" - "$results" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
