@@ -31,6 +31,8 @@ std::string planner_list() {
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
          "                      [--mapped-peak BYTES] [--no-packs] [--evictions] [--json PATH]\n"
+         "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
+         "                      `sublinear plan --model x --help`, docs/preview.md)\n"
          "\n"
          "Reads a trace file (SUBLINEAR_TRACE writes one), analyses its last iteration and runs\n"
          "the planners at the budget, exactly as the runtime would at the end of its traced\n"
@@ -169,6 +171,8 @@ plan_options parse(std::span<const std::string_view> args) {
 }  // namespace
 
 int plan_main(std::span<const std::string_view> args) {
+  for (std::string_view a : args)
+    if (a == "--model" || a.rfind("--model=", 0) == 0) return plan_model_main(args);  // docs/preview.md
   if (wants_help(args)) {
     std::fputs(help_text().c_str(), stdout);
     return kExitOk;
