@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -32,7 +31,7 @@ constexpr const char* kBootstrap =
     "    import sublinear.preview as preview\n"
     "except ImportError as e:\n"
     "    sys.exit('sublinear plan --model: this Python (' + sys.executable + ') cannot import the sublinear '\n"
-    "             'package (' + str(e) + '); set SUBLINEAR_PYTHON to the Python of your training environment')\n"
+    "             'package (' + str(e) + '); give the Python of your training environment with --python PATH')\n"
     "sys.exit(preview.main(sys.argv[2:]))\n";
 
 }  // namespace
@@ -42,18 +41,32 @@ int plan_model_main(std::span<const std::string_view> args) {
   const std::string dir = self.substr(0, self.rfind('/'));
   // <site-packages>/sublinear/bin/sublinear, or <source>/build/bin/sublinear.
   const std::string search = dir + "/../.." + ":" + dir + "/../../python";
-  const char* python_env = std::getenv("SUBLINEAR_PYTHON");
-  const std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "python3";
-  if (!self.empty()) ::setenv("SUBLINEAR_CLI", self.c_str(), 1);
+  // --python PATH chooses the Python (default python3 on PATH); the rest goes to Python.
+  std::string python = "python3";
+  std::vector<std::string> rest;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--python") {
+      if (i + 1 == args.size()) throw config_error("--python needs the path of a Python with torch (try 'sublinear plan --model x --help')");
+      python = std::string(args[++i]);
+    } else if (args[i].rfind("--python=", 0) == 0) {
+      python = std::string(args[i].substr(9));
+    } else {
+      rest.emplace_back(args[i]);
+    }
+  }
   std::vector<std::string> owned = {python, "-c", kBootstrap, search};
-  for (std::string_view a : args) owned.emplace_back(a);
+  owned.insert(owned.end(), rest.begin(), rest.end());
+  if (!self.empty()) {
+    owned.emplace_back("--cli");
+    owned.push_back(self);
+  }
   std::vector<char*> argv;
   for (std::string& s : owned) argv.push_back(s.data());
   argv.push_back(nullptr);
   ::execvp(argv[0], argv.data());
   throw config_error("sublinear plan --model runs Python to capture the model, and '" + python +
                      "' cannot be started: " + std::strerror(errno) +
-                     "; set SUBLINEAR_PYTHON to the Python of your training environment (with torch)");
+                     "; give the Python of your training environment (with torch) with --python PATH");
 }
 
 }  // namespace sublinear::cli

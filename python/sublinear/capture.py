@@ -43,6 +43,10 @@ KINDS = ("parameters", "gradients", "optimizer_state", "activations", "other")
 _ALLOCATE_ONLY = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
                   "aten::new_empty_strided", "aten::empty_permuted"}
 
+# What a user wrote, for operations whose aten name does not say it.
+_HINTS = {"aten::_local_scalar_dense": " (Tensor.item(), float(t), int(t) or bool(t))",
+          "aten::is_nonzero": " (bool(t), or a tensor in an if)"}
+
 
 class CaptureError(RuntimeError):
     """The step could not be captured; the message names the operation and the way out."""
@@ -202,7 +206,7 @@ class _Recorder:
                 ident = self.register(st, kind="activations", preexisting=False)
                 if ident is not None and ident not in writes:
                     writes.append(ident)
-        if name in _ALLOCATE_ONLY or not writes:
+        if schema.name in _ALLOCATE_ONLY or not writes:
             return  # an allocation, or views / metadata only: no kernel
         for t in read_inputs:
             ident = self.known(t.untyped_storage())

@@ -72,8 +72,7 @@ def parse_budgets(text: str) -> List[str]:
     return out
 
 
-def _cli() -> str:
-    program = os.environ.get("SUBLINEAR_CLI")
+def _cli(program: Optional[str] = None) -> str:
     if program:
         return program
     from .__main__ import cli_path
@@ -81,8 +80,7 @@ def _cli() -> str:
     found = cli_path()
     if found is None:
         raise PreviewError("sublinear preview: the `sublinear` program is not in this package nor on PATH; build "
-                           "it (`cmake --build build --target sublinear_cli`) and put build/bin on PATH, or set "
-                           "SUBLINEAR_CLI to its path")
+                           "it (`cmake --build build --target sublinear_cli`) and put build/bin on PATH")
     return found
 
 
@@ -102,17 +100,18 @@ def preview(model: Any, example_inputs: Any, loss_fn: Optional[Callable[[Any], A
             budgets: Sequence[str] = ("0.5x",), policies: str = "all", optimizer: str = "sgd",
             dtype: Optional[str] = None, gpu: str = "h100", json_path: Optional[str] = None,
             plot_path: Optional[str] = None, trace_path: Optional[str] = None,
-            description: str = "") -> Dict[str, Any]:
+            description: str = "", program: Optional[str] = None) -> Dict[str, Any]:
     """Captures one training step of `model` on `example_inputs` (on the meta device: build
     the model under `with torch.device("meta"):` to skip initialising weights) and plans it
     at each budget ("0.5x" of the baseline peak, "8GiB", ...) with each planner. Returns the
     result as a dict (the JSON schema of docs/preview.md); writes it to `json_path` and the
     memory/time curve to `plot_path` (SVG) when given. Durations are roofline estimates for
-    `gpu` (h100, h200, a100), not measurements."""
+    `gpu` (h100, h200, a100), not measurements. `program` is the `sublinear` program that
+    plans (default: the package's, else one on PATH)."""
     spec = gpus.get(gpu)
     if isinstance(budgets, str):
         budgets = parse_budgets(budgets)
-    program = _cli()
+    program = _cli(program)
     started = time.perf_counter()
     capture = capture_step(model, example_inputs, loss_fn=loss_fn, optimizer=optimizer, dtype=dtype)
     capture_s = time.perf_counter() - started
@@ -145,10 +144,7 @@ def preview(model: Any, example_inputs: Any, loss_fn: Optional[Callable[[Any], A
     for budget, p in plans:
         row = {"budget": budget, "budget_bytes": p["budget_bytes"],
                "planner_budget_bytes": p["planner_budget_bytes"],
-               "recompute_floor": {"feasible": p["recompute_floor"]["feasible"],
-                                   "added_time_s": p["recompute_floor"].get("added_compute_s", 0.0),
-                                   "added_time_fraction": (p["recompute_floor"].get("added_compute_s", 0.0) / step_s
-                                                           if step_s else 0.0)},
+               "recompute_floor": _floor(p["recompute_floor"], step_s),
                "planners": []}
         for q in p["planners"]:
             row["planners"].append({
@@ -174,6 +170,12 @@ def preview(model: Any, example_inputs: Any, loss_fn: Optional[Callable[[Any], A
     if plot_path:
         write_svg(result, plot_path)
     return result
+
+
+def _floor(floor: Dict[str, Any], step_s: float) -> Dict[str, Any]:
+    added = floor.get("added_compute_s") if floor.get("feasible") else None
+    return {"feasible": bool(floor.get("feasible")), "added_time_s": added,
+            "added_time_fraction": (added / step_s if step_s else 0.0) if added is not None else None}
 
 
 def render(result: Dict[str, Any]) -> str:
@@ -290,14 +292,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", dest="json_path", help="write the result as JSON (docs/preview.md)")
     parser.add_argument("--plot", dest="plot_path", help="write the memory/time curve as SVG")
     parser.add_argument("--trace-out", help="keep the planning trace at this path")
+    parser.add_argument("--cli", help=argparse.SUPPRESS)  # the program that planned: `sublinear plan --model` passes itself
     parser.add_argument("--calibrate", metavar="TRACE",
                         help="take durations from a trace recorded on a device (not implemented yet)")
     args = parser.parse_args(argv)
     try:
         import torch  # noqa: F401 (the capture needs it; say so before anything else)
     except ImportError as e:
-        print(f"sublinear plan --model: this Python ({sys.executable}) has no torch ({e}); install torch, or set "
-              f"SUBLINEAR_PYTHON to the Python of your training environment", file=sys.stderr)
+        print(f"sublinear plan --model: this Python ({sys.executable}) has no torch ({e}); install torch, or give "
+              f"`sublinear plan --model` the Python of your training environment with --python PATH", file=sys.stderr)
         return 2
     try:
         if args.calibrate:
@@ -317,7 +320,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             result = preview(model, inputs, loss_fn=loss_fn, budgets=budgets, policies=args.policy,
                              optimizer=args.optimizer, dtype=args.dtype, gpu=args.gpu,
                              json_path=args.json_path, plot_path=args.plot_path, trace_path=args.trace_out,
-                             description=what)
+                             description=what, program=args.cli)
     except (PreviewError, CaptureError, ValueError) as e:
         print(f"sublinear plan: {e}", file=sys.stderr)
         return 2

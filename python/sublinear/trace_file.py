@@ -150,3 +150,22 @@ def write_planning_trace(capture: Capture, path: str, gpu: str, seconds: Optiona
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
+
+
+def read_events(path: str) -> List[Tuple[int, int, int, int]]:
+    """The events of a trace file as (kind, flags, address, bytes), in order: enough to compare
+    allocation orders in tests and scripts. Checks the magic and the major version only; the
+    C++ reader (`sublinear plan --trace`) is the one that validates."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:8] != MAGIC or struct.unpack_from("<H", data, 8)[0] != VERSION[0]:
+        raise ValueError(f"{path}: not a sublinear trace file of major version {VERSION[0]}")
+    out: List[Tuple[int, int, int, int]] = []
+    (sections,) = struct.unpack_from("<I", data, 24)
+    for i in range(sections):
+        ident, _crc, offset, _size, count = struct.unpack_from("<IIQQQ", data, 64 + 32 * i)
+        if ident == SEC_EVENTS:
+            for j in range(count):
+                e = _EVENT.unpack_from(data, offset + _EVENT.size * j)
+                out.append((e[2], e[3], e[7], e[9]))
+    return out
