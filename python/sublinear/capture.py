@@ -16,7 +16,8 @@ Approach: the model and its batch live on "meta"; one warm-up step creates the o
   only makes views writes nothing and is not a launch. A storage is freed when its weakref
   callback runs: that is when the last tensor, view, autograd saved tensor or .grad holding
   it goes, in program order. empty/empty_strided allocate without a launch, as on a GPU.
-Limitations: the program is the one PyTorch runs on meta, not on CUDA: cuDNN workspaces,
+Limitations: the program is the one PyTorch runs on meta, not on CUDA (attention aside,
+  Note [Fused attention on meta]): cuDNN workspaces,
   cuBLAS handles and the caching allocator's rounding are absent, and a few operations
   decompose differently (batch norm saves what the native kernel saves). An operation with
   no meta kernel, or one that needs tensor values (item(), nonzero()), cannot be captured:
@@ -25,6 +26,7 @@ Limitations: the program is the one PyTorch runs on meta, not on CUDA: cuDNN wor
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import weakref
@@ -262,6 +264,40 @@ def _mode_class() -> Any:
     return _CaptureMode
 
 
+@contextlib.contextmanager
+def _fused_attention() -> Any:
+    """Note [Fused attention on meta]: on meta, F.scaled_dot_product_attention falls back to
+    its math decomposition (a T x T score matrix per head, softmax, masks), which a GPU never
+    runs: it picks a fused kernel. While capturing, the call goes to the fused kernel's aten
+    operation instead, flash attention for 16-bit inputs and the memory-efficient kernel for
+    float32, as PyTorch's CUDA dispatch would for inputs without an explicit mask or dropout;
+    other calls keep the original path. Grouped-query inputs are expanded first."""
+    import torch
+    import torch.nn.functional as F
+
+    original = F.scaled_dot_product_attention
+
+    def fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        if attn_mask is not None or dropout_p != 0.0 or query.dim() != 4 or query.device.type != "meta":
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                            scale=scale, enable_gqa=enable_gqa)
+        if key.shape[1] != query.shape[1]:
+            repeat = query.shape[1] // key.shape[1]
+            key = key.repeat_interleave(repeat, dim=1)
+            value = value.repeat_interleave(repeat, dim=1)
+        if query.dtype in (torch.float16, torch.bfloat16):
+            return torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, is_causal,
+                                                                      scale=scale)[0]
+        return torch.ops.aten._scaled_dot_product_efficient_attention(query, key, value, None, True, 0.0,
+                                                                      is_causal, scale=scale)[0]
+
+    F.scaled_dot_product_attention = fused
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
 def _default_loss(output: Any) -> Any:
     import torch
     import torch.nn.functional as F
@@ -363,7 +399,7 @@ def capture_step(model: Any, example_inputs: Any, loss_fn: Optional[Callable[[An
 
     # Warm-up: gradients and optimizer state exist from here on, as in every later step.
     # The optimizer makes its state from gradients of the right shape: no forward pass needed.
-    with _mode_class()(_Recorder()):
+    with _fused_attention(), _mode_class()(_Recorder()):
         for p in params:
             p.grad = torch.empty_like(p)
         opt.step()
@@ -385,7 +421,7 @@ def capture_step(model: Any, example_inputs: Any, loss_fn: Optional[Callable[[An
     for t in torch.utils._pytree.tree_leaves((args, kwargs)):
         if isinstance(t, torch.Tensor):
             rec.register(t.untyped_storage(), kind="other", preexisting=True)
-    with _mode_class()(rec):
+    with _fused_attention(), _mode_class()(rec):
         step(rec)
     rec.recording = False
     grads = {rec.known(p.grad.untyped_storage()) for p in params if p.grad is not None}
