@@ -305,3 +305,27 @@ def test_a_factory_file_and_bad_specs(torch, tmp_path):
         load_model("resnet152", batch=1, input_shape=(3, 8, 8))
     with pytest.raises(CaptureError, match="needs --batch N and --input-shape"):
         load_model("torch.nn:Identity")
+
+
+def test_sublinear_plan_model_runs_the_capture_in_the_given_python(torch, program, tmp_path):
+    import sys
+
+    f = tmp_path / "tiny.py"
+    f.write_text("import torch\n"
+                 "def factory(batch):\n"
+                 "    layers = [torch.nn.Linear(256, 256) for _ in range(8)]\n"
+                 "    return torch.nn.Sequential(*layers), torch.randn(batch, 256)\n")
+    out = tmp_path / "out.json"
+    run = subprocess.run([program, "plan", "--model", f"{f}:factory", "--batch", "4096", "--budget", "0.5x,0.8x",
+                          "--policy", "chain,greedy", "--python", sys.executable, "--json", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode in (0, 1), run.stderr
+    assert "ESTIMATE" in run.stdout and "budget 0.8x" in run.stdout
+    result = json.loads(out.read_text())
+    assert [q["planner"] for q in result["budgets"][0]["planners"]] == ["chain", "greedy"]
+    assert result["capture"]["operations"] > 0
+
+    missing = subprocess.run([program, "plan", "--model", f"{f}:factory", "--python", str(tmp_path / "nopython")],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0
+    assert "cannot be started" in missing.stderr and "--python PATH" in missing.stderr
