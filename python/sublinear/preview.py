@@ -275,7 +275,7 @@ def _shape(text: str) -> List[int]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="sublinear plan --model",
+        prog="sublinear plan",
         description="Capture one training step of a PyTorch model on the meta device (no GPU, no weights "
                     "downloaded) and preview memory and time per budget and planner. Durations are "
                     "roofline ESTIMATES for --gpu. docs/preview.md.")
@@ -292,6 +292,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", dest="json_path", help="write the result as JSON (docs/preview.md)")
     parser.add_argument("--plot", dest="plot_path", help="write the memory/time curve as SVG")
     parser.add_argument("--trace-out", help="keep the planning trace at this path")
+    parser.add_argument("--python", metavar="PATH",
+                        help="the Python that captures (read by `sublinear plan`; default python3 on PATH)")
     parser.add_argument("--cli", help=argparse.SUPPRESS)  # the program that planned: `sublinear plan --model` passes itself
     parser.add_argument("--calibrate", metavar="TRACE",
                         help="take durations from a trace recorded on a device (not implemented yet)")
