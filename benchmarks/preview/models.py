@@ -7,9 +7,11 @@ full-scale seed table of docs/benchmarks.md). Each factory takes the batch size 
                    as ResNet-152's [3, 8, 36, 3]; 224x224 inputs
   vgg19, resnet152, densenet121, densenet264, vit_b_16   torchvision's, 224x224 inputs
   gpt2_124m        GPT-2 small: 12 layers, width 768, 12 heads, vocabulary 50,257, sequence 1,024
-  llama_1b         a Llama-style decoder of about 1.2 B parameters (16 layers, width 2,048,
+                   (the head is not tied to the embedding: 163 M parameters)
+  llama_1b         a Llama-style decoder shaped like Llama 3.2 1B (16 layers, width 2,048,
                    32 heads of which 8 key/value, SwiGLU 8,192, RMSNorm, rotary positions,
-                   vocabulary 128,256), sequence 4,096
+                   vocabulary 128,256), embedding and head untied (1.5 B parameters),
+                   sequence 4,096
 """
 
 from __future__ import annotations
