@@ -1,7 +1,7 @@
 """Memory and time of a PyTorch model under every budget, planned on a CPU (docs/preview.md).
 
-    import sublinear.preview
-    result = sublinear.preview.preview(model, example_inputs, budgets=["0.3x", "0.5x"])
+    import sublinear
+    result = sublinear.preview(model, example_inputs, budgets=["0.3x", "0.5x"])
 
 and the command line `sublinear plan --model torchvision.models:resnet152 --batch 64
 --input-shape 3,224,224 --budget 0.2x,0.4x,0.6x`, which runs `python -m sublinear.preview`.
@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import gpus
@@ -331,6 +332,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0 if feasible else 1
 
 
+
+class _CallableModule(types.ModuleType):
+    """`sublinear.preview(model, inputs, ...)` calls preview(): the module is callable, so the
+    package attribute and the submodule (`python -m sublinear.preview`) are one object."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Dict[str, Any]:
+        return preview(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -264,13 +264,14 @@ def test_plans_are_monotone_in_the_budget(torch, nn, program, tmp_path):
 
 def test_preview_of_a_torchvision_model_writes_the_documented_json(torch, program, tmp_path, monkeypatch):
     torchvision = pytest.importorskip("torchvision", reason="torchvision is not installed (pip install torchvision)")
+    import sublinear
     import sublinear.preview as sp
 
     with torch.device("meta"):
         model = torchvision.models.resnet18()
     out = tmp_path / "preview.json"
     svg = tmp_path / "curve.svg"
-    result = sp.preview(model, torch.randn(4, 3, 64, 64), budgets=sp.parse_budgets("0.3x:0.9x:0.3x"),
+    result = sublinear.preview(model, torch.randn(4, 3, 64, 64), budgets=sp.parse_budgets("0.3x:0.9x:0.3x"),
                         json_path=str(out), plot_path=str(svg), gpu="h200", program=program)
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     assert result["estimate"] is True and "estimate" in result["note"]
