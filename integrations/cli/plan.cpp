@@ -182,6 +182,10 @@ int plan_main(std::span<const std::string_view> args) {
   const tracer::trace t = tracer::read_trace_file(o.trace);
   const runtime::plan_preview p = runtime::preview_plans(t, o.preview);
   std::printf("sublinear plan: %s\n", o.trace.c_str());
+  if (t.planning) {
+    std::printf("a planning trace (captured on the meta device, docs/preview.md): every duration and added "
+                "compute below is an ESTIMATE, not a measurement\n");
+  }
   std::fputs(runtime::render_plan_preview(p, o.evictions).c_str(), stdout);
   if (!o.json_path.empty()) runtime::write_text_file(o.json_path, runtime::plan_preview_json(p));
   bool any = false;
