@@ -7,8 +7,8 @@ papers' figures. Durations are roofline estimates for an H100 (docs/preview.md).
 
 Writes OUT_DIR/NAME.json (the preview's JSON) and NAME.svg per model and prints the
 Markdown rows (--report prints them again from the JSON files). --sqrt adds the depth
-sweep (least peaks against depth); --timing captures a ResNet of about 20,000 launches and times each planner on it at
-0.5x (`sublinear plan --trace`), and the √n depth sweep rows.
+sweep (least peaks against depth); --timing captures a ResNet of about 20,000 launches
+and times each planner on it at 0.8x and 0.5x (`sublinear plan --trace`).
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def report(out_dir):
 
 
 def timing(out_dir, program):
-    """Each planner's time on a ResNet of about 20,000 launches at 0.5x."""
+    """Each planner's time on a ResNet of about 20,000 launches at 0.8x and 0.5x."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model, inputs, loss_fn = load_model(f"{MODELS}:resnet_2600", 8, None, None)
@@ -126,19 +126,19 @@ def timing(out_dir, program):
     write_planning_trace(cap, trace, "h100")
     print(f"ResNet-2600 batch 8: {len(cap.ops)} launches, captured in {capture_s:.0f} s")
     rows = {}
-    for planner in ("sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr"):
-        out = os.path.join(out_dir, f"timing_{planner}.json")
+    for planner, budget in [(p, b) for b in ("0.8x", "0.5x") for p in PLANNERS]:
+        out = os.path.join(out_dir, f"timing_{planner}_{budget}.json")
         t = time.perf_counter()
         try:
-            subprocess.run([program, "plan", "--trace", trace, "--budget", "0.5x", "--policy", planner,
+            subprocess.run([program, "plan", "--trace", trace, "--budget", budget, "--policy", planner,
                             "--json", out], capture_output=True, text=True, timeout=900)
             (row,) = json.load(open(out))["planners"]
-            rows[planner] = row
-            print(f"| {planner} | {row['planning_s']:.2f} s | {'feasible' if row['feasible'] else 'infeasible'} "
+            rows[(planner, budget)] = row
+            print(f"| {planner} at {budget} | {row['planning_s']:.2f} s | {'feasible' if row['feasible'] else 'infeasible'} "
                   f"{'+' + format(row['added_compute_s'] / json.load(open(out))['iteration_compute_s'] * 100, '.0f') + '%' if row['feasible'] else ''} |",
                   flush=True)
         except subprocess.TimeoutExpired:
-            print(f"| {planner} | > 900 s (stopped) | |", flush=True)
+            print(f"| {planner} at {budget} | > 900 s (stopped) | |", flush=True)
         print(f"  (wall {time.perf_counter() - t:.0f} s)", flush=True)
     return rows
 
