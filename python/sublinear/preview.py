@@ -223,7 +223,7 @@ def write_svg(result: Dict[str, Any], path: str) -> None:
         for q in row["planners"]:
             if q["feasible"]:
                 series.setdefault(q["planner"], []).append((q["predicted_peak_bytes"], q["added_time_fraction"]))
-    W, H, L, R, T, B = 720, 440, 70, 130, 40, 50
+    W, H, L, R, T, B = 720, 460, 70, 130, 60, 50
     xs = [x for s in series.values() for x, _ in s] + [result["baseline_peak_bytes"]]
     ys = [y for s in series.values() for _, y in s] + [0.0]
     x_hi = max(xs) * 1.05 or 1
@@ -234,8 +234,9 @@ def write_svg(result: Dict[str, Any], path: str) -> None:
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" '
            f'font-size="12">',
            f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{L}" y="20" font-size="14">{result["model"]}: predicted peak vs added time '
-           f'(ESTIMATE, {result["gpu"]["key"]} roofline)</text>',
+           f'<text x="{L}" y="20" font-size="14">{result["model"]}</text>',
+           f'<text x="{L}" y="38">predicted peak against added time per planner: ESTIMATE (roofline for the '
+           f'{result["gpu"]["name"]})</text>',
            f'<line x1="{L}" y1="{H - B}" x2="{W - R}" y2="{H - B}" stroke="black"/>',
            f'<line x1="{L}" y1="{T}" x2="{L}" y2="{H - B}" stroke="black"/>',
            f'<text x="{(L + W - R) / 2}" y="{H - 12}" text-anchor="middle">predicted peak (GiB)</text>',
@@ -249,14 +250,17 @@ def write_svg(result: Dict[str, Any], path: str) -> None:
     bx = px(result["baseline_peak_bytes"])
     out.append(f'<line x1="{bx:.1f}" y1="{T}" x2="{bx:.1f}" y2="{H - B}" stroke="#999" stroke-dasharray="4 3"/>')
     out.append(f'<text x="{bx - 4:.1f}" y="{T + 12}" text-anchor="end" fill="#666">baseline</text>')
-    for k, (name, pts) in enumerate(sorted(series.items())):
+    names = sorted(series)
+    for k, name in enumerate(names):
         color = colors[k % len(colors)]
-        pts = sorted(pts)
+        pts = sorted(series[name])
         poly = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         dash = ' stroke-dasharray="5 3"' if name == "floor" else ""
-        out.append(f'<polyline points="{poly}" fill="none" stroke="{color}" stroke-width="1.5"{dash}/>')
+        # Earlier series are drawn wider, so that one a later series coincides with shows round it.
+        width = 1.2 + 2.0 * (len(names) - 1 - k) / max(1, len(names) - 1)
+        out.append(f'<polyline points="{poly}" fill="none" stroke="{color}" stroke-width="{width:.1f}"{dash}/>')
         for x, y in pts:
-            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}"/>')
+            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{1.5 + width:.1f}" fill="{color}"/>')
         out.append(f'<text x="{W - R + 10}" y="{T + 16 * k + 10}" fill="{color}">{name}</text>')
     out.append("</svg>")
     with open(path, "w") as f:
