@@ -51,6 +51,7 @@ void engine::impl::build_plan_from_trace() {
   kept_trace = rec.take();
   rec.stop();
   if (kept_trace.events.empty()) throw config_error("sublinear: the traced iteration recorded no events");
+  tracer::require_replayable(kept_trace, "sublinear: the traced iteration");
   if (!opts.config.trace.empty()) {
     try {
       tracer::write_trace_file(kept_trace, opts.config.trace);

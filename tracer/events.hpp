@@ -156,6 +156,11 @@ struct trace {
   std::vector<write_record> fresh;
   // The attributes of launches made with some (since 1.2), ordered by seq.
   std::vector<launch_attribute_record> launch_attributes;
+  // A planning trace (header flag bit 0, since 1.2): captured without a device (the meta
+  // device, python/sublinear/capture.py). Its launches carry the pointer words of what they
+  // touch, not replayable parameter bytes, and its durations are estimates: it can be
+  // planned (`sublinear plan`), never replayed (require_replayable in trace_file.hpp).
+  bool planning = false;
 
   // The parameter bytes of a launch event. Precondition: the trace is valid (see
   // trace_file.hpp: the reader checks every offset).

@@ -456,7 +456,7 @@ std::vector<std::byte> encode_trace(const trace& t) {
   w.patch<std::uint32_t>(12, static_cast<std::uint32_t>(header_size));
   w.patch<std::uint64_t>(16, w.out.size());
   w.patch<std::uint32_t>(24, static_cast<std::uint32_t>(dir.size()));
-  w.patch<std::uint32_t>(28, 0);
+  w.patch<std::uint32_t>(28, t.planning ? trace_header_flag_planning : 0U);
   w.patch<std::uint64_t>(32, header_size);
   w.patch<std::uint32_t>(40, crc32(std::span<const std::byte>(w.out).subspan(header_size, dir.size() * dir_entry_size)));
   w.patch<std::uint32_t>(60, crc32(std::span<const std::byte>(w.out).first(60)));
@@ -507,7 +507,10 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
     d.fail_at(24, "section count " + std::to_string(section_count) + " exceeds the limit of " +
                       std::to_string(max_sections));
   }
-  if (d.get<std::uint32_t>(28) != 0) d.fail_at(28, "unknown header flags " + std::to_string(d.get<std::uint32_t>(28)));
+  const auto header_flags = d.get<std::uint32_t>(28);
+  if ((header_flags & ~trace_header_flag_planning) != 0) {
+    d.fail_at(28, "unknown header flags " + std::to_string(header_flags) + " (this reader knows bit 0, planning)");
+  }
   const auto dir_offset = d.get<std::uint64_t>(32);
   const std::uint64_t dir_size = std::uint64_t{section_count} * dir_entry_size;
   if (dir_offset < header_size || dir_offset > size || dir_size > size - dir_offset) {
@@ -554,6 +557,7 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
   }
 
   trace t;
+  t.planning = (header_flags & trace_header_flag_planning) != 0;
   // META.
   {
     const dir_entry& e = found[sec_meta];
@@ -771,6 +775,16 @@ trace read_trace_file(const std::string& path) {
   std::fclose(f);
   if (failed) io_error("read error", path, err);
   return decode_trace(bytes, path);
+}
+
+void require_replayable(const trace& t, std::string_view what) {
+  if (!t.planning) return;
+  throw trace_format_error(std::string(what) +
+                           ": a planning trace (captured without a device by sublinear.capture; header flag "
+                           "bit 0): its launches hold the pointer words of the buffers they touch, not "
+                           "parameter bytes a kernel could run, and its durations are estimates. It can be "
+                           "planned (`sublinear plan --trace`), never replayed; record a trace on the device "
+                           "(SUBLINEAR_TRACE) to replay");
 }
 
 }  // namespace sublinear::tracer

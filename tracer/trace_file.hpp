@@ -30,6 +30,8 @@ namespace sublinear::tracer {
 
 inline constexpr std::uint16_t trace_version_major = 1;
 inline constexpr std::uint16_t trace_version_minor = 2;
+// Header flag bits (docs/trace-format.md, "Header").
+inline constexpr std::uint32_t trace_header_flag_planning = 1U << 0;  // trace::planning
 
 // What a trace may hold (docs/trace-format.md, "Limits"). Every byte figure the analysis
 // and the planners derive (sums of buffer sizes, each rounded up to a page) then stays far
@@ -63,6 +65,10 @@ void write_trace_file(const trace& t, const std::string& path);
 // Reads and decodes; throws trace_format_error (bad content, a path that is not a regular
 // file, a file over max_trace_file_bytes) or sublinear::error (I/O).
 [[nodiscard]] trace read_trace_file(const std::string& path);
+
+// Throws trace_format_error naming `what` if `t` is a planning trace (trace::planning): its
+// launches hold no parameter bytes a device could run, so nothing may replay them.
+void require_replayable(const trace& t, std::string_view what);
 
 // CRC-32 (IEEE 802.3, reflected, as zlib computes it).
 [[nodiscard]] std::uint32_t crc32(std::span<const std::byte> bytes, std::uint32_t seed = 0) noexcept;

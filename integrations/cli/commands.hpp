@@ -26,6 +26,7 @@ struct command {
 int demo_main(std::span<const std::string_view> args);
 int run_main(std::span<const std::string_view> args);
 int plan_main(std::span<const std::string_view> args);
+int plan_model_main(std::span<const std::string_view> args);  // plan --model (plan_model.cpp)
 int report_main(std::span<const std::string_view> args);
 int bench_main(std::span<const std::string_view> args);
 

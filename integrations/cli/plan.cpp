@@ -31,6 +31,8 @@ std::string planner_list() {
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
          "                      [--mapped-peak BYTES] [--no-packs] [--evictions] [--json PATH]\n"
+         "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
+         "                      `sublinear plan --model x --help`, docs/preview.md)\n"
          "\n"
          "Reads a trace file (SUBLINEAR_TRACE writes one), analyses its last iteration and runs\n"
          "the planners at the budget, exactly as the runtime would at the end of its traced\n"
@@ -169,6 +171,8 @@ plan_options parse(std::span<const std::string_view> args) {
 }  // namespace
 
 int plan_main(std::span<const std::string_view> args) {
+  for (std::string_view a : args)
+    if (a == "--model" || a.rfind("--model=", 0) == 0) return plan_model_main(args);  // docs/preview.md
   if (wants_help(args)) {
     std::fputs(help_text().c_str(), stdout);
     return kExitOk;
@@ -178,6 +182,10 @@ int plan_main(std::span<const std::string_view> args) {
   const tracer::trace t = tracer::read_trace_file(o.trace);
   const runtime::plan_preview p = runtime::preview_plans(t, o.preview);
   std::printf("sublinear plan: %s\n", o.trace.c_str());
+  if (t.planning) {
+    std::printf("a planning trace (captured on the meta device, docs/preview.md): every duration and added "
+                "compute below is an ESTIMATE, not a measurement\n");
+  }
   std::fputs(runtime::render_plan_preview(p, o.evictions).c_str(), stdout);
   if (!o.json_path.empty()) runtime::write_text_file(o.json_path, runtime::plan_preview_json(p));
   bool any = false;

@@ -29,7 +29,18 @@ __all__ = [
     "reset_peaks",
     "mark_iteration",
     "empty_cache",
+    "preview",
 ]
+
+
+def __getattr__(name: str):
+    # sublinear.preview(model, inputs, ...) (docs/preview.md): imported on first use, since it
+    # needs torch and the rest of the package does not.
+    if name == "preview":
+        from . import preview
+
+        return preview
+    raise AttributeError(f"module 'sublinear' has no attribute {name!r}")
 try:
     # Written by `pip install .` from project(VERSION) in CMakeLists.txt (pyproject.toml).
     from ._version import __version__

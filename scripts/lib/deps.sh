@@ -32,7 +32,7 @@ sublinear_build() {
   cmake --build "$dir" -j "$(nproc)" "${targets[@]}"
 }
 
-# Makes $1 a virtual environment with CPU-usable torch (PyPI's wheel), pytest and this
+# Makes $1 a virtual environment with CPU-usable torch (PyPI's wheel), torchvision, pytest and this
 # package (`pip install .`), for the Python tests; prints the environment's python. Installs
 # Debian's python3-venv first if this python cannot make a venv. torch is the slow part
 # (about 3 GB to download); it is skipped when the venv already has it.
@@ -55,6 +55,17 @@ sublinear_python_env() {
       echo "sublinear: could not install torch and pytest from PyPI into $venv; the Python tests need them" \
         "(or run scripts/test.sh --no-python)" >&2
       return 1
+    }
+  fi
+  # torchvision for the model preview's tests (docs/preview.md), built for the torch installed
+  # above: pip keeps that torch (the pin) and picks a torchvision that supports it.
+  if ! "$py" -c 'import torchvision' >/dev/null 2>&1; then
+    local torch_version
+    torch_version=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])') || return 1
+    echo "sublinear: installing torchvision for torch $torch_version from PyPI into $venv" >&2
+    "$py" -m pip install -q --disable-pip-version-check "torch==$torch_version" torchvision >&2 || {
+      echo "sublinear: could not install a torchvision for torch $torch_version into $venv; the preview tests" \
+        "that use torchvision models skip without it" >&2
     }
   fi
   echo "sublinear: pip install . into $venv (builds the package's native libraries)" >&2

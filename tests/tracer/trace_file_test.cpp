@@ -199,6 +199,28 @@ TEST(TraceFile, AnEmptyTraceRoundTrips) {
   EXPECT_EQ(decode_trace(encode_trace(t)), t);
 }
 
+TEST(TraceFile, APlanningTraceKeepsItsHeaderFlagAndCannotBeReplayed) {
+  trace t = sample_trace();
+  t.planning = true;
+  const std::vector<std::byte> bytes = encode_trace(t);
+  EXPECT_EQ(get<std::uint32_t>(bytes, 28), trace_header_flag_planning);
+  EXPECT_EQ(get<std::uint16_t>(bytes, 10), 2);
+  const trace back = decode_trace(bytes);
+  EXPECT_TRUE(back.planning);
+  EXPECT_EQ(back, t);
+  try {
+    require_replayable(back, "replay of sample");
+    ADD_FAILURE() << "a planning trace was accepted for replay";
+  } catch (const trace_format_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("replay of sample"), std::string::npos) << what;
+    EXPECT_NE(what.find("planning trace"), std::string::npos) << what;
+    EXPECT_NE(what.find("SUBLINEAR_TRACE"), std::string::npos) << what;  // the fix
+  }
+  EXPECT_NO_THROW(require_replayable(sample_trace(), "replay of sample"));
+  EXPECT_FALSE(decode_trace(encode_trace(sample_trace())).planning);
+}
+
 TEST(TraceFile, TheWriterRefusesAnInvalidTrace) {
   trace t = sample_trace();
   t.events[3].kernel = 99;
@@ -238,6 +260,13 @@ TEST(TraceFileRejects, AnotherMajorVersion) {
   put<std::uint16_t>(b, 10, 0);
   fix_checksums(b);
   EXPECT_REJECTED(b, "unsupported format version 2.0");
+}
+
+TEST(TraceFileRejects, AnUnknownHeaderFlag) {
+  auto b = encode_trace(sample_trace());
+  put<std::uint32_t>(b, 28, 2);
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "unknown header flags 2", "byte offset 28");
 }
 
 TEST(TraceFileRejects, AHeaderChecksumMismatch) {
