@@ -101,6 +101,7 @@ void engine::impl::begin_iteration() {
     prefetch_scan = 0;
     saved.assign(g.launches.size(), {});
     reset_write_checks();
+    begin_offloads();
     for (buffer_id b = 0; b < g.buffers.size(); ++b) {
       if (g.buffers[b].alloc_index == none) {
         addr[b] = reinterpret_cast<char*>(an.buffer_addresses[b]);
@@ -130,7 +131,10 @@ void engine::impl::begin_iteration() {
 void engine::impl::end_iteration() {
   flush_memory_op();
   release_held(none);
-  if (have_plan && (st == engine_state::validate || st == engine_state::steady)) settle_write_checks(true);
+  if (have_plan && (st == engine_state::validate || st == engine_state::steady)) {
+    settle_write_checks(true);
+    finish_offloads();
+  }
   if (st == engine_state::validate || st == engine_state::steady) {
     // Anything still evicted is never used again this iteration; nothing to do but
     // forget it (its block is freed or will be, and the allocator keeps it consistent).
@@ -288,6 +292,7 @@ void engine::impl::forget_freed(const void* ptr) {
   const buffer_id b = it->second;
   buffer_at.erase(it);
   if (b < freed.size()) {
+    drop_offload(b);
     freed[b] = 1;
     if (evicted[b]) evicted_ranges.erase(addr[b]);
     backups.erase(b);
@@ -335,12 +340,14 @@ void engine::impl::before(const launch_view& op) {
     release_held(none);  // after restore_everything, whose recipes may read them
   } else {
     release_held(pos);
+    offloads_before(op.stream);  // Note [Offload execution]
     for (std::size_t i : restore_at[pos]) regenerate(i, op.stream);
     if (opts.prefetch_launches > 0) prefetch(op.stream);
   }
   static const bool debug_launches = std::getenv("SUBLINEAR_DEBUG_LAUNCHES") != nullptr;
   if (debug_launches && pos < expected_handle.size())
     log_debug("launch " + launch_name(pos));
+  fetch_touched(op);
   regenerate_touched(op);
   if (!diverged) observe_before(op);  // Note [Unseen writes]
   if (!diverged && saved_needed[pos]) {
@@ -365,6 +372,7 @@ void engine::impl::after(const launch_view& op) {
     }
     observe_after(op);  // Note [Unseen writes]
     for (std::size_t i : evict_at[pos]) evict(i, op.stream);
+    for (std::size_t i : copy_out_after[pos]) start_offload(i, op.stream);
   }
   ++pos;
 }
