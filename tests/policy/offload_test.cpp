@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <random>
 
+#include "policy/oracle/actions.hpp"
 #include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
 #include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
@@ -330,6 +332,106 @@ TEST(OffloadPlannerOptions, OnlyWithoutALinkIsRefused) {
   }
   const plan p = make_planner("greedy")->make_plan(s.it, without_a, with(offload_mode::on, link_model{}));
   EXPECT_TRUE(p.offloads.empty());
+}
+
+// ---- floor and oracle ------------------------------------------------------------------
+
+recompute_floor floor_with(const iteration& it, std::size_t budget, const link_model& link, std::size_t host = 0) {
+  recompute_floor_options o;
+  o.link = link;
+  o.host_budget = host;
+  return find_recompute_floor(it, budget, o);
+}
+
+TEST(OffloadFloor, HiddenCopiesLowerTheFloorToZero) {
+  const scenario s = make_scenario();
+  EXPECT_EQ(find_recompute_floor(s.it, without_a).added_s, 10.0);  // recompute only
+  const recompute_floor f = floor_with(s.it, without_a, fast);
+  EXPECT_TRUE(f.feasible);
+  EXPECT_EQ(f.added_s, 0.0);
+  // A link too slow to hide 64 KiB in 12 s before L3 and 2 s after: recompute is cheaper.
+  EXPECT_EQ(floor_with(s.it, without_a, slow).added_s, 10.0);
+  // No host memory for a: recompute only.
+  EXPECT_EQ(floor_with(s.it, without_a, fast, 4096).added_s, 10.0);
+}
+
+TEST(OffloadFloor, LinkTermBoundsTheStallsOfTheBestPlan) {
+  // a's producer costs 100 s: recompute is dearer than any wait for the link.
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 4);
+  const buffer_id c = h.transient(big, 2, 3);
+  h.launch({P}, {a}, 1.0);
+  h.launch({a}, {}, 1.0);
+  h.launch({P}, {c}, 1.0);
+  h.launch({a}, {}, 1.0);
+  iteration it = h.finish(2);
+  const std::size_t budget = 512 + big;
+  EXPECT_EQ(find_recompute_floor(it, budget).added_s, 1.0);
+  it.launches[0].cost_s = 100.0;
+  EXPECT_EQ(find_recompute_floor(it, budget).added_s, 100.0);
+  // 64 KiB at 16 KiB/s: 4 s each way; 101 s of launches before L2 and 1 s after. The
+  // floor does not count that the copy to host waits for L1 (Note [Offload floor]).
+  const recompute_floor f = floor_with(it, budget, link_at(big / 4.0));
+  EXPECT_TRUE(f.feasible);
+  EXPECT_EQ(f.added_s, 4.0 - 1.0);
+  // The best plan: a copied out after L1 (101..105), so L2 waits 4 s to release it, and
+  // fetched after L2 (106..110), so L3 waits 4 s: 8 s, below the 100 s recompute.
+  const oracle::action_oracle_result best =
+      oracle::solve_actions(it, budget, oracle::action_oracle_options{link_at(big / 4.0), 0, true, 8});
+  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  EXPECT_EQ(best.added_time_s, 8.0);
+  EXPECT_EQ(best.best.offloads.size(), 1u);
+  const plan p = make_planner("greedy")->make_plan(it, budget, with(offload_mode::on, link_at(big / 4.0)));
+  EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 8.0);
+  EXPECT_EQ(p.predicted_time_s, 103.0 + 8.0);
+}
+
+iteration small_dag(std::uint64_t seed, std::size_t layers) {
+  synthetic::dag_spec spec;
+  spec.layers = layers;
+  spec.quantum = 64 * 1024;
+  spec.granularity = 64 * 1024;
+  return synthetic::build(synthetic::random_dag(spec, seed));
+}
+
+TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
+  std::size_t checked = 0, lower = 0;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    const iteration it = small_dag(seed, 6 + seed % 3);
+    const link_model link = link_at(64.0 * 1024 / (1e-4 * static_cast<double>(1 + seed % 5) * 3));
+    for (std::size_t budget : test::budgets_for(it, 4)) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " budget " + std::to_string(budget));
+      const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+      if (best.outcome == oracle::action_oracle_result::status::too_large) continue;
+      const recompute_floor f = floor_with(it, budget, link);
+      const test::reference recompute = test::brute_force(it, budget);
+      if (best.outcome == oracle::action_oracle_result::status::infeasible) {
+        EXPECT_FALSE(recompute.feasible());
+        continue;
+      }
+      ++checked;
+      const simulation r = simulate(it, best.best, link);
+      ASSERT_TRUE(r.fits(budget)) << r.error;
+      EXPECT_EQ(r.added_time_s(), best.added_time_s);
+      EXPECT_TRUE(f.feasible);
+      EXPECT_LE(f.added_s, best.added_time_s + 1e-12);
+      if (recompute.feasible()) {
+        EXPECT_LE(best.added_time_s, recompute.cost + 1e-12);
+        lower += best.added_time_s < recompute.cost - 1e-12 ? 1 : 0;
+      }
+      // Every planner's plan is valid, and no plan beats the oracle's floor.
+      for (const char* name : {"greedy", "reforward"}) {
+        try {
+          const plan p = make_planner(name)->make_plan(it, budget, with(offload_mode::on, link));
+          EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s + 1e-12) << name;
+        } catch (const infeasible_budget&) {
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10u);
+  EXPECT_GT(lower, 0u);  // offload beats recompute somewhere
 }
 
 // ---- randomised -----------------------------------------------------------------------
