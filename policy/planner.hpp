@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "policy/budget.hpp"
@@ -41,6 +42,8 @@ class planner {
   planner& operator=(const planner&) = delete;
 
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  // Whether the planner chooses offloads (Note [Offload]); the others plan recompute only.
+  [[nodiscard]] virtual bool offloads() const noexcept { return false; }
 
   struct options {
     // Also plan with retentions (Note [Retention] in retention.hpp) and keep the cheaper.
@@ -54,9 +57,11 @@ class planner {
     // Offload (Note [Offload] in link_model.hpp): the planners that support it choose
     // among keep, recompute and offload; the others plan recompute only (offload_mode::on
     // is then the same as off, and offload_mode::only is refused with a config_error).
+    // offload_mode::on with an unusable link plans recompute only; offload_mode::only with
+    // one is refused with a config_error. Plans minimise added time (recompute + stalls).
     offload_mode offload = offload_mode::off;
     link_model link{};                 // unusable link: no offload
-    std::size_t host_budget = 0;       // bytes of pinned host memory offloads may hold at once
+    std::size_t host_budget = 0;       // bytes of pinned host memory offloads may hold at once; 0: no bound
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the
@@ -79,5 +84,8 @@ class planner {
 
 // "none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr".
 [[nodiscard]] std::span<const std::string_view> planner_names() noexcept;
+
+// The planners whose offloads() is true, comma-separated ("reforward, greedy").
+[[nodiscard]] std::string offloading_planner_list();
 
 }  // namespace sublinear::policy
