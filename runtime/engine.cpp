@@ -307,9 +307,11 @@ void engine::impl::diverge(const std::string& why) {
   diverged = true;
   current.divergence = why;
   restore_all_pending = true;
-  // Without a plan for what comes next the budget cannot be kept: lift it for the rest
-  // of this iteration (the next one is traced unbudgeted and planned again).
-  alloc.set_budget(0);
+  // Without a plan for what comes next a budget given as a multiple cannot be kept: lift
+  // it for the rest of this iteration (the next one is traced unbudgeted and planned
+  // again). An absolute budget holds: what does not fit is offloaded as while tracing
+  // (Note [Offloading the traced iteration]).
+  if (trace_budget_bytes == 0) alloc.set_budget(0);
   log_info("iteration " + std::to_string(iteration_index) + " diverged from the trace (" + why +
            "); regenerating evicted buffers and tracing again");
 }
@@ -515,8 +517,9 @@ bool engine::place_evictable(std::size_t size, device::stream_handle) {
   std::lock_guard lock(impl_->mutex);
   const hook_clock clock(impl_->dev, impl_->current);
   auto& m = *impl_;
-  // Tracing under an absolute budget: whole pages, so that offloading gives them back.
-  if (m.st == engine_state::trace && m.trace_budget_bytes > 0) return size >= m.alloc.granularity();
+  // Tracing (or diverged) under an absolute budget: whole pages, so that offloading gives
+  // them back.
+  if (m.trace_budget_bytes > 0 && (m.st == engine_state::trace || m.diverged)) return size >= m.alloc.granularity();
   if (!m.active()) return false;
   if (m.alloc_count >= m.transient_buffers.size()) {
     m.diverge("more allocations than the traced iteration");
@@ -557,8 +560,9 @@ void engine::on_allocate(void* ptr, std::size_t size, device::stream_handle stre
       m.st == engine_state::trace) {
     m.dev.fill(ptr, tracer::fresh_fill_byte, size, stream);  // Note [Filled fresh blocks]
   }
-  // Only blocks allocated while tracing can be offloaded; planned iterations keep no map.
-  if (m.trace_budget_bytes > 0 && ptr != nullptr && m.st == engine_state::trace) {
+  // Under an absolute budget every live block is known, so that a diverged iteration can
+  // offload too (Note [Offloading the traced iteration]).
+  if (m.trace_budget_bytes > 0 && ptr != nullptr) {
     auto& t = m.blocks[static_cast<const char*>(ptr)];
     t = {};
     t.size = size;

@@ -109,7 +109,7 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   const policy::traced_memory tm = policy::traced_memory_of(g, traced_peak);
   allowance = policy::cache_allowance_mode::traced;
   std::size_t overhead = policy::planning_overhead(budget_bytes, tm);
-  const auto make = [&](std::size_t planner_overhead) {
+  const auto planner_options = [&] {
     policy::planner::options po;
     po.retention = opts.config.retention;
     po.multi_pass = opts.config.multi_pass;
@@ -123,8 +123,11 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     po.link.to_device = {opts.config.link_to_device > 0.0 ? opts.config.link_to_device : link.to_device_bytes_per_s,
                          link.to_device_latency_s};
     po.host_budget = host_budget();
+    return po;
+  };
+  const auto make = [&](std::size_t planner_overhead) {
     return policy::make_planner(opts.config.policy)
-        ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, po);
+        ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, planner_options());
   };
   const auto give_up = [&](const std::string& why) {
     plan_error = why;
@@ -214,8 +217,13 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   // How far the plan is from any plan at the same share (reported; planning is done).
   plan_cost.added_s = plan.added_compute_s;
   for (const auto& l : g.launches) plan_cost.traced_s += l.cost_s;
+  policy::recompute_floor_options fo;
+  if (const policy::planner::options po = planner_options(); po.offload != policy::offload_mode::off) {
+    fo.link = po.link;  // a floor of added time over plans that may also offload
+    fo.host_budget = po.host_budget;
+  }
   const policy::recompute_floor floor =
-      policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0);
+      policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0, fo);
   plan_cost.floor_s = floor.feasible ? floor.added_s : 0.0;  // a plan exists: it is feasible
   // From here on the engine's graph has the retained lifetimes: recipes, the valve's
   // checks and the simulator agree on them.

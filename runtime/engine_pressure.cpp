@@ -44,6 +44,8 @@ using policy::none;
 // `shortfall` bytes are on their way out. Returns the bytes asked to evict.
 std::size_t engine::impl::relieve(std::size_t shortfall) {
   if (st == engine_state::trace && trace_budget_bytes > 0) return offload(shortfall);
+  // A diverged iteration under an absolute budget keeps it the same way.
+  if (diverged && trace_budget_bytes > 0 && have_plan && !prefetching) return offload(shortfall);
   if (!active() || prefetching) return 0;
   // Offloads first: their pages go early at the cost of a wait (Note [Offload execution]).
   const std::size_t released = offload_under_pressure(shortfall);

@@ -385,6 +385,7 @@ struct engine::impl {
   void touch_and_restore(const launch_view& op, device::stream_handle stream);
   std::size_t offload(std::size_t shortfall);
   void lift_trace_budget(std::size_t shortfall);
+  [[nodiscard]] bool engine_evicted(const char* base) const;
 };
 
 }  // namespace sublinear::runtime

@@ -295,6 +295,30 @@ TEST(Offload, ADivergenceWithCopiesInFlightBringsEverythingBackAndTrainsExactly)
   EXPECT_GT(r.reports[7].fetches, 0u) << "the new plan offloads again";
 }
 
+// Under an absolute budget a diverged iteration keeps the budget: what does not fit is
+// offloaded as in a traced iteration (Note [Offloading the traced iteration]), instead of
+// the budget being lifted. Iteration 4 allocates an extra activation-sized buffer in the
+// middle of the backward, where the plan has no room for it.
+TEST(Offload, ADivergedIterationUnderAnAbsoluteBudgetKeepsItByOffloading) {
+  const run r = train_both(offload_options("3MiB"), 8, [](chain& c, host_runtime*, int it) {
+    c.iteration(16, [&](int l) {
+      if (it != 4 || l != 10) return;
+      auto* extra = static_cast<float*>(c.alloc.allocate(kFloats * sizeof(float), nullptr));
+      fill_params fp{extra, kFloats, 2.0f};
+      c.dev.launch(fill_kernel(), {}, nullptr, &fp);
+      c.alloc.deallocate(extra);
+    });
+  });
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.reports.size(), 8u);
+  const iteration_report& d = r.reports[4];
+  EXPECT_TRUE(d.diverged);
+  EXPECT_EQ(d.budget, std::size_t{3} << 20) << "the budget was not lifted";
+  EXPECT_LE(d.peak_mapped, d.budget);
+  for (const auto& it : r.reports) EXPECT_LE(it.peak_mapped, std::size_t{3} << 20) << it.index;
+}
+
 TEST(Offload, ALaunchWritingAnOffloadedBufferBeforeThePlanFetchesItGetsItsBytesFirst) {
   // The plan fetches one launch late: the backward's in-place rewrite of each activation
   // comes before its restore point. The safety net brings the bytes back first.
