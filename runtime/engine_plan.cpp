@@ -117,7 +117,9 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     // Offload (Note [Offload execution] in engine_swap.cpp): the link as the device runs it,
     // unless SUBLINEAR_LINK_BANDWIDTH says otherwise, and the host memory it may hold.
     po.offload = offload_refused.empty() ? opts.config.offload : policy::offload_mode::off;
-    const replay_device::link_figures link = dev.link();
+    // The device's link is measured at its first query (CUDA): not asked with offload off.
+    const replay_device::link_figures link =
+        po.offload == policy::offload_mode::off ? replay_device::link_figures{} : dev.link();
     po.link.to_host = {opts.config.link_to_host > 0.0 ? opts.config.link_to_host : link.to_host_bytes_per_s,
                        link.to_host_latency_s};
     po.link.to_device = {opts.config.link_to_device > 0.0 ? opts.config.link_to_device : link.to_device_bytes_per_s,

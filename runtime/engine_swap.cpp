@@ -138,7 +138,7 @@ void engine::impl::begin_offloads() {
   swap_note.assign(plan.offloads.size(), SIZE_MAX);
   copying_out.clear();
   swapped_ranges.clear();
-  link_at_begin = dev.link();
+  if (!plan.offloads.empty()) link_at_begin = dev.link();
 }
 
 // End of an iteration: every copy has arrived (the program has synchronized), the link's
@@ -412,7 +412,8 @@ engine::plan_link engine::planned_link() const {
   std::lock_guard lock(impl_->mutex);
   const auto& m = *impl_;
   plan_link out;
-  const replay_device::link_figures l = m.dev.link();
+  const replay_device::link_figures l =
+      m.opts.config.offload == policy::offload_mode::off ? replay_device::link_figures{} : m.dev.link();
   out.to_host_bytes_per_s = m.opts.config.link_to_host > 0.0 ? m.opts.config.link_to_host : l.to_host_bytes_per_s;
   out.to_device_bytes_per_s = m.opts.config.link_to_device > 0.0 ? m.opts.config.link_to_device : l.to_device_bytes_per_s;
   out.source = m.opts.config.link_to_host > 0.0 ? "SUBLINEAR_LINK_BANDWIDTH" : l.source;

@@ -114,7 +114,10 @@ const std::vector<entry>& entries() {
            if (spec.form != policy::budget_spec::kind::bytes) bad(n, v, "bytes with a unit (16GiB, 512MiB, 1048576)");
            bytes = policy::resolve_budget(spec, 0, 0);
          } catch (const config_error&) {
-           bad(n, v, "bytes with a unit (16GiB, 512MiB, 1048576)");
+           char* end = nullptr;
+           const double x = std::strtod(v.c_str(), &end);
+           if (end != v.c_str() && x == 0.0) bytes = 0;  // "0", "0GiB": said below
+           else bad(n, v, "bytes with a unit (16GiB, 512MiB, 1048576)");
          }
          if (bytes == 0) bad(n, v, "a positive size (set SUBLINEAR_OFFLOAD=off for no offload)");
          s.host_budget = bytes;
