@@ -56,7 +56,8 @@ def figures(d):
     if d.get("plan_error"):
         return {"error": d["plan_error"]}
     iter_s = d.get("iter_s") or 0.0
-    predicted = d.get("traced_compute_s", 0.0) + d.get("planned_recompute_s", 0.0) + d.get("predicted_stall_s", 0.0)
+    predicted = d.get("predicted_iter_s") or (
+        d.get("traced_compute_s", 0.0) + d.get("planned_recompute_s", 0.0) + d.get("predicted_stall_s", 0.0))
     return {
         "time": d.get("time_ratio"),
         "peak": d.get("peak_bytes", 0) / max(1, d.get("baseline_peak_bytes", 1)),

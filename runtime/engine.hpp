@@ -84,6 +84,7 @@ class engine final : public allocator::allocation_observer {
     std::size_t host_bytes = 0;       // the host pool the plan's slots need
     double link_busy_s = 0.0;
     double predicted_stall_s = 0.0;
+    double predicted_time_s = 0.0;  // the simulator's iteration: traced launches, recompute, stalls
     double to_host_bytes_per_s = 0.0, to_device_bytes_per_s = 0.0;
     std::string source;   // where the bandwidth came from
     std::string refused;  // why offload is off for the run ("" if it is not)

@@ -484,6 +484,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"release_wait_s", num(b.release_wait_s)},
       {"predicted_link_busy_s", num(b.link.link_busy_s)},
       {"predicted_stall_s", num(b.link.predicted_stall_s)},
+      {"predicted_iter_s", num(b.link.predicted_time_s)},
       {"link_to_host_bytes_per_s", num(b.link.to_host_bytes_per_s)},
       {"link_to_device_bytes_per_s", num(b.link.to_device_bytes_per_s)},
       {"link_source", wl::json_string(b.link.source)},

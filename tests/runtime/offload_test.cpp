@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -181,6 +182,8 @@ struct run {
   run_report report;
 };
 
+bool g_time_launches = false;
+
 // The same training without and with the engine; `step(c, rt, it)` runs iteration `it`.
 run train_both(engine_options o, int iterations, const std::function<void(chain&, host_runtime*, int)>& step,
                bool rewrite = false) {
@@ -191,7 +194,7 @@ run train_both(engine_options o, int iterations, const std::function<void(chain&
     std::unique_ptr<host_runtime> rt;
     if (with_engine) {
       host_runtime_options ro;
-      ro.time_launches = false;  // costs from touched bytes: the same plan every run
+      ro.time_launches = g_time_launches;  // off: costs from touched bytes, the same plan every run
       rt = std::make_unique<host_runtime>(c.dev, c.alloc, o, ro);
       // A fast link: these tests are about order and bytes, not the rate.
       rt->replay_device().set_link({4e9, 0.0}, {4e9, 0.0}, "test");
@@ -339,6 +342,36 @@ TEST(Offload, ALaunchWritingAnOffloadedBufferBeforeThePlanFetchesItGetsItsBytesF
     }
   }
   EXPECT_GT(safety, 0u);
+}
+
+// The planner's own offloads (SUBLINEAR_OFFLOAD=only), and its predicted iteration time
+// beside the measured one. The figure is recorded and printed, not checked: times on a
+// shared machine are not a test's to judge (benchmarks/offload_pairs.py reports them).
+TEST(Offload, ThePlannersOwnOffloadsRunAndItsPredictedTimeIsReportedBesideTheMeasuredOne) {
+  engine_options o = offload_options("0.5x");
+  o.amend_plan = nullptr;
+  o.config.offload = policy::offload_mode::only;
+  g_time_launches = true;  // measured launch times, so that the prediction is in seconds
+  const run r = train_both(o, 6, plain_steps);
+  g_time_launches = false;
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  EXPECT_GT(r.link.offloads, 0u) << "no recompute: the plan offloads";
+  EXPECT_GT(r.link.predicted_time_s, 0.0) << "the simulator predicts the plan's iteration";
+  std::vector<double> walls;
+  for (const auto& it : r.reports) {
+    if (it.state == engine_state::trace) continue;
+    EXPECT_EQ(it.recomputed_launches, 0u) << it.index;
+    EXPECT_LE(it.peak_mapped, it.budget) << it.index;
+    walls.push_back(it.wall_s);
+  }
+  ASSERT_FALSE(walls.empty());
+  std::sort(walls.begin(), walls.end());
+  const double measured = walls[walls.size() / 2];
+  ::testing::Test::RecordProperty("predicted_iteration_s", std::to_string(r.link.predicted_time_s));
+  ::testing::Test::RecordProperty("measured_iteration_s", std::to_string(measured));
+  std::printf("predicted iteration %.4f s (traced launch costs, stalls), measured %.4f s (median of %zu)\n",
+              r.link.predicted_time_s, measured, walls.size());
 }
 
 TEST(Offload, ReportsShowTheCopiesTheLinkAndTheCopyStream) {
