@@ -272,7 +272,8 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   }
   have_plan = true;
   log_plan();
-  log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, budget " +
+  log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, " +
+           std::to_string(plan.offloads.size()) + " offloads, budget " +
            format_bytes(budget_bytes) + ", predicted peak " + format_bytes(plan.predicted_peak) +
            ", added compute " + std::to_string(plan.added_compute_s) + " s");
 }

@@ -144,6 +144,15 @@ void engine::impl::begin_offloads() {
 // End of an iteration: every copy has arrived (the program has synchronized), the link's
 // figures for the iteration are taken.
 void engine::impl::finish_offloads() {
+  // A buffer the iteration hands on (restore_before is its end) comes back now.
+  for (std::size_t i = 0; i < swap.size(); ++i) {
+    const buffer_id b = plan.offloads[i].target;
+    if (swap[i] == swap_state::on_host && addr[b] != nullptr && !freed[b]) fetch(i, nullptr);
+    if (swap[i] == swap_state::resident || swap_copy[i] == nullptr) continue;
+    dev.wait_copy(swap_copy[i]);
+    end_swap_note(i);
+    swap[i] = swap_state::resident;  // fetched, or a copy out abandoned with its pages still mapped
+  }
   for (std::size_t i = 0; i < swap_copy.size(); ++i) {
     if (swap_copy[i] == nullptr) continue;
     dev.wait_copy(swap_copy[i]);

@@ -202,8 +202,9 @@ struct engine_options {
   // Tests only: multiplies the scaled cache allowance (0 keeps no cache at all back, so a
   // planned iteration runs out of room and the fallback shows).
   double scaled_cache_factor = 1.0;
-  // Tests only: changes each plan after the planner made it, before the engine indexes it
-  // (the offload tests turn evictions into offloads with it).
+  // Tests only: changes each plan made with offload allowed (SUBLINEAR_OFFLOAD not off, no
+  // host pool refused), after the planner made it and before the engine indexes it (the
+  // offload tests turn evictions into offloads with it).
   std::function<void(const policy::iteration&, policy::plan&)> amend_plan;
 };
 
