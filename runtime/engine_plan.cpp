@@ -220,8 +220,9 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   plan_cost.added_s = plan.added_compute_s;
   for (const auto& l : g.launches) plan_cost.traced_s += l.cost_s;
   policy::recompute_floor_options fo;
-  if (const policy::planner::options po = planner_options(); po.offload != policy::offload_mode::off) {
-    fo.link = po.link;  // a floor of added time over plans that may also offload
+  if (const policy::planner::options po = planner_options();
+      po.offload != policy::offload_mode::off && policy::make_planner(opts.config.policy)->offloads()) {
+    fo.link = po.link;  // a floor of added time over plans that may also offload (planners that do)
     fo.host_budget = po.host_budget;
   }
   const policy::recompute_floor floor =
