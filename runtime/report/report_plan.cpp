@@ -98,6 +98,18 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   std::stable_sort(out.unproduced.begin(), out.unproduced.end(),
                    [](const unproduced_buffer& a, const unproduced_buffer& b) { return a.bytes > b.bytes; });
   if (out.unproduced.size() > 16) out.unproduced.resize(16);
+  out.graph_launches = an.graph_launches;
+  for (std::size_t l = 0; l < an.launch_events.size(); ++l) {
+    const tracer::event& e = t.events[an.launch_events[l]];
+    if (e.kind != tracer::event_kind::launch) continue;
+    std::vector<device::launch_attribute> attrs;
+    for (const tracer::launch_attribute_record& r : t.attributes_of(e.seq)) attrs.push_back(r.attribute);
+    const device::launch_attribute* bad = device::first_unreplayable(attrs);
+    if (bad == nullptr) continue;
+    if (++out.attribute_unreplayable_count > 16) continue;
+    out.attribute_unreplayable.push_back({l, t.kernels[e.kernel].name, device::launch_attribute_name(bad->id),
+                                          device::verdict_for(bad->id).why});
+  }
   for (const auto& l : g.launches) out.iteration_compute_s += l.cost_s;
   out.live_peak = g.peak_bytes;
   out.unplanned_peak = policy::simulate(g, policy::plan{}).peak;
@@ -399,6 +411,20 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
     }
     out << "\n";
   }
+  if (p.graph_launches > 0) {
+    out << p.graph_launches << " CUDA graph launch" << (p.graph_launches == 1 ? "" : "es")
+        << ": every buffer live at one is never evicted (its nodes are not seen)\n";
+  }
+  if (p.attribute_unreplayable_count > 0) {
+    out << p.attribute_unreplayable_count << " launch" << (p.attribute_unreplayable_count == 1 ? " is" : "es are")
+        << " not replayable for a launch attribute (what they touch is never evicted):";
+    const std::size_t shown = std::min<std::size_t>(p.attribute_unreplayable.size(), 4);
+    for (std::size_t i = 0; i < shown; ++i) {
+      const auto& a = p.attribute_unreplayable[i];
+      out << (i == 0 ? " " : "; ") << "launch " << a.launch << " (" << a.kernel << "): " << a.attribute << " " << a.why;
+    }
+    out << "\n";
+  }
   out << "peak without eviction: " << format_bytes(p.unplanned_peak) << " of live buffers";
   if (p.traced_mapped_peak > 0) {
     out << ", " << format_bytes(p.traced_mapped_peak) << " mapped (the allocator's cache adds "
@@ -502,6 +528,19 @@ std::string plan_preview_json(const plan_preview& p) {
     w.member("alloc_index", u.alloc_index);
     w.member("bytes", u.bytes);
     w.member("first_reader", u.first_reader);
+    w.end_object();
+  }
+  w.end_array();
+  w.member("graph_launches", p.graph_launches);
+  w.member("attribute_unreplayable_count", p.attribute_unreplayable_count);
+  w.key("attribute_unreplayable");
+  w.begin_array();
+  for (const auto& a : p.attribute_unreplayable) {
+    w.begin_object(true);
+    w.member("launch", a.launch);
+    w.member("kernel", a.kernel);
+    w.member("attribute", a.attribute);
+    w.member("why", a.why);
     w.end_object();
   }
   w.end_array();

@@ -129,6 +129,15 @@ struct unproduced_buffer {
   std::string first_reader;  // the kernel that reads it first
 };
 
+// A launch whose attributes a replay cannot reproduce (Note [Launch attributes] in
+// device/launch_attributes.hpp): not replayable, what it touches never evicted.
+struct unreplayable_launch {
+  std::size_t launch = 0;    // position in the traced iteration
+  std::string kernel;
+  std::string attribute;     // launch_attribute_name
+  std::string why;
+};
+
 struct plan_preview {
   std::string device;
   std::size_t granularity = 0;
@@ -137,6 +146,11 @@ struct plan_preview {
   std::size_t unproduced_count = 0;
   std::size_t unproduced_bytes = 0;
   std::vector<unproduced_buffer> unproduced;  // the largest ones, at most 16
+  // Launches and their attributes (Notes [Launch attributes], [Graph launches] in
+  // tracer/analysis.cpp).
+  std::size_t graph_launches = 0;
+  std::size_t attribute_unreplayable_count = 0;
+  std::vector<unreplayable_launch> attribute_unreplayable;  // the first 16
   std::size_t buffers = 0;
   std::size_t candidates = 0;
   double iteration_compute_s = 0.0;    // sum of the launches' costs
