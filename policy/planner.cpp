@@ -170,6 +170,14 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     }
   }
   if (best) return std::move(*best);
+  if (off.mode != offload_mode::off) {
+    // Say what bounded the offloads (Note [Offload]).
+    std::string why = off.mode == offload_mode::only ? "offload only (no recompute)" : "with offload";
+    why += off.host_budget != 0 ? ", offloads limited to a host budget of " + format_bytes(off.host_budget) +
+                                      " (a larger host budget may meet it)"
+                                : ", host memory unbounded";
+    throw infeasible_budget(name(), budget, refused->smallest_feasible(), refused->lower_bound(), why);
+  }
   throw *refused;
 }
 

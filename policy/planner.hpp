@@ -15,7 +15,8 @@
 //   [Tiered drop sets]); reforward (branch and bound over drop sets, Note [Exact drop
 //   sets on arbitrary graphs]); greedy (cost-aware, Note [Cost-aware greedy]); dtr (DTR's
 //   online heuristic simulated over the trace, Note [Simulated DTR]). All but dtr search
-//   drop sets (Note [Drop sets] in candidates.hpp). Each planner in brief:
+//   drop sets (Note [Drop sets] in candidates.hpp); greedy and reforward also offload
+//   (Note [Offload search] in solver_offload.cpp). Each planner in brief:
 //   docs/design-notes.md#planner-contract.
 // Limitations: planners see one iteration; the plan is valid for iterations that repeat
 //   it exactly (the runtime checks that).

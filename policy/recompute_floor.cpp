@@ -444,7 +444,7 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       }
       if (greedy_cover(groups, rest) <= floor) continue;
       if (offload) {
-        // Note [Offload floor]: w units recomputed, the rest offloaded.
+        // w units recomputed, the rest offloaded (see Note [Offload floor]).
         const std::size_t units = (rest + unit - 1) / unit;
         const std::vector<double> best = cover_all(groups, units);
         const double before = cost_before[t];

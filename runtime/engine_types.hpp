@@ -29,6 +29,9 @@ struct launch_view {
   std::uint32_t shared_mem = 0;
   device::stream_handle stream = nullptr;
   std::span<const std::byte> params;  // kernels: the packed parameter block
+  // Kernels: cuLaunchKernelEx's attributes, replayed with the launch (Note [Launch
+  // attributes] in device/launch_attributes.hpp).
+  std::span<const device::launch_attribute> attributes;
   void* dst = nullptr;                // copies and sets
   const void* src = nullptr;
   std::size_t bytes = 0;
@@ -142,6 +145,10 @@ struct iteration_report {
   std::size_t hashed_bytes = 0;     // bytes hashed to find such writes (Note [Unseen writes])
   std::size_t copied_bytes = 0;     // recipe inputs copied to host memory at a release because a launch touches
                                     // them before the regeneration (Note [Unseen writes])
+  // The cost of interception when nothing is evicted (Note [Interception cost] in engine.cpp).
+  std::size_t launches = 0;         // launches, copies and sets the engine intercepted
+  double launch_hooks_s = 0.0;      // host time inside the engine's launch ENTER and EXIT hooks
+  std::size_t vmm_calls = 0;        // the allocator's VMM calls (create, map, set access, unmap, release)
   bool budget_lifted = false;       // a plan made with the scaled cache allowance ran out of room and the
                                     // rest of this iteration ran without the budget (Note [Scaled cache allowance])
   bool diverged = false;

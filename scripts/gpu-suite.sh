@@ -2,18 +2,25 @@
 # Runs the GPU suite (docs/gpu-suite.md) on a machine with an NVIDIA GPU and writes ONE
 # results JSON: each part passed, failed or skipped with its reason, and its figures.
 #
-#   scripts/gpu-suite.sh [--quick] [--skip-build] [--build-dir DIR] [RESULTS.json]
+#   scripts/gpu-suite.sh [--quick] [--skip-build] [--build-dir DIR] [--parts LIST] [RESULTS.json]
 #
 #   RESULTS.json  default: $OUT/gpu-suite.json when $OUT is set, else <build dir>/gpu-suite.json
 #   --quick       smaller models and fewer repetitions (about half the time)
 #   --skip-build  use the build directory as it is (for instance the stripped binaries that
 #                 scripts/gpu-bundle.sh prepares on a machine with the build dependencies)
 #   --build-dir   default: build-gpu/ in the repository
+#   --parts LIST  the parts to run, e.g. 1,2,3,4 or 5 (default: all); the others are skipped
+#   --dry-run     no GPU, no build: part 5's scripts on the CPU with tiny models (CPU torch in
+#                 $PYTHON; GPU_SUITE_MODELS picks models, default all); writes RESULTS.json only
 #   PYTHON=...    the Python whose torch part 4 uses (default: python3 on PATH)
 #
 # Parts: 1 CUDA VMM conformance + VMM call costs, 2 CUPTI tracer on hand-written kernels,
 # 3 cuDNN/cuBLAS ResNet with and without a budget, 4 PyTorch end to end (when torch is
-# installed: the GPU machine has no network). Meant to finish within 9 minutes on an H100.
+# installed: the GPU machine has no network), 5 real training stacks (GPT-2 124M eager and
+# compiled, ResNet-50 bf16 channels-last, DDP over NCCL; docs/gpu-suite.md). With --quick
+# parts 1-4 take about 200 s and part 5 about 330 s on an H200 (GPU_SUITE_DEADLINE_S cuts
+# what does not fit). Besides RESULTS.json the results are kept as
+# docs/gpu-results/<date>-<gpu>.json in the tree (and under $OUT/gpu-results/ when $OUT is set).
 # Without a GPU it says so, writes the JSON with every part skipped and exits 1.
 # Exit status: 0 when no part failed, 1 otherwise, 2 on a usage error.
 set -uo pipefail
@@ -25,13 +32,18 @@ quick=0
 skip_build=0
 build="$SUBLINEAR_ROOT/build-gpu"
 results=""
+parts="1,2,3,4,5"
+dry_run=0
 while [ $# -gt 0 ]; do
   case "$1" in
+    --dry-run) dry_run=1 ;;
+    --parts) shift; parts="${1:?--parts needs a list such as 1,2,3,4}" ;;
+    --parts=*) parts="${1#--parts=}" ;;
     --quick) quick=1 ;;
     --skip-build) skip_build=1 ;;
     --build-dir) shift; build="$(realpath -m "${1:?--build-dir needs a directory}")" ;;
     --build-dir=*) build="$(realpath -m "${1#--build-dir=}")" ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     -*) echo "scripts/gpu-suite.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
     *) results="$(realpath -m "$1")" ;;
   esac
@@ -40,6 +52,10 @@ done
 if [ -z "$results" ]; then
   if [ -n "${OUT:-}" ]; then results="$OUT/gpu-suite.json"; else results="$build/gpu-suite.json"; fi
 fi
+
+if [ "$dry_run" = 1 ]; then parts=5; skip_build=1; fi
+case ",$parts," in *[!1-5,]*) echo "scripts/gpu-suite.sh: --parts takes part numbers 1-5, e.g. 1,2,3,4 (got '$parts')" >&2; exit 2 ;; esac
+want() { case ",$parts," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 started=$(date +%s)
 # The device tool stops a command at 10 minutes; GPU_SUITE_DEADLINE_S shortens the suite to fit.
@@ -52,9 +68,11 @@ quick_flag=()
 [ "$quick" = 1 ] && quick_flag=(--quick)
 say() { echo "== gpu-suite: $*"; }
 
+dry_flag=()
+[ "$dry_run" = 1 ] && dry_flag=(--dry-run)
 collect() {
   "$python" "$SUBLINEAR_ROOT/tests/gpu/collect_results.py" --workdir "$work" --out "$results" \
-    --device "${device:-}" "${quick_flag[@]}" "$@"
+    --device "${device:-}" --parts "$parts" "${quick_flag[@]}" "${dry_flag[@]}" "$@"
 }
 
 if ! command -v "$python" >/dev/null 2>&1; then
@@ -64,6 +82,9 @@ if ! command -v "$python" >/dev/null 2>&1; then
 fi
 
 # ---- is there a GPU? (the driver itself, not nvidia-smi, which may be absent) ----------------
+if [ "$dry_run" = 1 ]; then
+  device="a dry run on the CPU (no GPU used)"
+else
 device="$("$python" - <<'PY'
 import ctypes, sys
 try:
@@ -90,6 +111,7 @@ if [ $? -ne 0 ]; then
   say "results: $results"
   exit 1
 fi
+fi
 say "device: $device"
 
 # ---- the CUDA libraries the binaries link, when the loader cannot find them ------------------
@@ -109,7 +131,7 @@ fi
 [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # ---- build -----------------------------------------------------------------------------------
-targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
+targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer test_gpu_launch_kinds gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
 if [ "$skip_build" = 0 ]; then
   say "building $build (CUDA on; log: $work/build.log)"
   generator=()
@@ -149,26 +171,32 @@ step() {
 }
 
 # ---- part 1: the CUDA VMM backend ----------------------------------------------------------------
+if want 1; then
 step vmm_conformance 90 "$bin/test_device" --gtest_filter='*Cuda*' --gtest_output="json:$work/vmm_conformance.json"
 step conformance 150 "$bin/test_allocator" --gtest_filter='*Cuda*' --gtest_output="json:$work/conformance.json"
 step vmm_bench 120 sh -c "\"$bin/gpu_vmm_bench\" ${quick_flag[*]} >\"$work/vmm_bench.json\""
+fi
 
 # ---- part 2: the CUPTI tracer ------------------------------------------------------------------
+if want 2; then
 step tracer 120 "$bin/test_gpu_tracer" --gtest_output="json:$work/tracer.json"
 step cupti 60 "$bin/test_tracer" --gtest_filter='CuptiCollector*' --gtest_output="json:$work/cupti.json"
 # The process runtime (engine fed by CUPTI, replay through cuLaunchKernel) and the preload.
 step runtime 90 "$bin/test_integrations" --gtest_filter='ProcessRuntimeOnGpu.*:Preload*:CApi*' \
   --gtest_output="json:$work/runtime.json"
+fi
 
 # ---- part 3: cuDNN + cuBLAS ResNet with and without a budget ---------------------------------------
+if want 3; then
 mkdir -p "$work/resnet"
 step resnet 240 env GPU_SUITE_ARTIFACTS="$work/resnet" GPU_SUITE_QUICK="$quick" \
   "$bin/test_gpu_resnet" --gtest_output="json:$work/resnet.json"
+fi
 
 # ---- part 4a: the LibTorch helper (include/sublinear/torch.hpp) through its example -----------------
 # Built only when $python has torch (its wheel carries LibTorch); plain and budgeted runs must
 # end with the same parameter checksum.
-if cmake --build "$build" --target sublinear_torch_example >>"$work/build.log" 2>&1 &&
+if want 4 && cmake --build "$build" --target sublinear_torch_example >>"$work/build.log" 2>&1 &&
     [ -x "$bin/sublinear_torch_example" ]; then
   step libtorch_plain 120 sh -c "\"$bin/sublinear_torch_example\" --plain >\"$work/libtorch_plain.out\""
   step libtorch_sublinear 120 sh -c "\"$bin/sublinear_torch_example\" --budget 0.5x >\"$work/libtorch_sublinear.out\""
@@ -200,25 +228,51 @@ else
 fi
 
 # ---- part 4: PyTorch end to end ------------------------------------------------------------------
-# The package as `pip install .` would lay it out, from this build (no network needed).
+# The package as `pip install .` would lay it out, from this build (no network needed),
+# with the _version.py that the package's build writes from project(VERSION).
 stage="$build/python-stage"
 rm -rf "$stage"
 mkdir -p "$stage/sublinear/lib" "$stage/sublinear/bin"
 cp -r "$SUBLINEAR_ROOT/python/sublinear/." "$stage/sublinear/"
+version="$(sed -n 's/^project(sublinear VERSION \([0-9.]*\).*/\1/p' "$SUBLINEAR_ROOT/CMakeLists.txt")"
+printf '"""The package'"'"'s version, written by scripts/gpu-suite.sh from CMakeLists.txt'"'"'s project(VERSION)."""\n__version__ = "%s"\n' \
+  "${version:-0+unknown}" >"$stage/sublinear/_version.py"
 cp "$build/lib/libsublinear.so" "$stage/sublinear/lib/" 2>/dev/null
 cp "$build/lib/libsublinear_preload.so" "$stage/sublinear/lib/" 2>/dev/null
 cp "$bin/sublinear" "$stage/sublinear/bin/" 2>/dev/null
 # torch_suite.py stops starting runs in time to print its JSON before the step's limit.
-torch_limit=$((deadline - $(date +%s) - 30))
+# Part 4 gets what is left but what part 5 needs (PART5_S, default 330 s) when both run.
+part5_s=0
+want 5 && part5_s=${PART5_S:-330}
+torch_limit=$((deadline - $(date +%s) - 30 - part5_s))
 [ "$torch_limit" -lt 1 ] && torch_limit=1
-step torch 600 sh -c "PYTHONPATH=\"$stage\${PYTHONPATH:+:\$PYTHONPATH}\" \"$python\" \
+want 4 && step torch 600 sh -c "PYTHONPATH=\"$stage\${PYTHONPATH:+:\$PYTHONPATH}\" \"$python\" \
   \"$SUBLINEAR_ROOT/tests/gpu/python/torch_suite.py\" ${quick_flag[*]} --cli \"$bin/sublinear\" \
   --time-limit $torch_limit --workdir \"$work/torch\" >\"$work/torch.json\""
+
+# ---- part 5: real training stacks ---------------------------------------------------------------
+if want 5; then
+  stacks_limit=$((deadline - $(date +%s) - 20))
+  [ "$stacks_limit" -lt 1 ] && stacks_limit=1
+  step stacks 600 sh -c "PYTHONPATH=\"$stage\${PYTHONPATH:+:\$PYTHONPATH}\" \"$python\" \
+    \"$SUBLINEAR_ROOT/tests/gpu/python/real_stacks_suite.py\" ${quick_flag[*]} ${dry_flag[*]} \
+    --models ${GPU_SUITE_MODELS:-gpt,resnet50,ddp,gpt_compile} --time-limit $stacks_limit \
+    --workdir \"$work/stacks\" >\"$work/stacks.json\""
+  [ "$dry_run" = 0 ] && step launch_kinds 60 "$bin/test_gpu_launch_kinds" --gtest_output="json:$work/launch_kinds.json"
+fi
 
 
 collect
 rc=$?
 say "finished in $(( $(date +%s) - started )) s; results: $results"
+# Kept in the tree (committed by whoever ran it) and beside $OUT, which comes back from a lent machine.
+if [ "$dry_run" = 0 ]; then
+gpu_slug="$(printf '%s' "$device" | sed 's/ (.*//; s/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z' | tr -c 'a-z0-9\n' '-')"
+kept="$(date -u +%Y-%m-%d)-${gpu_slug:-gpu}.json"
+mkdir -p "$SUBLINEAR_ROOT/docs/gpu-results" && cp "$results" "$SUBLINEAR_ROOT/docs/gpu-results/$kept"
+[ -n "${OUT:-}" ] && mkdir -p "$OUT/gpu-results" && cp "$results" "$OUT/gpu-results/$kept"
+say "kept as docs/gpu-results/$kept"
+fi
 "$python" - "$results" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

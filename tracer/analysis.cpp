@@ -262,7 +262,36 @@ class builder {
     fresh_.push_back(std::move(fresh));
   }
 
+  // Note [Graph launches]
+  // Rationale: a CUDA graph launch (torch.compile's reduce-overhead mode, a captured
+  //   optimizer step) runs kernels whose parameters the collector never sees: its nodes
+  //   were captured earlier and cuGraphLaunch names only the executable graph. Taken as
+  //   touching nothing, every buffer it reads could be evicted under it and the graph
+  //   would compute on missing bytes.
+  // Approach: a launch of the kernel named graph_launch_kernel_name (how the CUPTI
+  //   collector records a cuGraphLaunch) touches and writes every block live when it is
+  //   launched, and is not replayable; so every buffer it may touch is never evicted
+  //   (add_launch) and is taken as produced there. Buffers live only between graph
+  //   launches can still be planned. Counted in graph_launches for the plan preview.
+  // Limitations: conservative: a graph that touches a few buffers pins all live ones, and
+  //   with reduce-overhead over the whole step nothing is left to evict. Memory a graph
+  //   allocates itself (graph memory nodes) is not sublinear's and is not seen.
+  void graph_launch(std::size_t i, const event& e) {
+    policy::launch L;
+    L.kind = policy::launch_kind::kernel;
+    L.kernel = e.kernel;
+    L.replayable = false;
+    for (const block_map::entry& b : live_.entries()) L.touched.push_back(b.id);
+    L.written = L.touched;
+    ++out_.graph_launches;
+    add_launch(i, e, std::move(L), {});
+  }
+
   void kernel_launch(std::size_t i, const event& e) {
+    if (t_.kernels[e.kernel].name == graph_launch_kernel_name) {
+      graph_launch(i, e);
+      return;
+    }
     hits_.clear();
     scan_params(t_.params(e), live_, hits_);
     policy::launch L;

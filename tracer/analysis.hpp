@@ -73,6 +73,7 @@ struct analysed_iteration {
   std::size_t held_bytes_at_turning_point = 0;   // bytes held across graph.turning_point
   std::size_t observed_launches = 0;             // launches whose writes were observed
   std::size_t timed_launches = 0;                // launches with a measured duration
+  std::size_t graph_launches = 0;                // CUDA graph launches (Note [Graph launches] in analysis.cpp)
   // Buffers allocated in the iteration whose first user reads them without writing them:
   // their producer is unknown (Note [Unknown producers] in analysis.cpp); never evicted.
   std::vector<policy::buffer_id> unproduced;

@@ -45,6 +45,14 @@ std::span<const write_record> trace::writes_of(std::uint64_t seq) const { return
 
 std::span<const write_record> trace::fresh_of(std::uint64_t seq) const { return records_of(fresh, seq); }
 
+std::span<const launch_attribute_record> trace::attributes_of(std::uint64_t seq) const {
+  const auto lo = std::lower_bound(launch_attributes.begin(), launch_attributes.end(), seq,
+                                   [](const launch_attribute_record& r, std::uint64_t s) { return r.seq < s; });
+  auto hi = lo;
+  while (hi != launch_attributes.end() && hi->seq == seq) ++hi;
+  return {lo, hi};
+}
+
 std::vector<event_range> trace::marked_iterations() const {
   std::vector<event_range> out;
   std::size_t open = events.size();  // index after the last marker seen; size(): none yet

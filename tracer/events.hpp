@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "device/launch_attributes.hpp"
+
 namespace sublinear::tracer {
 
 inline constexpr std::uint64_t no_seq = std::numeric_limits<std::uint64_t>::max();
@@ -119,6 +121,20 @@ struct write_record {
   auto operator<=>(const write_record&) const = default;
 };
 
+// One attribute of a launch made with cuLaunchKernelEx (Note [Launch attributes] in
+// device/launch_attributes.hpp); a launch's attributes are consecutive, in the order given.
+struct launch_attribute_record {
+  std::uint64_t seq = 0;  // the launch's sequence number
+  device::launch_attribute attribute;
+  bool operator==(const launch_attribute_record&) const = default;
+};
+
+// The kernel name a CUDA graph launch is recorded under (the CUPTI collector; a host
+// test may register a kernel of that name to stand for one). Its nodes are not seen: the
+// analysis takes it to touch every block live when it is launched (Note [Graph
+// launches] in analysis.cpp).
+inline constexpr const char* graph_launch_kernel_name = "[cuGraphLaunch]";
+
 // Events [begin, end) of trace::events: one iteration, markers excluded.
 struct event_range {
   std::size_t begin = 0;
@@ -138,6 +154,8 @@ struct trace {
   // Blocks an observed launch found still filled as allocated: no one had written them
   // (Note [Filled fresh blocks] in block_hashes.hpp). Ordered by (seq, address).
   std::vector<write_record> fresh;
+  // The attributes of launches made with some (since 1.2), ordered by seq.
+  std::vector<launch_attribute_record> launch_attributes;
 
   // The parameter bytes of a launch event. Precondition: the trace is valid (see
   // trace_file.hpp: the reader checks every offset).
@@ -148,6 +166,8 @@ struct trace {
   [[nodiscard]] std::span<const write_record> writes_of(std::uint64_t seq) const;
   // Its fresh records.
   [[nodiscard]] std::span<const write_record> fresh_of(std::uint64_t seq) const;
+  // Its launch attributes (empty for a plain launch).
+  [[nodiscard]] std::span<const launch_attribute_record> attributes_of(std::uint64_t seq) const;
   // Complete iterations: the events between consecutive markers.
   [[nodiscard]] std::vector<event_range> marked_iterations() const;
 

@@ -227,6 +227,11 @@ std::uint64_t recorder::record_launch(const launch_args& args, describe_kernel_f
   e.correlation = args.correlation;
   e.flags = static_cast<std::uint8_t>((args.flags & event_flags::names_event) |
                                       (t.kernels[k].never_replay ? event_flags::never_replay : 0));
+  for (const device::launch_attribute& a : args.attributes) {
+    if (a.id == device::launch_attribute_id::ignore) continue;
+    t.launch_attributes.push_back({e.seq, a});
+    if (!device::verdict_for(a.id).replayable) e.flags |= event_flags::names_event;
+  }
   // 8-aligned offsets, so scanners may treat a block's words as aligned.
   const std::size_t pad = (arena_alignment - t.arena.size() % arena_alignment) % arena_alignment;
   const std::size_t offset = t.arena.size() + pad;
@@ -369,10 +374,12 @@ trace recorder::take() {
   std::sort(out.writes.begin(), out.writes.end());
   out.fresh.assign(cur.fresh.begin(), cur.fresh.end());
   std::sort(out.fresh.begin(), out.fresh.end());
+  out.launch_attributes.assign(cur.launch_attributes.begin(), cur.launch_attributes.end());
   cur.events.clear();
   cur.arena.clear();
   cur.writes.clear();
   cur.fresh.clear();
+  cur.launch_attributes.clear();
   if (recording()) impl_->emit_preexisting();
   return out;
 }

@@ -58,6 +58,9 @@ struct launch_args {
   std::span<const std::byte> params;          // packed (see param_packing.hpp)
   std::uint64_t correlation = 0;
   std::uint8_t flags = 0;                     // extra event_flags (names_event)
+  // cuLaunchKernelEx's attributes: recorded in trace::launch_attributes (ignored entries
+  // dropped); one a replay cannot reproduce sets names_event (Note [Launch attributes]).
+  std::span<const device::launch_attribute> attributes;
 };
 
 // Describes the kernel behind a handle seen for the first time. Called under the

@@ -32,6 +32,7 @@ constexpr std::size_t dir_entry_size = 32;
 constexpr std::size_t event_record_size = 104;
 constexpr std::size_t kernel_record_min = 24;
 constexpr std::size_t write_record_size = 16;
+constexpr std::size_t attribute_record_size = 16 + device::launch_attribute_value_bytes;
 constexpr std::size_t meta_fixed_size = 16;
 constexpr std::uint32_t max_sections = 64;
 constexpr std::uint32_t kernel_flag_never_replay = 1;
@@ -44,10 +45,11 @@ enum section_id : std::uint32_t {
   sec_arena = 5,
   sec_writes = 6,
   sec_fresh = 7,  // since 1.1; optional
+  sec_lattrs = 8,  // since 1.2; optional
 };
 constexpr std::array<std::uint32_t, 6> required_sections = {sec_meta, sec_kernels, sec_streams,
                                                             sec_events, sec_arena, sec_writes};
-constexpr std::size_t written_sections = 7;
+constexpr std::size_t written_sections = 8;
 
 const char* section_name(std::uint32_t id) {
   switch (id) {
@@ -58,6 +60,7 @@ const char* section_name(std::uint32_t id) {
     case sec_arena: return "ARENA";
     case sec_writes: return "WRITES";
     case sec_fresh: return "FRESH";
+    case sec_lattrs: return "LATTRS";
     default: return "unknown";
   }
 }
@@ -246,6 +249,22 @@ void validate_impl(const trace& t) {
   };
   check_records(t.writes, sec_writes, "write");
   check_records(t.fresh, sec_fresh, "fresh record");
+
+  for (std::size_t a = 0; a < t.launch_attributes.size(); ++a) {
+    const launch_attribute_record& r = t.launch_attributes[a];
+    const std::string label = "launch attribute " + std::to_string(a);
+    if (a > 0 && r.seq < t.launch_attributes[a - 1].seq) {
+      throw invalid{sec_lattrs, a, label + ": not in increasing seq order"};
+    }
+    if (r.attribute.id == device::launch_attribute_id::ignore) {
+      throw invalid{sec_lattrs, a, label + ": id 0 (an ignored entry is not recorded)"};
+    }
+    auto it = std::lower_bound(t.events.begin(), t.events.end(), r.seq,
+                               [](const event& e, std::uint64_t s) { return e.seq < s; });
+    if (it == t.events.end() || it->seq != r.seq || it->kind != event_kind::launch) {
+      throw invalid{sec_lattrs, a, label + ": seq " + std::to_string(r.seq) + " is not a launch"};
+    }
+  }
 }
 
 // ---- decoding helpers ---------------------------------------------------------------------------
@@ -340,7 +359,8 @@ std::vector<std::byte> encode_trace(const trace& t) {
   validate(t);
   byte_writer w;
   w.out.reserve(header_size + written_sections * dir_entry_size + t.events.size() * event_record_size +
-                t.arena.size() + (t.writes.size() + t.fresh.size()) * write_record_size + 4096);
+                t.arena.size() + (t.writes.size() + t.fresh.size()) * write_record_size +
+                t.launch_attributes.size() * attribute_record_size + 4096);
   w.out.resize(header_size + written_sections * dir_entry_size, std::byte{0});
 
   std::vector<dir_entry> dir;
@@ -409,6 +429,14 @@ std::vector<std::byte> encode_trace(const trace& t) {
   };
   records(sec_writes, t.writes);
   records(sec_fresh, t.fresh);
+  section(sec_lattrs, t.launch_attributes.size(), [&] {
+    for (const launch_attribute_record& r : t.launch_attributes) {
+      w.put<std::uint64_t>(r.seq);
+      w.put<std::uint32_t>(r.attribute.id);
+      w.put<std::uint32_t>(0);
+      w.put_bytes(r.attribute.value.data(), r.attribute.value.size());
+    }
+  });
 
   // Directory.
   std::size_t at = header_size;
@@ -493,8 +521,8 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
   }
 
   // Directory.
-  std::array<dir_entry, 8> found{};
-  std::array<bool, 8> have{};
+  std::array<dir_entry, sec_lattrs + 1> found{};
+  std::array<bool, sec_lattrs + 1> have{};
   for (std::uint32_t i = 0; i < section_count; ++i) {
     const std::size_t at = dir_offset + std::size_t{i} * dir_entry_size;
     dir_entry e;
@@ -514,7 +542,7 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
       d.fail_at(e.offset, label + ": checksum mismatch (stored " + std::to_string(crc) + ", computed " +
                               std::to_string(actual) + ")");
     }
-    if (e.id >= 1 && e.id <= 7) {
+    if (e.id >= 1 && e.id <= sec_lattrs) {
       if (have[e.id]) d.fail_at(at, label + ": appears twice");
       have[e.id] = true;
       found[e.id] = e;
@@ -642,6 +670,23 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
   };
   read_records(sec_writes, "writes", t.writes);
   if (have[sec_fresh]) read_records(sec_fresh, "fresh records", t.fresh);
+  // LATTRS (1.2; older files have none): (seq, id, reserved, 64-byte value) records.
+  if (have[sec_lattrs]) {
+    const dir_entry& e = found[sec_lattrs];
+    section_cursor c(d, sec_lattrs, e.offset, e.size);
+    if (e.count > e.size / attribute_record_size || e.size != e.count * attribute_record_size) {
+      c.fail(std::to_string(e.count) + " launch attributes need " + std::to_string(e.count * attribute_record_size) +
+             " bytes, the section has " + std::to_string(e.size));
+    }
+    t.launch_attributes.resize(static_cast<std::size_t>(e.count));
+    for (launch_attribute_record& r : t.launch_attributes) {
+      r.seq = c.get<std::uint64_t>("attribute seq");
+      r.attribute.id = c.get<std::uint32_t>("attribute id");
+      if (c.get<std::uint32_t>("attribute reserved field") != 0) c.fail("reserved field of a launch attribute is not zero");
+      auto value = c.take(device::launch_attribute_value_bytes, "attribute value");
+      std::copy(value.begin(), value.end(), r.attribute.value.begin());
+    }
+  }
 
   try {
     validate_impl(t);
@@ -652,6 +697,7 @@ trace decode_trace(std::span<const std::byte> bytes, std::string_view source) {
       case sec_events: offset = e.offset + bad.index * event_record_size; break;
       case sec_writes:
       case sec_fresh: offset = e.offset + bad.index * write_record_size; break;
+      case sec_lattrs: offset = e.offset + bad.index * attribute_record_size; break;
       default: offset = e.offset; break;
     }
     d.fail_at(offset, std::string(section_name(bad.section)) + " section: " + bad.what);

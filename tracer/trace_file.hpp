@@ -29,7 +29,7 @@
 namespace sublinear::tracer {
 
 inline constexpr std::uint16_t trace_version_major = 1;
-inline constexpr std::uint16_t trace_version_minor = 1;
+inline constexpr std::uint16_t trace_version_minor = 2;
 
 // What a trace may hold (docs/trace-format.md, "Limits"). Every byte figure the analysis
 // and the planners derive (sums of buffer sizes, each rounded up to a page) then stays far

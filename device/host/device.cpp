@@ -395,6 +395,18 @@ struct device::impl {
                        " (invalid value; set_max_dynamic_shared raises it, as cuFuncSetAttribute does)");
   }
 
+  // A cluster shape that does not divide the grid is refused, as cuLaunchKernelEx refuses it.
+  static void check_attributes(const kernel& k, const launch_config& cfg, const char* what) {
+    if (cfg.attributes.empty()) return;
+    const cluster_shape c = cluster_of(cfg.attributes);
+    if (c.x == 0 || c.y == 0 || c.z == 0 || cfg.grid.x % c.x != 0 || cfg.grid.y % c.y != 0 || cfg.grid.z % c.z != 0) {
+      throw device_error("host device: " + std::string(what) + ": kernel '" + k.name + "': cluster shape " +
+                         std::to_string(c.x) + "x" + std::to_string(c.y) + "x" + std::to_string(c.z) +
+                         " does not divide the grid " + std::to_string(cfg.grid.x) + "x" + std::to_string(cfg.grid.y) +
+                         "x" + std::to_string(cfg.grid.z) + " (invalid value)");
+    }
+  }
+
   std::shared_ptr<stream> make_stream() {
     std::lock_guard lock(streams_mutex);
     auto s = std::make_shared<stream>(next_stream_id++);
@@ -663,6 +675,7 @@ void device::launch(const kernel& k, const launch_config& cfg, stream* s, const 
     throw config_error("host device: launch: kernel '" + k.name + "' has no body");
   }
   impl_->check_shared(k, cfg, "launch");
+  impl::check_attributes(k, cfg, "launch");
   if (params == nullptr && k.param_bytes != 0) {
     throw config_error("host device: launch: kernel '" + k.name + "' takes " +
                        std::to_string(k.param_bytes) + " parameter bytes but params is null");
@@ -680,6 +693,7 @@ void device::launch_unpacked(const kernel& k, const launch_config& cfg, stream* 
     throw config_error("host device: launch_unpacked: kernel '" + k.name + "' has no body");
   }
   impl_->check_shared(k, cfg, "launch_unpacked");
+  impl::check_attributes(k, cfg, "launch_unpacked");
   if (kernel_params == nullptr && !k.params.empty()) {
     throw config_error("host device: launch_unpacked: kernel '" + k.name + "' takes " +
                        std::to_string(k.params.size()) + " parameters but kernelParams is null");

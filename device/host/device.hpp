@@ -37,6 +37,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "device/launch_attributes.hpp"
 #include "device/stream_events.hpp"
 
 namespace sublinear::device::host {
@@ -55,6 +56,10 @@ struct launch_config {
   dim3 grid;
   dim3 block;
   std::uint32_t shared_mem = 0;
+  // cuLaunchKernelEx's attributes (Note [Launch attributes] in device/launch_attributes.hpp).
+  // A kernel sees them here: cluster_of() and cooperative_of() give the two the host
+  // device honours; a cluster shape must divide the grid, as on a GPU.
+  std::vector<launch_attribute> attributes{};
 };
 
 // A kernel body runs the whole grid on the stream's worker thread. `params` points at

@@ -23,6 +23,7 @@ launch_view to_launch_view(const tracer::launch_description& op) noexcept {
   v.shared_mem = op.shared_mem;
   v.stream = op.stream;
   v.params = op.params;
+  v.attributes = op.attributes;
   v.dst = op.dst;
   v.src = op.src;
   v.bytes = op.bytes;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,7 +34,45 @@ cuda_replay_device::cuda_replay_device(const device::driver_api& api, CUctx_st* 
     kernel_get_attribute_ = ::dlsym(h, "cuKernelGetAttribute");
     func_set_attribute_ = ::dlsym(h, "cuFuncSetAttribute");
     kernel_set_attribute_ = ::dlsym(h, "cuKernelSetAttribute");
+    launch_kernel_ex_ = ::dlsym(h, "cuLaunchKernelEx");
   }
+}
+
+int cuda_replay_device::launch_once(const launch_view& op, CUfunc_st* fn, device::stream_handle stream, void** params,
+                               void** extra) const {
+  if (op.attributes.empty()) {
+    return api_.launch_kernel(fn, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y, op.block.z, op.shared_mem,
+                              cu_stream(stream), params, extra);
+  }
+  // Note [Launch attributes] (device/launch_attributes.hpp): the recorded attributes again.
+  auto* ex = reinterpret_cast<decltype(&::cuLaunchKernelEx)>(launch_kernel_ex_);
+  if (ex == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  static_assert(sizeof(CUlaunchAttributeValue) == device::launch_attribute_value_bytes);
+  constexpr std::size_t inline_attrs = 8;
+  CUlaunchAttribute local[inline_attrs];
+  std::vector<CUlaunchAttribute> many;
+  CUlaunchAttribute* attrs = local;
+  if (op.attributes.size() > inline_attrs) {
+    many.resize(op.attributes.size());
+    attrs = many.data();
+  }
+  for (std::size_t i = 0; i < op.attributes.size(); ++i) {
+    attrs[i] = CUlaunchAttribute{};
+    attrs[i].id = static_cast<CUlaunchAttributeID>(op.attributes[i].id);
+    std::memcpy(&attrs[i].value, op.attributes[i].value.data(), device::launch_attribute_value_bytes);
+  }
+  CUlaunchConfig config{};
+  config.gridDimX = op.grid.x;
+  config.gridDimY = op.grid.y;
+  config.gridDimZ = op.grid.z;
+  config.blockDimX = op.block.x;
+  config.blockDimY = op.block.y;
+  config.blockDimZ = op.block.z;
+  config.sharedMemBytes = op.shared_mem;
+  config.hStream = cu_stream(stream);
+  config.attrs = attrs;
+  config.numAttrs = static_cast<unsigned>(op.attributes.size());
+  return ex(&config, fn, params, extra);
 }
 
 cuda_replay_device::attribute_answer cuda_replay_device::attribute(std::uint64_t handle, int which) const {
@@ -162,9 +201,7 @@ void cuda_replay_device::replay(const launch_view& op, device::stream_handle str
       // Both launch forms with one function value; empty when launched, else what the
       // driver said.
       const auto launch = [&](CUfunction fn) -> std::string {
-        const CUresult packed = api_.launch_kernel(fn, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
-                                                   op.block.z, op.shared_mem, cu_stream(stream), nullptr,
-                                                   size != 0 ? extra : nullptr);
+        const auto packed = static_cast<CUresult>(launch_once(op, fn, stream, nullptr, size != 0 ? extra : nullptr));
         if (packed == CUDA_SUCCESS) return {};
         std::string retry = "not tried";
         if (packed == CUDA_ERROR_INVALID_VALUE && size != 0) {
@@ -174,8 +211,7 @@ void cuda_replay_device::replay(const launch_view& op, device::stream_handle str
           for (std::size_t o : offsets)
             if (o < size) args.push_back(const_cast<std::byte*>(op.params.data()) + o);
           if (!args.empty() && args.size() == offsets.size()) {
-            const CUresult r = api_.launch_kernel(fn, op.grid.x, op.grid.y, op.grid.z, op.block.x, op.block.y,
-                                                  op.block.z, op.shared_mem, cu_stream(stream), args.data(), nullptr);
+            const auto r = static_cast<CUresult>(launch_once(op, fn, stream, args.data(), nullptr));
             if (r == CUDA_SUCCESS) return {};
             retry = "refused too (" + result_name(r) + ", " + std::to_string(args.size()) + " parameter(s))";
           } else {
@@ -223,7 +259,11 @@ void cuda_replay_device::replay(const launch_view& op, device::stream_handle str
       }
       // Everything that decides whether a plain launch is accepted, for the report: a
       // cuDNN BatchNorm kernel refused this way on an H200 (docs/gpu-suite.md).
-      throw device_error("sublinear: cuLaunchKernel refused the replay: " + refused + second + "; launch grid " +
+      std::string with;
+      for (const device::launch_attribute& a : op.attributes)
+        with += (with.empty() ? "; launch attributes " : ", ") + device::launch_attribute_name(a.id);
+      throw device_error(std::string("sublinear: ") + (op.attributes.empty() ? "cuLaunchKernel" : "cuLaunchKernelEx") +
+                         " refused the replay: " + refused + second + with + "; launch grid " +
                          std::to_string(op.grid.x) + "x" + std::to_string(op.grid.y) + "x" +
                          std::to_string(op.grid.z) + ", block " + std::to_string(op.block.x) + "x" +
                          std::to_string(op.block.y) + "x" + std::to_string(op.block.z) + ", dynamic shared " +

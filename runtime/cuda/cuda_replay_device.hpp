@@ -19,9 +19,10 @@
 //   CUkernel, as the CUfunction cuKernelGetFunction gives for it. A launch still refused
 //   throws with everything that decides whether a launch is accepted. The retries and
 //   the cuDNN kernels that need them: docs/design-notes.md#replay-through-the-driver.
-// Limitations: launch attributes of cuLaunchKernelEx (clusters, cooperative, programmatic
-//   dependent launch) are not recorded, so a replay is a plain launch; the tracer records
-//   such launches as not replayable. A cuGraphLaunch (handle 0) cannot be replayed (the
+//   A launch recorded with attributes (Note [Launch attributes] in
+//   device/launch_attributes.hpp) goes back through cuLaunchKernelEx with them, in both
+//   parameter forms.
+// Limitations: a cuGraphLaunch (handle 0) cannot be replayed (the
 //   tracer marks it never-replay, so no plan asks). A launch the driver still refuses
 //   throws; the engine turns that into a validation mismatch while a copy exists (Note
 //   [Failed recipe] in runtime/engine_regenerate.cpp).
@@ -39,7 +40,8 @@
 #include "runtime/cuda/cuda_copy_link.hpp"
 #include "runtime/engine.hpp"
 
-struct CUctx_st;  // CUcontext
+struct CUctx_st;   // CUcontext
+struct CUfunc_st;  // CUfunction
 
 namespace sublinear::device {
 struct driver_api;
@@ -75,6 +77,10 @@ class cuda_replay_device final : public replay_device {
  private:
   cuda_copy_link link_;
   void enter();
+  // One launch of `op` as `fn` on `stream`, plain or with its attributes (cuLaunchKernelEx);
+  // the driver's CUresult (CUDA_ERROR_NOT_SUPPORTED without cuLaunchKernelEx).
+  [[nodiscard]] int launch_once(const launch_view& op, CUfunc_st* fn, device::stream_handle stream, void** params,
+                           void** extra) const;
   // The parameter offsets of a kernel handle (a CUfunction, else a CUkernel); empty when
   // the driver cannot say.
   [[nodiscard]] std::vector<std::size_t> parameter_offsets(std::uint64_t handle) const;
@@ -89,6 +95,7 @@ class cuda_replay_device final : public replay_device {
   void* kernel_get_function_ = nullptr;  // cuKernelGetFunction: a CUkernel's CUfunction here
   void* func_set_attribute_ = nullptr;   // cuFuncSetAttribute
   void* kernel_set_attribute_ = nullptr;  // cuKernelSetAttribute
+  void* launch_kernel_ex_ = nullptr;      // cuLaunchKernelEx
   // One CUfunction_attribute of a kernel handle: asked as a CUfunction, else as a CUkernel
   // on the current device. `kind` says which answered; `result` is the last CUresult.
   enum class handle_kind : std::uint8_t { unknown, function, kernel };

@@ -105,8 +105,9 @@ class untraced_events final : public device::stream_events {
 // with the engine scope held.
 class runtime_listener final : public tracer::launch_listener {
  public:
-  runtime_listener(engine& e, std::function<void(const tracer::launch_description&)> before_enter)
-      : inner_(e), before_enter_(std::move(before_enter)) {}
+  runtime_listener(engine& e, std::function<void(const tracer::launch_description&)> before_enter,
+                   std::function<void(std::string_view, std::size_t)> stream_ordered)
+      : inner_(e), before_enter_(std::move(before_enter)), stream_ordered_(std::move(stream_ordered)) {}
   void on_enter(const tracer::launch_description& op) override {
     before_enter_(op);
     const marker_inbox::engine_scope scope;
@@ -116,10 +117,12 @@ class runtime_listener final : public tracer::launch_listener {
     const marker_inbox::engine_scope scope;
     inner_.on_exit(op);
   }
+  void on_stream_ordered(std::string_view call, std::size_t bytes) override { stream_ordered_(call, bytes); }
 
  private:
   engine_listener inner_;
   std::function<void(const tracer::launch_description&)> before_enter_;
+  std::function<void(std::string_view, std::size_t)> stream_ordered_;
 };
 
 std::string command_line() {
@@ -157,6 +160,7 @@ struct process_runtime::impl {
   std::unique_ptr<runtime_listener> listener;
 
   std::atomic<bool> tracing_stopped{false};
+  std::atomic<bool> stream_ordered_warned{false};  // Note [Stream-ordered allocation]: warned once
   std::atomic<std::uint32_t> enters{0};
   // Counts at the last iteration boundary, for Note [Hidden allocations].
   std::uint64_t allocations_at_boundary = 0;
@@ -196,8 +200,9 @@ struct process_runtime::impl {
     const bool was_tracing = eng->state() == engine_state::trace;
     eng->mark_iteration();
     warn_if_allocations_hidden(was_tracing);
-    // Note [Durations only while tracing] (cupti_collector.hpp).
-    if (collector != nullptr) collector->set_durations(eng->state() == engine_state::trace);
+    // Note [Durations only while tracing] (cupti_collector.hpp) and [Phase-aware
+    // subscription] (callback_plan.hpp).
+    if (collector != nullptr) collector->set_phase(phase_for(eng->state()));
   }
 
   // Once, when the traced iterations end (Note [Hidden allocations]).
@@ -249,6 +254,38 @@ struct process_runtime::impl {
     }
   }
 
+  // The collector's phase for an engine state (Note [Phase-aware subscription]).
+  static tracer::collector_phase phase_for(engine_state s) noexcept {
+    switch (s) {
+      case engine_state::trace: return tracer::collector_phase::tracing;
+      case engine_state::validate:
+      case engine_state::steady: return tracer::collector_phase::steady;
+      case engine_state::disabled: return tracer::collector_phase::off;
+    }
+    return tracer::collector_phase::off;
+  }
+
+  // Sublinear runs as a plain caching allocator from here on: nothing is traced or planned.
+  void stop_tracing() {
+    tracing_stopped.store(true);
+    if (collector != nullptr) {
+      collector->set_listener(nullptr);
+      collector->set_phase(tracer::collector_phase::off);
+    }
+    recorder->stop();
+  }
+
+  // Note [Stream-ordered allocation] (tracer/cupti/callback_plan.hpp).
+  void stream_ordered(std::string_view call, std::size_t bytes) {
+    const bool tracing = !tracing_stopped.load() && eng->state() == engine_state::trace;
+    if (tracing) {
+      stop_tracing();
+      eng->log(log_level::error, tracer::stream_ordered_message(call, bytes, true));
+    } else if (!stream_ordered_warned.exchange(true)) {
+      eng->log(log_level::warn, tracer::stream_ordered_message(call, bytes, false));
+    }
+  }
+
   // Called at every launch ENTER.
   void before_launch(const tracer::launch_description& op) {
     poll_markers();
@@ -256,12 +293,7 @@ struct process_runtime::impl {
     // Checking the trace's size every 4096 launches keeps a lock off the launch path.
     if ((enters.fetch_add(1, std::memory_order_relaxed) & 4095U) != 0 || tracing_stopped.load()) return;
     if (eng->state() != engine_state::trace || recorder->event_count() < max_traced_events) return;
-    tracing_stopped.store(true);
-    if (collector != nullptr) {
-      collector->set_listener(nullptr);
-      collector->set_durations(false);
-    }
-    recorder->stop();
+    stop_tracing();
     eng->log(log_level::warn,
              std::to_string(max_traced_events) + " events recorded without an iteration marker" +
                  (auto_boundaries != nullptr
@@ -346,9 +378,10 @@ std::unique_ptr<process_runtime> process_runtime::create(const settings& config)
   }
   m->markers->set_next(m->alloc->set_observer(m->markers.get()));
   if (m->collector != nullptr) {
-    if (m->eng->state() != engine_state::trace) m->collector->set_durations(false);  // disabled: never traces
+    m->collector->set_phase(impl::phase_for(m->eng->state()));  // disabled: never traces
     m->listener = std::make_unique<runtime_listener>(
-        *m->eng, [raw](const tracer::launch_description& op) { raw->before_launch(op); });
+        *m->eng, [raw](const tracer::launch_description& op) { raw->before_launch(op); },
+        [raw](std::string_view call, std::size_t bytes) { raw->stream_ordered(call, bytes); });
     m->collector->set_listener(m->listener.get());
   }
   m->eng->log(log_level::info, "active on " + m->device_label + ", budget " +

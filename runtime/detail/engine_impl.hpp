@@ -61,6 +61,7 @@ struct engine::impl {
     bool present = false;
     launch_view view;
     std::vector<std::byte> params;  // view.params points here
+    std::vector<device::launch_attribute> attributes;  // view.attributes points here
     std::vector<std::uint64_t> input_versions;  // versions of touched buffers at the original launch
   };
 
@@ -125,6 +126,7 @@ struct engine::impl {
   std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
   std::uint64_t waits_at_begin = 0;                      // the allocator's budget + release waits when it began
   std::uint64_t handoffs_at_begin = 0;                   // and its handoffs
+  std::uint64_t vmm_calls_at_begin = 0;                  // the allocator's VMM calls when it began
   std::uint64_t pack_members_at_begin = 0;               // and its pack members
   std::vector<std::uint8_t> held;                        // buffer -> freed by the program, kept by the engine
   std::size_t held_count = 0;                            // of `held`: set now

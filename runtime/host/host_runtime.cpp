@@ -24,6 +24,7 @@ void host_replay_device::replay(const launch_view& op, device::stream_handle str
         throw device_error("host device: launch of " + k->name + " refused (invalid value)");
       }
       device::host::launch_config cfg{{op.grid.x, op.grid.y, op.grid.z}, {op.block.x, op.block.y, op.block.z}, op.shared_mem};
+      cfg.attributes.assign(op.attributes.begin(), op.attributes.end());
       // Note [Dynamic shared memory limit] (device/host/device.hpp): the program may have
       // lowered the kernel's limit since the recorded launch; raise it for this launch.
       const std::uint32_t limit = dev_.max_dynamic_shared(*k);
@@ -182,6 +183,7 @@ class host_runtime::hook final : public device::host::launch_hook {
     v.shared_mem = rec.config.shared_mem;
     v.stream = handle(rec.on);
     v.params = {rec.params, rec.param_bytes};
+    v.attributes = rec.config.attributes;
     return v;
   }
   device::host::device& dev_;

@@ -326,6 +326,11 @@ std::string to_json(const run_report& r) {
     if (it.diverged) w.member("divergence", it.divergence);
     w.member("validation_mismatches", it.validation_mismatches);
     w.member("engine_s", it.engine_s);
+    // Note [Interception cost] (runtime/engine.cpp).
+    w.member("launches", it.launches);
+    w.member("launch_hooks_s", it.launch_hooks_s);
+    w.member("launch_hook_ns", it.launches == 0 ? 0.0 : it.launch_hooks_s * 1e9 / static_cast<double>(it.launches));
+    w.member("vmm_calls", it.vmm_calls);
     w.member("wall_s", it.wall_s);
     w.end_object();
   }
@@ -489,6 +494,9 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     if (const json::value* d = it.find("divergence")) ir.divergence = d->as_string();  // optional
     ir.validation_mismatches = size_or(it, "validation_mismatches");
     if (const json::value* e = it.find("engine_s")) ir.engine_s = e->as_number();  // optional
+    ir.launches = size_or(it, "launches");  // optional, with the two below (launch_hook_ns is derived)
+    if (const json::value* h = it.find("launch_hooks_s")) ir.launch_hooks_s = h->as_number();
+    ir.vmm_calls = size_or(it, "vmm_calls");
     ir.wall_s = it.at("wall_s").as_number();
     r.iterations.push_back(ir);
   }

@@ -128,6 +128,10 @@ std::string_view report_schema() {
           "divergence": {"type": "string", "description": "Present when diverged: the first event that differed from the trace."},
           "validation_mismatches": {"$ref": "#/$defs/count"},
           "engine_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's hooks (launch interception, allocation and free callbacks), recipes and stalls included: what the engine itself costs the iteration. Absent in older reports."},
+          "launches": {"$ref": "#/$defs/count", "description": "Launches, copies and sets the engine intercepted in this iteration. Absent in older reports."},
+          "launch_hooks_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's launch ENTER and EXIT hooks in this iteration. Absent in older reports."},
+          "launch_hook_ns": {"type": "number", "minimum": 0, "description": "Host nanoseconds inside the engine's launch ENTER and EXIT hooks per intercepted launch (recipes and stalls included): the engine's share of the interception cost. Absent in older reports."},
+          "vmm_calls": {"$ref": "#/$defs/count", "description": "The allocator's VMM calls in this iteration (create, map, set access, unmap, release). Absent in older reports."},
           "wall_s": {"$ref": "#/$defs/seconds"}
         }
       }

@@ -2,7 +2,7 @@
 """Writes the GPU suite's one results JSON from what scripts/gpu-suite.sh left in its work
 directory (docs/gpu-suite.md describes the schema).
 
-    collect_results.py --workdir DIR --out FILE [--quick] [--device TEXT]
+    collect_results.py --workdir DIR --out FILE [--quick] [--device TEXT] [--parts 1,2,3,4,5]
                        [--skip-all REASON] [--fail-all REASON]
 
 Each part becomes {"status": "passed"|"failed"|"skipped", "reason": ..., "tests": {...},
@@ -29,6 +29,9 @@ PARTS = {
                       "and the process runtime and preload library it feeds",
     "3_cudnn_resnet": "a cuDNN + cuBLAS ResNet trained with and without a budget through sublinear's C API",
     "4_pytorch": "PyTorch ResNet-50 and GPT-2 blocks through sublinear.torch.enable() and `sublinear run`",
+    "5_real_stacks": "GPT-2 124M (bf16, SDPA, fused AdamW) eager and under torch.compile, ResNet-50 bf16 channels-last "
+                     "and DDP over NCCL at twice the traced peak, at checkpoint's memory and at 0.5x; a cluster kernel "
+                     "replayed with its launch attributes and a captured CUDA graph",
 }
 
 
@@ -160,6 +163,8 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--device", default="")
+    p.add_argument("--parts", default="1,2,3,4,5", help="the parts that ran; the others are skipped")
+    p.add_argument("--dry-run", action="store_true", help="part 5's scripts on the CPU: no GPU test binaries ran")
     p.add_argument("--skip-all", default=None)
     p.add_argument("--fail-all", default=None)
     a = p.parse_args()
@@ -188,6 +193,13 @@ def main() -> int:
             parts["4_pytorch"]["status"] = "failed"
         if parts["4_pytorch"]["reason"] is None:
             del parts["4_pytorch"]["reason"]
+        stacks = combine({"real_stacks": program(work, "stacks")} if a.dry_run else
+                         {"real_stacks": program(work, "stacks"), "launch_kinds": gtest(work, "launch_kinds")})
+        parts["5_real_stacks"] = stacks
+        chosen = {p.strip() for p in a.parts.split(",")}
+        for key in PARTS:
+            if key.split("_")[0] not in chosen:
+                parts[key] = {"status": "skipped", "reason": f"not selected (--parts {a.parts})"}
         for key, what in PARTS.items():
             parts[key]["checks"] = what
 
@@ -199,6 +211,7 @@ def main() -> int:
         "status": status,
         "device": a.device,
         "quick": a.quick,
+        "dry_run": a.dry_run,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "summary": {k: v["status"] for k, v in parts.items()},
         "parts": parts,

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tracer/cupti/cupti_collector.hpp"
@@ -52,6 +53,8 @@ struct driver {
                              cu_stream, void**, void**) = nullptr;
   cu_result (*memset_d8_async)(cu_ptr, unsigned char, std::size_t, cu_stream) = nullptr;
   cu_result (*ctx_synchronize)() = nullptr;
+  cu_result (*mem_alloc_async)(cu_ptr*, std::size_t, cu_stream) = nullptr;  // optional
+  cu_result (*mem_free_async)(cu_ptr, cu_stream) = nullptr;                 // optional
 
   std::string open() {
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -75,6 +78,8 @@ struct driver {
     get(memset_d8_async, "cuMemsetD8Async");
     get(ctx_synchronize, "cuCtxSynchronize");
     if (!missing.empty()) return "libcuda.so.1 lacks" + missing;
+    mem_alloc_async = reinterpret_cast<decltype(mem_alloc_async)>(dlsym(lib, "cuMemAllocAsync"));
+    mem_free_async = reinterpret_cast<decltype(mem_free_async)>(dlsym(lib, "cuMemFreeAsync"));
     return "";
   }
 
@@ -283,6 +288,64 @@ TEST_F(CuptiCollectorOnGpu, ActivityRecordsStopAndStartAgainWithSetDurations) {
     d.mem_free(buf);
     d.module_unload(mod);
   }
+}
+
+// Note [Phase-aware subscription]: in the steady phase the listener still sees launches and
+// sets, activity records are off; in the off phase nothing reaches the collector.
+TEST_F(CuptiCollectorOnGpu, SteadyKeepsLaunchesAndSetsOffSeesNothing) {
+  recorder_options o;
+  o.device = "cuda";
+  recorder rec(o);
+  listener_log seen;
+  {
+    cupti_options co;
+    co.listener = &seen;
+    cupti_collector collector(rec, co);
+    EXPECT_EQ(collector.phase(), collector_phase::tracing);
+    cu_ptr buf = 0;
+    ASSERT_EQ(d.mem_alloc(&buf, 4096), 0);
+    ASSERT_TRUE(collector.set_phase(collector_phase::steady));
+    EXPECT_FALSE(collector.durations_on());
+    ASSERT_EQ(d.memset_d8_async(buf, 0, 4096, nullptr), 0);
+    ASSERT_EQ(d.ctx_synchronize(), 0);
+    EXPECT_EQ(seen.log.size(), 2u) << "ENTER and EXIT of the set";
+    ASSERT_TRUE(collector.set_phase(collector_phase::off));
+    ASSERT_EQ(d.memset_d8_async(buf, 0, 4096, nullptr), 0);
+    ASSERT_EQ(d.ctx_synchronize(), 0);
+    EXPECT_EQ(seen.log.size(), 2u) << "no callback in the off phase";
+    ASSERT_TRUE(collector.set_phase(collector_phase::tracing));
+    EXPECT_TRUE(collector.durations_on());
+    d.mem_free(buf);
+  }
+}
+
+// Note [Stream-ordered allocation]: a cuMemAllocAsync that reached the driver is reported.
+class stream_ordered_log final : public launch_listener {
+ public:
+  void on_enter(const launch_description&) override {}
+  void on_exit(const launch_description&) override {}
+  void on_stream_ordered(std::string_view call, std::size_t bytes) override {
+    calls.emplace_back(std::string(call) + " " + std::to_string(bytes));
+  }
+  std::vector<std::string> calls;
+};
+
+TEST_F(CuptiCollectorOnGpu, StreamOrderedAllocationsReachTheListener) {
+  if (d.mem_alloc_async == nullptr || d.mem_free_async == nullptr) GTEST_SKIP() << "the driver lacks cuMemAllocAsync";
+  recorder_options o;
+  o.device = "cuda";
+  recorder rec(o);
+  stream_ordered_log seen;
+  {
+    cupti_options co;
+    co.listener = &seen;
+    cupti_collector collector(rec, co);
+    cu_ptr p = 0;
+    ASSERT_EQ(d.mem_alloc_async(&p, 1 << 20, nullptr), 0);
+    ASSERT_EQ(d.mem_free_async(p, nullptr), 0);
+    ASSERT_EQ(d.ctx_synchronize(), 0);
+  }
+  EXPECT_EQ(seen.calls, (std::vector<std::string>{"cuMemAllocAsync 1048576", "cuMemFreeAsync 0"}));
 }
 
 // Note [Listener failure at a launch]: the engine's failure at a launch's ENTER ends the

@@ -82,6 +82,10 @@ trace sample_trace() {
   add(event_kind::marker).address = 1;
   t.writes.push_back({t.events[3].seq, 0x20000});
   t.fresh.push_back({t.events[3].seq, 0x10000});
+  namespace id = device::launch_attribute_id;
+  t.launch_attributes.push_back({t.events[3].seq, device::make_launch_attribute(id::cluster_dimension, 2, 1, 1)});
+  t.launch_attributes.push_back({t.events[3].seq, device::make_launch_attribute(id::priority, 7)});
+  t.launch_attributes.push_back({t.events[4].seq, device::make_launch_attribute(id::programmatic_event, 0xE0)});
   return t;
 }
 
@@ -90,7 +94,8 @@ trace sample_trace() {
 constexpr std::size_t header_size = 64;
 constexpr std::size_t dir_entry_size = 32;
 constexpr std::size_t event_size = 104;
-enum : std::uint32_t { META = 1, KERNELS = 2, STREAMS = 3, EVENTS = 4, ARENA = 5, WRITES = 6, FRESH = 7 };
+enum : std::uint32_t { META = 1, KERNELS = 2, STREAMS = 3, EVENTS = 4, ARENA = 5, WRITES = 6, FRESH = 7, LATTRS = 8 };
+constexpr std::size_t attribute_size = 80;
 
 template <class T>
 T get(const std::vector<std::byte>& b, std::size_t at) {
@@ -502,6 +507,59 @@ TEST(TraceFile, AFileWithoutFreshRecordsReadsAsHavingNone) {
   trace expected = sample_trace();
   expected.fresh.clear();
   EXPECT_EQ(decode_trace(b), expected);
+}
+
+// Launch attributes (1.2, Note [Launch attributes]): kept per launch, in order.
+TEST(TraceFile, LaunchAttributesRoundTripAndTheVersionIsOneTwo) {
+  const trace t = sample_trace();
+  const auto b = encode_trace(t);
+  EXPECT_EQ(get<std::uint16_t>(b, 8), 1);
+  EXPECT_EQ(get<std::uint16_t>(b, 10), 2);
+  EXPECT_EQ(get<std::uint64_t>(b, dir_of(b, LATTRS) + 16), 3 * attribute_size);
+  const trace back = decode_trace(b);
+  ASSERT_EQ(back.attributes_of(t.events[3].seq).size(), 2U);
+  EXPECT_EQ(back.attributes_of(t.events[3].seq)[0].attribute.word(0), 2U);
+  EXPECT_EQ(back.attributes_of(t.events[4].seq)[0].attribute.id, device::launch_attribute_id::programmatic_event);
+  EXPECT_TRUE(back.attributes_of(t.events[5].seq).empty());
+}
+
+// A 1.1 file has no LATTRS section: it reads as plain launches.
+TEST(TraceFile, AFileWithoutLaunchAttributesReadsAsHavingNone) {
+  auto b = encode_trace(sample_trace());
+  put<std::uint32_t>(b, dir_of(b, LATTRS), 98);  // a section this reader does not know
+  put<std::uint16_t>(b, 10, 1);
+  fix_checksums(b);
+  trace expected = sample_trace();
+  expected.launch_attributes.clear();
+  EXPECT_EQ(decode_trace(b), expected);
+}
+
+TEST(TraceFileRejects, ALaunchAttributeOfAnEventThatIsNotALaunch) {
+  auto b = encode_trace(sample_trace());
+  const trace t = sample_trace();
+  put<std::uint64_t>(b, section_offset(b, LATTRS) + 2 * attribute_size, t.events[5].seq);  // the memcpy
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "LATTRS section", "launch attribute 2", "is not a launch");
+}
+
+TEST(TraceFileRejects, LaunchAttributesOutOfOrderOrMalformed) {
+  const trace t = sample_trace();
+  auto b = encode_trace(t);
+  put<std::uint64_t>(b, section_offset(b, LATTRS), t.events[4].seq);  // after the next record's seq
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "LATTRS section", "not in increasing seq order");
+  b = encode_trace(t);
+  put<std::uint32_t>(b, section_offset(b, LATTRS) + 12, 1);
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "LATTRS", "reserved field of a launch attribute is not zero");
+  b = encode_trace(t);
+  put<std::uint32_t>(b, section_offset(b, LATTRS) + 8, 0);
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "LATTRS section", "id 0");
+  b = encode_trace(t);
+  put<std::uint64_t>(b, dir_of(b, LATTRS) + 24, 4);  // four records in the bytes of three
+  fix_checksums(b);
+  EXPECT_REJECTED(b, "LATTRS", "4 launch attributes need 320 bytes, the section has 240");
 }
 
 TEST(TraceFileRejects, RandomCorruptionWithoutCrashing) {

@@ -165,6 +165,8 @@ class listener_failure : public std::runtime_error {
 // Set while our callback runs: driver calls it makes (layout queries) must not recurse.
 thread_local bool t_inside = false;
 thread_local std::vector<std::byte> t_packed;
+// The launch's attributes, decoded at ENTER and again at EXIT (the vector keeps its capacity).
+thread_local std::vector<device::launch_attribute> t_attributes;
 // The correlation id whose parameters t_packed holds (packed at ENTER, reused at EXIT).
 thread_local std::uint32_t t_packed_correlation = 0;
 thread_local bool t_packed_valid = false;
@@ -220,9 +222,37 @@ device::stream_handle stream_of(CUstream s, bool per_thread) {
                                     : static_cast<device::stream_handle>(s);
 }
 
+// The CUDA attribute ids and value size are the ones device/launch_attributes.hpp names.
+static_assert(sizeof(CUlaunchAttributeValue) == device::launch_attribute_value_bytes);
+static_assert(CU_LAUNCH_ATTRIBUTE_COOPERATIVE == device::launch_attribute_id::cooperative);
+static_assert(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION == device::launch_attribute_id::cluster_dimension);
+static_assert(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION ==
+              device::launch_attribute_id::programmatic_stream_serialization);
+static_assert(CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT == device::launch_attribute_id::programmatic_event);
+static_assert(CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT == device::launch_attribute_id::launch_completion_event);
+static_assert(CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT ==
+              device::launch_attribute_id::preferred_shared_memory_carveout);
+static_assert(CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING ==
+              device::launch_attribute_id::nvlink_util_centric_scheduling);
+
+// A launch's attribute list as device::launch_attribute values, into t_attributes.
+void decode_attributes(const CUlaunchAttribute* attrs, unsigned n, bool cooperative) {
+  t_attributes.clear();
+  for (unsigned i = 0; attrs != nullptr && i < n; ++i) {
+    if (attrs[i].id == CU_LAUNCH_ATTRIBUTE_IGNORE) continue;
+    device::launch_attribute a;
+    a.id = static_cast<std::uint32_t>(attrs[i].id);
+    std::memcpy(a.value.data(), &attrs[i].value, device::launch_attribute_value_bytes);
+    t_attributes.push_back(a);
+  }
+  if (cooperative) t_attributes.push_back(device::make_launch_attribute(device::launch_attribute_id::cooperative, 1));
+}
+
 // A driver call decoded from its callback parameters.
 struct decoded_call {
-  enum class what : std::uint8_t { other, kernel, graph, memcpy, memset, event_record, event_wait };
+  enum class what : std::uint8_t {
+    other, kernel, graph, memcpy, memset, event_record, event_wait, capture_begin, capture_end, stream_ordered
+  };
   what call = what::other;
   launch_description op;  // kernel, graph, memcpy, memset (params filled in by the collector)
   CUfunction function = nullptr;
@@ -233,30 +263,8 @@ struct decoded_call {
   bool cooperative = false;
   copy_kind copy = copy_kind::unknown;
   std::uint64_t event = 0;
+  std::size_t bytes = 0;  // stream-ordered allocations
 };
-
-// Whether the replay engine's plain cuLaunchKernel reproduces this launch. Attributes that
-// only tune it (priority, L2 access policy, memory synchronisation domain) do not matter; a
-// cluster shape, a cooperative grid, programmatic dependent launch or an event the launch
-// records do, and such a launch is recorded as not replayable (its outputs are never
-// evicted). The engine also survives a replay the driver refuses (Note [Failed recipe]
-// in runtime/engine_regenerate.cpp); this keeps such kernels out of plans from the start.
-bool plainly_replayable(const decoded_call& d) {
-  if (d.cooperative) return false;
-  for (unsigned i = 0; i < d.num_attrs; ++i) {
-    switch (d.attrs[i].id) {
-      case CU_LAUNCH_ATTRIBUTE_IGNORE:
-      case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
-      case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
-      case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
-        break;
-      default:
-        return false;
-    }
-  }
-  return true;
-}
 
 decoded_call decode(CUpti_CallbackId cbid, const void* p) {
   decoded_call d;
@@ -310,6 +318,8 @@ decoded_call decode(CUpti_CallbackId cbid, const void* p) {
              a->extra);
       d.attrs = c->attrs;
       d.num_attrs = c->numAttrs;
+      decode_attributes(c->attrs, c->numAttrs, false);
+      d.op.attributes = t_attributes;
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
@@ -319,6 +329,8 @@ decoded_call decode(CUpti_CallbackId cbid, const void* p) {
              a->sharedMemBytes, a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
              a->kernelParams, nullptr);
       d.cooperative = true;
+      decode_attributes(nullptr, 0, true);
+      d.op.attributes = t_attributes;
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
@@ -387,7 +399,29 @@ decoded_call decode(CUpti_CallbackId cbid, const void* p) {
       d.op.stream = stream_of(a->hStream, cbid == CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz);
       break;
     }
-    default: break;
+    default:
+      switch (classify_driver_callback(cbid)) {
+        case callback_class::capture_begin:
+        case callback_class::capture_end: {
+          // Every form's parameter struct begins with the stream.
+          const auto* a = static_cast<const cuStreamBeginCapture_params*>(p);
+          const bool pt = driver_callback_name(cbid).ends_with("_ptsz");
+          d.call = classify_driver_callback(cbid) == callback_class::capture_begin ? decoded_call::what::capture_begin
+                                                                                   : decoded_call::what::capture_end;
+          d.op.stream = stream_of(a->hStream, pt);
+          break;
+        }
+        case callback_class::stream_ordered_alloc:
+          d.call = decoded_call::what::stream_ordered;
+          d.bytes = (cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync || cbid == CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz)
+                        ? static_cast<const cuMemAllocAsync_params*>(p)->bytesize
+                        : static_cast<const cuMemAllocFromPoolAsync_params*>(p)->bytesize;
+          break;
+        case callback_class::stream_ordered_free:
+        case callback_class::pool: d.call = decoded_call::what::stream_ordered; break;
+        default: break;
+      }
+      break;
   }
   return d;
 }
@@ -412,6 +446,9 @@ struct cupti_collector::impl {
   std::unordered_map<std::uint32_t, std::uint64_t> seq_by_correlation;
 
   std::atomic<bool> warned{false};
+  capture_set captures;  // streams being captured: their launches do not run
+  std::atomic<collector_phase> phase{collector_phase::tracing};
+  std::mutex phase_mutex;
   std::atomic<bool> durations_on{false};  // activity kinds enabled now (Note [Durations only while tracing])
   std::mutex durations_mutex;
 
@@ -578,8 +615,13 @@ struct cupti_collector::impl {
     }
   }
 
+  // A launch, copy or set queued into a stream capture is not run now (Note [Graph
+  // launches] in tracer/analysis.cpp: the graph launch stands for it).
+  bool captured(const decoded_call& d) const { return captures.any() && captures.capturing(d.op.stream); }
+
   void on_enter(CUpti_CallbackId cbid, const CUpti_CallbackData& cb, launch_listener& l) {
     decoded_call d = decode(cbid, cb.functionParams);
+    if (captured(d)) return;
     switch (d.call) {
       case decoded_call::what::kernel:
         pack(d, cb, layout_for(d.function, cb.symbolName));
@@ -597,6 +639,16 @@ struct cupti_collector::impl {
 
   void on_exit(CUpti_CallbackId cbid, const CUpti_CallbackData& cb) {
     decoded_call d = decode(cbid, cb.functionParams);
+    if (d.call == decoded_call::what::capture_begin) {
+      captures.begin(d.op.stream);
+      return;
+    }
+    if (d.call == decoded_call::what::stream_ordered) {
+      if (launch_listener* l = listener.load(std::memory_order_acquire))
+        l->on_stream_ordered(driver_callback_name(cbid), d.bytes);
+      return;
+    }
+    if (captured(d)) return;
     switch (d.call) {
       case decoded_call::what::kernel: {
         const layout_entry& layout = layout_for(d.function, cb.symbolName);
@@ -611,7 +663,7 @@ struct cupti_collector::impl {
         a.stream = d.op.stream;
         a.params = t_packed;
         a.correlation = cb.correlationId;
-        if (!plainly_replayable(d)) a.flags |= event_flags::names_event;
+        a.attributes = d.op.attributes;
         const kernel_description desc{&layout, opts.flag_tensor_maps};
         const std::uint64_t seq = rec.record_launch(a, &describe_cuda_kernel, &desc);
         remember(cb.correlationId, seq);
@@ -643,6 +695,9 @@ struct cupti_collector::impl {
         break;
       case decoded_call::what::event_record: rec.record_event_record(d.event, d.op.stream); break;
       case decoded_call::what::event_wait: rec.record_event_wait(d.event, d.op.stream); break;
+      case decoded_call::what::capture_begin:
+      case decoded_call::what::capture_end:
+      case decoded_call::what::stream_ordered:
       case decoded_call::what::other: break;
     }
     if (d.call == decoded_call::what::kernel || d.call == decoded_call::what::graph ||
@@ -689,6 +744,12 @@ void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_Cal
     return;
   }
   if (cb->callbackSite != CUPTI_API_EXIT) return;
+  // A capture ends with its cuStreamEndCapture, whether the capture succeeded or not.
+  if (classify_driver_callback(cbid) == callback_class::capture_end) {
+    const decoded_call d = decode(cbid, cb->functionParams);
+    self->captures.end(d.op.stream);
+    return;
+  }
   // Record only what the driver accepted.
   if (cb->functionReturnValue == nullptr || *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
     t_packed_valid = false;
@@ -742,21 +803,6 @@ void CUPTIAPI on_buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, 
   std::free(buffer);
 }
 
-constexpr CUpti_CallbackId driver_cbids[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,            CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,          CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,             CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,             CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,           CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,          CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuEventRecord,             CUPTI_DRIVER_TRACE_CBID_cuEventRecord_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent,         CUPTI_DRIVER_TRACE_CBID_cuStreamWaitEvent_ptsz,
-};
-
 constexpr CUpti_ActivityKind activity_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                                  CUPTI_ACTIVITY_KIND_MEMSET};
 
@@ -794,7 +840,7 @@ cupti_collector::cupti_collector(recorder& rec, cupti_options options)
     }
     throw cupti_unavailable("CUPTI collector: cuptiSubscribe failed: " + result_text(api, r));
   }
-  for (CUpti_CallbackId cbid : driver_cbids) {
+  for (CUpti_CallbackId cbid : subscription_for(collector_phase::tracing).callbacks) {
     const CUptiResult e = api.enable_callback(1, impl_->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
     if (e != CUPTI_SUCCESS) {
       api.unsubscribe(impl_->subscriber);
@@ -855,6 +901,36 @@ void cupti_collector::set_durations(bool on) {
 }
 
 bool cupti_collector::durations_on() const noexcept { return impl_->durations_on.load(std::memory_order_acquire); }
+
+bool cupti_collector::set_phase(collector_phase phase) {
+  std::lock_guard lock(impl_->phase_mutex);
+  const collector_phase was = impl_->phase.load(std::memory_order_acquire);
+  if (was == phase) return true;
+  const std::vector<std::uint32_t> before = subscription_for(was).callbacks;
+  const subscription after = subscription_for(phase);
+  const cupti_api& api = *impl_->api;
+  // Enable what the new phase adds first, then disable what it drops.
+  for (std::uint32_t cbid : after.callbacks) {
+    if (std::binary_search(before.begin(), before.end(), cbid)) continue;
+    const CUptiResult e = api.enable_callback(1, impl_->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+    if (e != CUPTI_SUCCESS) {
+      std::fprintf(stderr, "sublinear: CUPTI refused to enable callback %u for the %s phase (%s); staying in the %s "
+                   "phase\n", cbid, to_string(phase), result_text(api, e).c_str(), to_string(was));
+      for (std::uint32_t undo : after.callbacks)
+        if (!std::binary_search(before.begin(), before.end(), undo) && undo != cbid)
+          api.enable_callback(0, impl_->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, undo);
+      return false;
+    }
+  }
+  for (std::uint32_t cbid : before)
+    if (!std::binary_search(after.callbacks.begin(), after.callbacks.end(), cbid))
+      api.enable_callback(0, impl_->subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  impl_->phase.store(phase, std::memory_order_release);
+  set_durations(after.activity);
+  return true;
+}
+
+collector_phase cupti_collector::phase() const noexcept { return impl_->phase.load(std::memory_order_acquire); }
 
 void cupti_collector::set_listener(launch_listener* listener) noexcept {
   impl_->listener.store(listener, std::memory_order_release);

@@ -70,6 +70,7 @@
 #include <string_view>
 
 #include "sublinear/error.hpp"
+#include "tracer/cupti/callback_plan.hpp"
 #include "tracer/recorder.hpp"
 
 namespace sublinear::tracer {
@@ -89,6 +90,9 @@ struct launch_description {
   std::uint32_t shared_mem = 0;
   device::stream_handle stream = nullptr;  // CUstream; nullptr: the legacy default stream
   std::span<const std::byte> params;          // kernels: the packed parameter block
+  // Kernels: cuLaunchKernelEx's attributes (ignored entries dropped); a cooperative
+  // launch carries the cooperative attribute (Note [Launch attributes]).
+  std::span<const device::launch_attribute> attributes;
   void* dst = nullptr;                        // copies and sets
   const void* src = nullptr;
   std::size_t bytes = 0;
@@ -102,6 +106,13 @@ class launch_listener {
   virtual void on_enter(const launch_description& op) = 0;
   // After the driver accepted `op` (not called when the call failed).
   virtual void on_exit(const launch_description& op) = 0;
+  // After the driver accepted a stream-ordered allocation, free or pool call `call`
+  // (Note [Stream-ordered allocation] in callback_plan.hpp); `bytes`: the allocation's
+  // size (0 for the others).
+  virtual void on_stream_ordered(std::string_view call, std::size_t bytes) {
+    static_cast<void>(call);
+    static_cast<void>(bytes);
+  }
 };
 
 // Note [Listener failure at a launch]: prints why, at which call, and aborts.
@@ -163,6 +174,13 @@ class cupti_collector {
   //   nothing. tests/tracer/cupti_collector_test.cpp checks it on a GPU (skipped without one).
   void set_durations(bool on);
   [[nodiscard]] bool durations_on() const noexcept;
+
+  // Note [Phase-aware subscription] (callback_plan.hpp): enables the callbacks `phase`
+  // needs and disables the others; activity records follow (set_durations). The
+  // collector starts in the tracing phase. Returns false, and leaves the phase as it was,
+  // when CUPTI refused a change (said once on stderr).
+  bool set_phase(collector_phase phase);
+  [[nodiscard]] collector_phase phase() const noexcept;
 
   // Installs the listener (nullptr removes it). It must outlive the collector or be removed
   // first; a callback already running on another thread may still use the previous one.

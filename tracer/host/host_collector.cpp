@@ -114,6 +114,7 @@ void host_collector::on_enter(const device::host::launch_record& r) {
   a.shared_mem = r.config.shared_mem;
   a.stream = handle_of(r.on);
   a.params = {r.params, r.param_bytes};
+  a.attributes = r.config.attributes;
   a.correlation = r.correlation_id;
   const std::uint64_t seq = rec_.record_launch(a, &describe_host_kernel, r.fn);
   if (seq == no_seq) {
