@@ -179,10 +179,11 @@ std::string at_least(std::size_t bytes) {
 }  // namespace
 
 infeasible_budget::infeasible_budget(std::string_view planner, std::size_t budget, std::size_t smallest_feasible,
-                                     std::size_t lower_bound)
+                                     std::size_t lower_bound, std::string_view why)
     : config_error("sublinear: budget " + exact(budget) + " is infeasible for planner '" + std::string(planner) +
                    "': the smallest feasible budget for it is " + at_least(smallest_feasible) +
-                   "; no plan can go below " + exact(lower_bound) + " for this iteration"),
+                   "; no plan can go below " + exact(lower_bound) + " for this iteration" +
+                   (why.empty() ? std::string() : "; " + std::string(why))),
       budget_(budget),
       smallest_feasible_(smallest_feasible),
       lower_bound_(lower_bound) {}

@@ -58,8 +58,9 @@ struct budget_spec {
 // mapped during the most demanding launch).
 class SUBLINEAR_API infeasible_budget : public config_error {
  public:
+  // `why`, when given, is appended to the message (what limited the planner).
   infeasible_budget(std::string_view planner, std::size_t budget, std::size_t smallest_feasible,
-                    std::size_t lower_bound);
+                    std::size_t lower_bound, std::string_view why = {});
 
   [[nodiscard]] std::size_t budget() const noexcept { return budget_; }
   [[nodiscard]] std::size_t smallest_feasible() const noexcept { return smallest_feasible_; }

@@ -33,6 +33,15 @@ struct link_model {
   [[nodiscard]] bool usable() const noexcept { return to_host.bytes_per_s > 0.0 && to_device.bytes_per_s > 0.0; }
 };
 
+// When one offload's copies run on the modelled link, in seconds from the start of the
+// iteration (Note [Link timeline] in simulator_offload.cpp).
+struct offload_times {
+  double to_host_start = 0.0;
+  double to_host_done = 0.0;
+  double to_device_start = 0.0;
+  double to_device_done = 0.0;
+};
+
 // keep/recompute/offload choice given to planners (SUBLINEAR_OFFLOAD).
 enum class offload_mode : unsigned char {
   off,   // recompute only (keep or recompute)

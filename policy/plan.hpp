@@ -97,7 +97,8 @@ struct plan {
   std::size_t offloaded_bytes = 0;   // device->host bytes per iteration (= fetched bytes)
   std::size_t host_bytes = 0;        // peak of host memory the offloads hold at once
   double link_busy_s = 0.0;          // both directions' copy time, summed
-  double predicted_stall_s = 0.0;    // time consumers wait for a fetch not back in time
+  double predicted_stall_s = 0.0;    // time launches wait for a copy (fetch late, or d2h late at release)
+  double predicted_time_s = 0.0;     // launch costs + added_compute_s + predicted_stall_s
 };
 
 }  // namespace sublinear::policy

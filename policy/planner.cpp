@@ -14,8 +14,15 @@ namespace sublinear::policy {
 
 // ---- context ----------------------------------------------------------------------------
 
-planner::context::context(const iteration& it, bool multi_pass, bool packs)
-    : it_(&it), flow_(it), candidates_(flow_), sim_(it), drops_(candidates_), multi_pass_(multi_pass), packs_(packs) {}
+planner::context::context(const iteration& it, bool multi_pass, bool packs, const offload_settings& off)
+    : it_(&it),
+      flow_(it),
+      candidates_(flow_),
+      sim_(it, off.link, off.host_budget),
+      drops_(candidates_),
+      multi_pass_(multi_pass),
+      packs_(packs),
+      offload_(off) {}
 
 planner::context::evaluation planner::context::evaluate(std::span<const std::uint8_t> dropped,
                                                         std::span<const launch_id> horizons) {
@@ -35,9 +42,44 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
     // A drop set always yields a valid plan; anything else is a bug worth a loud error.
     throw std::logic_error("sublinear: internal error: a drop-set plan failed validation: " + e.sim.error);
   }
-  e.result.predicted_peak = e.sim.peak;
-  e.result.added_compute_s = e.sim.added_compute_s;
-  e.result.recomputed_launches = e.sim.recomputed_launches;
+  record(e.sim, e.result);
+  e.ok = true;
+  return e;
+}
+
+planner::context::evaluation planner::context::evaluate_actions(std::span<const action> actions,
+                                                                std::span<const launch_id> need_lo,
+                                                                std::span<const launch_id> need_hi) {
+  evaluation e;
+  e.dropped.assign(candidates_.size(), 0);
+  std::vector<offload_request> requests;
+  for (std::uint32_t c = 0; c < candidates_.size() && c < actions.size(); ++c) {
+    if (actions[c] == action::drop) e.dropped[c] = 1;
+    if (actions[c] != action::offload) continue;
+    const candidate& cd = candidates_[c];
+    offload_request r;
+    r.target = cd.buffer;
+    r.evict_after = cd.evict_after;
+    r.restore_before = cd.restore_before;
+    if (c < need_lo.size()) r.need_lo = need_lo[c];
+    if (c < need_hi.size()) r.need_hi = need_hi[c];
+    requests.push_back(r);
+  }
+  drop_plan_builder::outcome built = drops_.build(e.dropped);
+  if (!built.ok) {
+    e.error = std::move(built.error);
+    e.refused = std::move(built.refused);
+    return e;
+  }
+  e.result = std::move(built.result);
+  if (packs_) add_packs(*it_, e.result);
+  place_offloads(*it_, offload_.link, e.result, requests);
+  e.sim = sim_.run(e.result);
+  if (!e.sim.valid) {
+    e.error = e.sim.error;
+    return e;
+  }
+  record(e.sim, e.result);
   e.ok = true;
   return e;
 }
@@ -75,12 +117,27 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     }
     p.planner = std::string(name());
     p.budget = budget;
-    p.predicted_peak = s.peak;
-    p.added_compute_s = s.added_compute_s;
-    p.recomputed_launches = s.recomputed_launches;
+    record(s, p);
     return p;
   };
-  context ctx(it, o.multi_pass, o.packs);
+  offload_settings off{o.offload, o.link, o.host_budget};
+  if (o.offload != offload_mode::off && !offloads()) {
+    if (o.offload == offload_mode::only) {
+      throw config_error("sublinear: planner '" + std::string(name()) +
+                         "' does not offload, so offload 'only' cannot be planned with it; planners that offload: " +
+                         offloading_planner_list() + " (or set the offload mode to auto or off)");
+    }
+    off.mode = offload_mode::off;
+  }
+  if (off.mode != offload_mode::off && !o.link.usable()) {
+    if (off.mode == offload_mode::only) {
+      throw config_error(
+          "sublinear: offload 'only' needs a link model with a bandwidth in both directions (set the link "
+          "bandwidth, or set the offload mode to auto or off)");
+    }
+    off.mode = offload_mode::off;
+  }
+  context ctx(it, o.multi_pass, o.packs, off);
   std::optional<plan> best;
   std::optional<infeasible_budget> refused;
   try {
@@ -96,14 +153,15 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
   if (o.retention && !(best && best->evictions.empty())) offered = retention_options(ctx.candidates());
   if (!offered.empty()) {
     const iteration kept = with_retentions(it, offered);
-    context with(kept, o.multi_pass, o.packs);
+    context with(kept, o.multi_pass, o.packs, off);
     try {
       plan q = search(with, budget);
       q.retentions = std::move(offered);
       trim_retentions(q, it);
-      const simulation s = simulate(it, q);
+      const simulation s = simulate(it, q, off.link, off.host_budget);
       // An invalid plan goes through checked() too: it is a bug, and says so.
-      if (!best || !s.valid || s.added_compute_s < best->added_compute_s * (1.0 - 1e-9))
+      if (!best || !s.valid ||
+          s.added_time_s() < (best->added_compute_s + best->predicted_stall_s) * (1.0 - 1e-9))
         best = checked(std::move(q), s);
     } catch (const infeasible_budget& e) {
       if (!best && refused)
@@ -112,6 +170,14 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     }
   }
   if (best) return std::move(*best);
+  if (off.mode != offload_mode::off) {
+    // Say what bounded the offloads (Note [Offload]).
+    std::string why = off.mode == offload_mode::only ? "offload only (no recompute)" : "with offload";
+    why += off.host_budget != 0 ? ", offloads limited to a host budget of " + format_bytes(off.host_budget) +
+                                      " (a larger host budget may meet it)"
+                                : ", host memory unbounded";
+    throw infeasible_budget(name(), budget, refused->smallest_feasible(), refused->lower_bound(), why);
+  }
   throw *refused;
 }
 

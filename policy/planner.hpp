@@ -15,7 +15,8 @@
 //   [Tiered drop sets]); reforward (branch and bound over drop sets, Note [Exact drop
 //   sets on arbitrary graphs]); greedy (cost-aware, Note [Cost-aware greedy]); dtr (DTR's
 //   online heuristic simulated over the trace, Note [Simulated DTR]). All but dtr search
-//   drop sets (Note [Drop sets] in candidates.hpp). Each planner in brief:
+//   drop sets (Note [Drop sets] in candidates.hpp); greedy and reforward also offload
+//   (Note [Offload search] in solver_offload.cpp). Each planner in brief:
 //   docs/design-notes.md#planner-contract.
 // Limitations: planners see one iteration; the plan is valid for iterations that repeat
 //   it exactly (the runtime checks that).
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "policy/budget.hpp"
@@ -41,6 +43,8 @@ class planner {
   planner& operator=(const planner&) = delete;
 
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
+  // Whether the planner chooses offloads (Note [Offload]); the others plan recompute only.
+  [[nodiscard]] virtual bool offloads() const noexcept { return false; }
 
   struct options {
     // Also plan with retentions (Note [Retention] in retention.hpp) and keep the cheaper.
@@ -54,9 +58,11 @@ class planner {
     // Offload (Note [Offload] in link_model.hpp): the planners that support it choose
     // among keep, recompute and offload; the others plan recompute only (offload_mode::on
     // is then the same as off, and offload_mode::only is refused with a config_error).
+    // offload_mode::on with an unusable link plans recompute only; offload_mode::only with
+    // one is refused with a config_error. Plans minimise added time (recompute + stalls).
     offload_mode offload = offload_mode::off;
     link_model link{};                 // unusable link: no offload
-    std::size_t host_budget = 0;       // bytes of pinned host memory offloads may hold at once
+    std::size_t host_budget = 0;       // bytes of pinned host memory offloads may hold at once; 0: no bound
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the
@@ -79,5 +85,8 @@ class planner {
 
 // "none", "sqrtn", "chen", "chain", "tiered", "reforward", "greedy", "dtr".
 [[nodiscard]] std::span<const std::string_view> planner_names() noexcept;
+
+// The planners whose offloads() is true, comma-separated ("reforward, greedy").
+[[nodiscard]] std::string offloading_planner_list();
 
 }  // namespace sublinear::policy

@@ -21,10 +21,21 @@
 
 namespace sublinear::policy {
 
+// What make_plan() passes on about offload (planner::options): the mode in effect
+// (offload_mode::off for planners that do not offload, or without a usable link).
+struct offload_settings {
+  offload_mode mode = offload_mode::off;
+  link_model link{};
+  std::size_t host_budget = 0;  // 0: no bound
+};
+
+// One candidate's action in a keep/recompute/offload choice (evaluate_actions).
+enum class action : std::uint8_t { keep = 0, drop = 1, offload = 2 };
+
 // Everything a search needs about one iteration, built once per make_plan().
 class planner::context {
  public:
-  explicit context(const iteration& it, bool multi_pass = true, bool packs = true);
+  explicit context(const iteration& it, bool multi_pass = true, bool packs = true, const offload_settings& off = {});
 
   struct evaluation {
     bool ok = false;  // the plan could be built (recipes exist) and is valid
@@ -44,6 +55,13 @@ class planner::context {
   // producing, or that updates an evicted or rewritten block in place (docs/policy.md,
   // "Recipes"); keeping its targets is the smallest change to the rule's set that builds.
   [[nodiscard]] evaluation evaluate_keeping_refused(std::span<const std::uint8_t> dropped);
+  // Keep/recompute/offload (Note [Offload search] in solver_offload.cpp): `actions` has one
+  // action per candidate; the dropped ones are built as a drop set, the offloaded ones
+  // placed on the link (place_offloads), their windows covering need_lo..need_hi where
+  // those are not `none`. Not ok (no throw) when the combination is invalid, e.g. a recipe
+  // reads an offloaded buffer, or the host budget is exceeded. `dropped` is the drop set.
+  [[nodiscard]] evaluation evaluate_actions(std::span<const action> actions, std::span<const launch_id> need_lo,
+                                            std::span<const launch_id> need_hi);
 
   [[nodiscard]] const iteration& graph() const noexcept { return *it_; }
   [[nodiscard]] const dataflow& flow() const noexcept { return flow_; }
@@ -56,6 +74,8 @@ class planner::context {
   [[nodiscard]] bool multi_pass() const noexcept { return multi_pass_; }
   // Whether plans are packed (planner::options::packs).
   [[nodiscard]] bool packs() const noexcept { return packs_; }
+  // Offload settings in effect (offload_settings).
+  [[nodiscard]] const offload_settings& offload() const noexcept { return offload_; }
   // What one solver keeps about this iteration between its calls (its caches): one T per
   // context, value-initialised on first use. T is private to the solver's file; the
   // context knows no solver's state by name.
@@ -75,6 +95,7 @@ class planner::context {
   std::optional<std::size_t> unplanned_peak_;
   const bool multi_pass_;
   const bool packs_;
+  const offload_settings offload_;
   std::map<std::type_index, std::shared_ptr<void>> states_;
 };
 

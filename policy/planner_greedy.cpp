@@ -1,5 +1,6 @@
 // `greedy`: the cost-aware greedy search (Note [Cost-aware greedy] in solver_greedy.cpp)
-// at the budget.
+// at the budget; with offload, also the keep/recompute/offload search (Note [Offload
+// search] in solver_offload.cpp), the plan of least added time kept.
 #include <optional>
 
 #include "policy/solvers.hpp"
@@ -11,10 +12,13 @@ namespace {
 class greedy_planner final : public attempt_planner {
  public:
   [[nodiscard]] std::string_view name() const noexcept override { return "greedy"; }
+  [[nodiscard]] bool offloads() const noexcept override { return true; }
 
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
-    std::optional<context::evaluation> e = solve_greedy(ctx, budget);
+    std::optional<context::evaluation> e;
+    if (ctx.offload().mode != offload_mode::only) e = solve_greedy(ctx, budget);
+    e = with_offload(ctx, budget, std::move(e));
     if (!e) return std::nullopt;
     return std::move(e->result);
   }

@@ -308,9 +308,20 @@ void keep_back(planner::context& ctx, std::size_t budget, planner::context::eval
 class reforward_planner final : public attempt_planner {
  public:
   [[nodiscard]] std::string_view name() const noexcept override { return "reforward"; }
+  [[nodiscard]] bool offloads() const noexcept override { return true; }
 
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
+    // With offload: the recompute-only search below, then keep/recompute/offload from it
+    // and from nothing (Note [Offload search]); the least added time wins.
+    std::optional<context::evaluation> best;
+    if (ctx.offload().mode != offload_mode::only) best = attempt_recompute(ctx, budget);
+    best = with_offload(ctx, budget, std::move(best));
+    if (!best) return std::nullopt;
+    return std::move(best->result);
+  }
+
+  [[nodiscard]] static std::optional<context::evaluation> attempt_recompute(context& ctx, std::size_t budget) {
     std::optional<context::evaluation> best = solve_chain(ctx, budget);
     const auto consider = [&](std::optional<context::evaluation> e) {
       if (e && (!best || e->sim.added_compute_s < best->sim.added_compute_s)) best = std::move(e);
@@ -326,18 +337,28 @@ class reforward_planner final : public attempt_planner {
     }
     if (!best) {
       // Note [Multi-pass]: no drop set fits; a two-level schedule may.
-      std::optional<context::evaluation> deeper = solve_multi_pass(ctx, budget);
-      if (!deeper) return std::nullopt;
-      return std::move(deeper->result);
+      return solve_multi_pass(ctx, budget);
     }
     if (!exact) keep_back(ctx, budget, *best);
     prefer_multi_level(ctx, budget, best);
-    return std::move(best->result);
+    return best;
   }
 
   [[nodiscard]] plan search(context& ctx, std::size_t budget) const override {
     if (ctx.unplanned_peak() <= budget) return plan{};
     if (std::optional<plan> p = attempt(ctx, budget)) return std::move(*p);
+    if (ctx.offload().mode != offload_mode::off) {
+      // Offloads lower the least peak below the drop sets' own: bisect with the same
+      // searches attempt() runs (every budget meets() accepts, attempt() plans).
+      const offload_mode mode = ctx.offload().mode;
+      const std::size_t two = mode == offload_mode::on ? multi_pass_least_peak(ctx) : 0;
+      const std::size_t smallest = smallest_feasible_budget(ctx, [&](std::size_t b) {
+        if (ctx.unplanned_peak() <= b || (two != 0 && two <= b)) return true;
+        if (mode == offload_mode::on && meets(ctx, b)) return true;
+        return solve_offload(ctx, b, mode == offload_mode::on).has_value();
+      });
+      return plan_at_smallest(ctx, name(), budget, smallest, [&](std::size_t b) { return attempt(ctx, b); });
+    }
     // Two-level schedules meet exactly the budgets from their least peak up (Note
     // [Multi-pass]); below it attempt() answers from the cached least peak at once.
     const std::size_t two = multi_pass_least_peak(ctx);

@@ -30,6 +30,16 @@ std::unique_ptr<planner> make_none_planner() { return std::make_unique<none_plan
 
 std::span<const std::string_view> planner_names() noexcept { return names; }
 
+std::string offloading_planner_list() {
+  std::string out;
+  for (std::string_view n : names) {
+    if (!make_planner(n)->offloads()) continue;
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
 std::unique_ptr<planner> make_planner(std::string_view name) {
   if (name == "none") return make_none_planner();
   if (name == "sqrtn") return make_sqrtn_planner();

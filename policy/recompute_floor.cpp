@@ -251,8 +251,9 @@ double relaxed_cover(const std::vector<std::vector<option>>& groups, std::size_t
   return left > 0 ? infinite : cost;
 }
 
-// Least cost of freeing at least `need` units with one option from each group.
-double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
+// Least cost of freeing at least w units with one option from each group, for every w up
+// to `need` (index w).
+std::vector<double> cover_all(const std::vector<std::vector<option>>& groups, std::size_t need) {
   std::vector<double> best(need + 1, infinite);
   best[0] = 0.0;
   std::vector<double> next(need + 1);
@@ -267,7 +268,29 @@ double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
     }
     best.swap(next);
   }
-  return best[need];
+  return best;
+}
+
+double cover(const std::vector<std::vector<option>>& groups, std::size_t need) { return cover_all(groups, need)[need]; }
+
+// Note [Offload floor]
+// Rationale: with offload, a buffer can be out during t at no compute; what bounds it is
+//   the link: every buffer out by offload during t went to host memory before t started
+//   and comes back after t ends.
+// Approach: at position t, X bytes out by offload cross the link both ways, at least
+//   X * r bytes of copies (r: the least ratio of size to footprint among the buffers
+//   offloadable at t). Before t the iteration runs for S(t) (the costs of launches 0..t-1)
+//   plus what the plan adds before t, so that added part is at least X*r/to_host - S(t);
+//   after t likewise with to_device and A(t) (launches after t). Added time is at least
+//   the larger of the recompute needed for the rest of the deficit (the knapsack of Note
+//   [Recompute floor], solved for every remainder) and the sum of those two link terms,
+//   minimised over X. Buffers whose writers cannot be replayed count as offloadable, and
+//   X is at most the host budget.
+// Limitations: copy latency, contention with copies for other positions, and that a copy
+//   to host cannot start before its buffer's last use are not counted, so the bound is
+//   loose where buffers are last used just before t or many small copies queue.
+double link_time(double bytes, const link_model& link, double before, double after) {
+  return std::max(0.0, bytes / link.to_host.bytes_per_s - before) + std::max(0.0, bytes / link.to_device.bytes_per_s - after);
 }
 
 }  // namespace
@@ -278,6 +301,9 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
   if (n == 0) return out;
   const std::size_t g = it.granularity == 0 ? 1 : it.granularity;
   const dataflow df(it);
+  const bool offload = options.link.usable();
+  std::vector<double> cost_before(n + 1, 0.0);  // costs of launches 0..t-1
+  for (std::size_t t = 0; t < n; ++t) cost_before[t + 1] = cost_before[t] + it.launches[t].cost_s;
 
   // Bytes allocated during each launch, at the least any plan maps for them.
   std::vector<std::int64_t> delta(n + 1, 0);
@@ -323,6 +349,9 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
     drops.clear();
     std::size_t free_bytes = 0;
     std::size_t possible = 0;
+    std::size_t offloadable = 0;     // bytes that could be out by offload (not free ones)
+    std::size_t offload_only = 0;    // of those, bytes whose writers cannot be replayed
+    double link_ratio = 1.0;         // least size / footprint among the offloadable
     for (buffer_id b : evictable) {
       const buffer& buf = it.buffers[b];
       if (!(buf.alloc_at < t && t + 1 < buf.free_at)) continue;
@@ -337,6 +366,11 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       }
       const bool replayable = std::all_of(writers.begin(), writers.end(),
                                           [&](launch_id l) { return it.launches[l].replayable; });
+      if (offload && bytes > 0) {
+        offloadable += bytes;
+        link_ratio = std::min(link_ratio, static_cast<double>(buf.size) / static_cast<double>(bytes));
+        if (!replayable) offload_only += bytes;
+      }
       if (!replayable) continue;
       drops.push_back({b, bytes, writers, {}});
       possible += bytes;
@@ -369,6 +403,10 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       fx.writers = df.writers_in(fx.buffer, xb.alloc_at, fx.first_reader);
       fx.rebuildable = std::all_of(fx.writers.begin(), fx.writers.end(),
                                    [&](launch_id l) { return it.launches[l].replayable; });
+    }
+    if (offload) {
+      if (options.host_budget != 0) offloadable = std::min(offloadable, options.host_budget);
+      possible += std::min(offload_only, offloadable);
     }
     if (possible < need_bytes) {
       out.feasible = false;
@@ -405,10 +443,25 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
         }
       }
       if (greedy_cover(groups, rest) <= floor) continue;
-      // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of
-      // weights, which loosens it when many small groups meet) and its linear relaxation
-      // in exact bytes (loose by at most part of one group's price).
-      cost = std::max(cover(groups, (rest + unit - 1) / unit), relaxed_cover(groups, rest));
+      if (offload) {
+        // w units recomputed, the rest offloaded (see Note [Offload floor]).
+        const std::size_t units = (rest + unit - 1) / unit;
+        const std::vector<double> best = cover_all(groups, units);
+        const double before = cost_before[t];
+        const double after = cost_before[n] - cost_before[t + 1];
+        cost = infinite;
+        for (std::size_t w = 0; w <= units; ++w) {
+          const std::size_t by_link = rest > w * unit ? rest - w * unit : 0;
+          if (by_link > offloadable) continue;
+          const double moved = static_cast<double>(by_link) * link_ratio;
+          cost = std::min(cost, std::max(best[w], link_time(moved, options.link, before, after)));
+        }
+      } else {
+        // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of
+        // weights, which loosens it when many small groups meet) and its linear relaxation
+        // in exact bytes (loose by at most part of one group's price).
+        cost = std::max(cover(groups, (rest + unit - 1) / unit), relaxed_cover(groups, rest));
+      }
     }
     if (cost > floor) {
       floor = cost;

@@ -22,14 +22,15 @@
 //   infeasible. In detail: docs/design-notes.md#recompute-floor.
 // Limitations: it is a bound, not a plan: what a recipe needs of evicted inputs, its
 //   scratch, and a writer paid again for a second position are not counted, so plans
-//   usually cost more. Costs are the traced durations, as planners use them. It bounds
-//   the plans the simulator accepts (recomputation of recorded launches), not
-//   offloading, which the planned iterations do not do.
+//   usually cost more. Costs are the traced durations, as planners use them. With a
+//   usable link in the options it bounds added time (recompute + stalls) over plans that
+//   may also offload: see Note [Offload floor] in recompute_floor.cpp.
 #pragma once
 
 #include <cstddef>
 
 #include "policy/iteration.hpp"
+#include "policy/link_model.hpp"
 
 namespace sublinear::policy {
 
@@ -37,11 +38,16 @@ struct recompute_floor_options {
   std::size_t max_positions = 256;  // positions examined, those with the largest deficit first
   std::size_t exact_group = 12;     // largest group solved by enumerating its subsets
   std::size_t units = 2048;         // knapsack resolution: the deficit in at most this many units
+  // Offload (keep/recompute/offload): a usable link makes added_s a floor of added time
+  // over plans that may also offload, at most host_budget bytes of host memory (0: no
+  // bound). An unusable link (the default): recompute only.
+  link_model link{};
+  std::size_t host_budget = 0;
 };
 
 struct recompute_floor {
   bool feasible = true;       // false: at `at`, dropping everything possible is not enough
-  double added_s = 0.0;       // no valid plan at the budget adds less compute than this
+  double added_s = 0.0;       // no valid plan at the budget adds less compute (with offload: time) than this
   launch_id at = none;        // the position that gives the floor (none: no deficit anywhere)
   std::size_t must_free = 0;  // bytes that must be out during launch `at`
   std::size_t can_free = 0;   // bytes that could be out during launch `at`

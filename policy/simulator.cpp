@@ -28,6 +28,17 @@ struct simulator::prepared {
   std::vector<std::uint32_t> by_buffer;
   std::vector<std::uint8_t> planned;       // per buffer
   std::vector<std::uint32_t> pack_of;      // per buffer: its pack, or none
+  std::vector<std::uint32_t> offload_of;   // per buffer: its plan.offloads entry, or none
+
+  // Whether b has own pages (an eviction or an offload targets it).
+  [[nodiscard]] bool paged(buffer_id b) const { return planned[b] != 0 || offload_of[b] != none; }
+  // Whether a recipe running just before launch t may not read b in place: b is offloaded
+  // and t is in (evict_after, restore_before] of its offload.
+  [[nodiscard]] bool offloaded_at(const plan& p, buffer_id b, launch_id t) const {
+    if (offload_of[b] == none) return false;
+    const offload& o = p.offloads[offload_of[b]];
+    return o.evict_after < t && t <= o.restore_before;
+  }
 
   // Entry of buffer b with the largest evict_after < t, or SIZE_MAX.
   [[nodiscard]] std::size_t entry_before(const plan& p, buffer_id b, launch_id t) const {
@@ -45,7 +56,8 @@ struct simulator::prepared {
   }
 };
 
-simulator::simulator(const iteration& it) : it_(&it), df_(it) {}
+simulator::simulator(const iteration& it, const link_model& link, std::size_t host_budget)
+    : it_(&it), df_(it), link_(link), host_budget_(host_budget) {}
 
 bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
   const iteration& it = *it_;
@@ -224,7 +236,7 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
       return false;
     }
   }
-  return true;
+  return prepare_offloads(p, s.planned, s.offload_of, error);
 }
 
 void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t>& during,
@@ -233,7 +245,7 @@ void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t
   const std::size_t n = it.launches.size();
   const std::size_t g = granularity_of(it);
   const auto footprint = [&](buffer_id b) {
-    return round_up(it.buffers[b].size, s.planned[b] ? g : unplanned_rounding);
+    return round_up(it.buffers[b].size, s.paged(b) ? g : unplanned_rounding);
   };
   const auto span_of = [&](const buffer& buf) {
     const std::size_t lo = std::min<std::size_t>(buf.alloc_at, n);
@@ -259,6 +271,15 @@ void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t
     const std::size_t hi = s.regenerated_at[k];
     if (lo >= hi) continue;
     const auto sz = static_cast<std::int64_t>(footprint(ev.target));
+    delta[lo] -= sz;
+    delta[hi] += sz;
+  }
+  // An offloaded buffer is out from release_before to fetch_after (Note [Offload]).
+  for (const offload& o : p.offloads) {
+    const std::size_t lo = o.release_before;
+    const std::size_t hi = static_cast<std::size_t>(o.fetch_after) + 1;
+    if (lo >= hi) continue;
+    const auto sz = static_cast<std::int64_t>(footprint(o.target));
     delta[lo] -= sz;
     delta[hi] += sz;
   }
@@ -393,6 +414,12 @@ simulation simulator::run(const plan& p) const {
                       ", which is neither regenerated nor a temporary";
           return out;
         }
+        if (s.offloaded_at(p, x, t)) {
+          out.error = who + ": recipe launch " + std::to_string(l) + " reads buffer " + std::to_string(x) +
+                      ", which is offloaded (offload " + std::to_string(s.offload_of[x]) + ") before launch " +
+                      std::to_string(t);
+          return out;
+        }
         if (!df_.allocated_at(x, t) || s.evicted_at_recipe(p, x, t, k)) {
           out.error = who + ": recipe launch " + std::to_string(l) + " reads buffer " + std::to_string(x) +
                       ", which is not resident before launch " + std::to_string(t) +
@@ -424,7 +451,7 @@ simulation simulator::run(const plan& p) const {
 
   // 5. Memory.
   auto footprint = [&](buffer_id b) {
-    return round_up(it.buffers[b].size, s.planned[b] ? g : unplanned_rounding);
+    return round_up(it.buffers[b].size, s.paged(b) ? g : unplanned_rounding);
   };
   std::vector<std::size_t> during, restored_bytes;
   std::vector<std::uint64_t> fresh_packs;
@@ -479,6 +506,7 @@ simulation simulator::run(const plan& p) const {
     for (launch_id l : ev.recipe) out.added_compute_s += it.launches[l].cost_s;
   }
   out.evicted_buffers = static_cast<std::size_t>(std::count(s.planned.begin(), s.planned.end(), std::uint8_t{1}));
+  if (!link_timeline(p, out)) return out;
   out.valid = true;
   return out;
 }
@@ -528,23 +556,30 @@ std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& rec
   return round_up(static_cast<std::size_t>(most), granularity_of(it));
 }
 
-simulation simulate(const iteration& it, const plan& p) {
-  if (p.retentions.empty()) return simulator(it).run(p);
+simulation simulate(const iteration& it, const plan& p, const link_model& link, std::size_t host_budget) {
+  if (p.retentions.empty()) return simulator(it, link, host_budget).run(p);
   if (std::string problem = check_retentions(it, p.retentions); !problem.empty()) {
     simulation out;
     out.error = std::move(problem);
     return out;
   }
-  return simulator(with_retentions(it, p.retentions)).run(p);
+  return simulator(with_retentions(it, p.retentions), link, host_budget).run(p);
 }
 
-simulation simulate_into(const iteration& it, plan& p) {
-  simulation s = simulate(it, p);
-  if (s.valid) {
-    p.predicted_peak = s.peak;
-    p.added_compute_s = s.added_compute_s;
-    p.recomputed_launches = s.recomputed_launches;
-  }
+void record(const simulation& s, plan& p) {
+  p.predicted_peak = s.peak;
+  p.added_compute_s = s.added_compute_s;
+  p.recomputed_launches = s.recomputed_launches;
+  p.offloaded_bytes = s.offloaded_bytes;
+  p.host_bytes = s.host_bytes;
+  p.link_busy_s = s.link_busy_s;
+  p.predicted_stall_s = s.predicted_stall_s;
+  p.predicted_time_s = s.predicted_time_s;
+}
+
+simulation simulate_into(const iteration& it, plan& p, const link_model& link, std::size_t host_budget) {
+  simulation s = simulate(it, p, link, host_budget);
+  if (s.valid) record(s, p);
   return s;
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "policy/candidates.hpp"
@@ -43,6 +44,36 @@ enum class greedy_rank { bytes_freed, footprint };
 // Greedy drop-set search (`greedy`'s search; reforward starts from both rankings).
 [[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget,
                                                                        greedy_rank rank = greedy_rank::bytes_freed);
+
+// ---- solver_offload.cpp -----------------------------------------------------------------
+
+// One buffer to offload over its gap (evict_after, restore_before), its window to cover
+// need_lo..need_hi where those are not `none` (where the planner needs its bytes out).
+struct offload_request {
+  buffer_id target = none;
+  launch_id evict_after = none;
+  launch_id restore_before = none;
+  launch_id need_lo = none;
+  launch_id need_hi = none;
+};
+
+// Adds p.offloads for `requests` (Note [Offload placement]): release_before at the first
+// launch the modelled device->host copy is done by, fetch_after as late as still hides
+// the host->device copy, both widened to cover need_lo..need_hi.
+void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests);
+
+// Keep/recompute/offload search (Note [Offload search]): the plan of least added time
+// (recompute + stalls) it finds within `budget`, or nothing. Without `recompute`, no
+// candidate is dropped (offload_mode::only). From `seed` (a drop set that fits) when given.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_offload(planner::context& ctx, std::size_t budget,
+                                                                        bool recompute,
+                                                                        const planner::context::evaluation* seed = nullptr);
+
+// With offload on: the cheapest (added time) of `recompute_only`, solve_offload from
+// nothing and solve_offload from `recompute_only`. With offload only: solve_offload
+// without recompute. With offload off: `recompute_only`.
+[[nodiscard]] std::optional<planner::context::evaluation> with_offload(
+    planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation> recompute_only);
 
 // ---- solver_tiered.cpp ------------------------------------------------------------------
 

@@ -105,6 +105,7 @@ void engine::impl::begin_iteration() {
     prefetch_scan = 0;
     saved.assign(g.launches.size(), {});
     reset_write_checks();
+    begin_offloads();
     for (buffer_id b = 0; b < g.buffers.size(); ++b) {
       if (g.buffers[b].alloc_index == none) {
         addr[b] = reinterpret_cast<char*>(an.buffer_addresses[b]);
@@ -135,7 +136,10 @@ void engine::impl::begin_iteration() {
 void engine::impl::end_iteration() {
   flush_memory_op();
   release_held(none);
-  if (have_plan && (st == engine_state::validate || st == engine_state::steady)) settle_write_checks(true);
+  if (have_plan && (st == engine_state::validate || st == engine_state::steady)) {
+    settle_write_checks(true);
+    finish_offloads();
+  }
   if (st == engine_state::validate || st == engine_state::steady) {
     // Anything still evicted is never used again this iteration; nothing to do but
     // forget it (its block is freed or will be, and the allocator keeps it consistent).
@@ -294,6 +298,7 @@ void engine::impl::forget_freed(const void* ptr) {
   const buffer_id b = it->second;
   buffer_at.erase(it);
   if (b < freed.size()) {
+    drop_offload(b);
     freed[b] = 1;
     if (evicted[b]) evicted_ranges.erase(addr[b]);
     backups.erase(b);
@@ -308,9 +313,11 @@ void engine::impl::diverge(const std::string& why) {
   diverged = true;
   current.divergence = why;
   restore_all_pending = true;
-  // Without a plan for what comes next the budget cannot be kept: lift it for the rest
-  // of this iteration (the next one is traced unbudgeted and planned again).
-  alloc.set_budget(0);
+  // Without a plan for what comes next a budget given as a multiple cannot be kept: lift
+  // it for the rest of this iteration (the next one is traced unbudgeted and planned
+  // again). An absolute budget holds: what does not fit is offloaded as while tracing
+  // (Note [Offloading the traced iteration]).
+  if (trace_budget_bytes == 0) alloc.set_budget(0);
   log_info("iteration " + std::to_string(iteration_index) + " diverged from the trace (" + why +
            "); regenerating evicted buffers and tracing again");
 }
@@ -341,12 +348,14 @@ void engine::impl::before(const launch_view& op) {
     release_held(none);  // after restore_everything, whose recipes may read them
   } else {
     release_held(pos);
+    offloads_before(op.stream);  // Note [Offload execution]
     for (std::size_t i : restore_at[pos]) regenerate(i, op.stream);
     if (opts.prefetch_launches > 0) prefetch(op.stream);
   }
   static const bool debug_launches = std::getenv("SUBLINEAR_DEBUG_LAUNCHES") != nullptr;
   if (debug_launches && pos < expected_handle.size())
     log_debug("launch " + launch_name(pos));
+  fetch_touched(op);
   regenerate_touched(op);
   if (!diverged) observe_before(op);  // Note [Unseen writes]
   if (!diverged && saved_needed[pos]) {
@@ -373,6 +382,7 @@ void engine::impl::after(const launch_view& op) {
     }
     observe_after(op);  // Note [Unseen writes]
     for (std::size_t i : evict_at[pos]) evict(i, op.stream);
+    for (std::size_t i : copy_out_after[pos]) start_offload(i, op.stream);
   }
   ++pos;
 }
@@ -533,8 +543,9 @@ bool engine::place_evictable(std::size_t size, device::stream_handle) {
   std::lock_guard lock(impl_->mutex);
   const hook_clock clock(impl_->dev, impl_->current);
   auto& m = *impl_;
-  // Tracing under an absolute budget: whole pages, so that offloading gives them back.
-  if (m.st == engine_state::trace && m.trace_budget_bytes > 0) return size >= m.alloc.granularity();
+  // Tracing (or diverged) under an absolute budget: whole pages, so that offloading gives
+  // them back.
+  if (m.trace_budget_bytes > 0 && (m.st == engine_state::trace || m.diverged)) return size >= m.alloc.granularity();
   if (!m.active()) return false;
   if (m.alloc_count >= m.transient_buffers.size()) {
     m.diverge("more allocations than the traced iteration");
@@ -575,8 +586,9 @@ void engine::on_allocate(void* ptr, std::size_t size, device::stream_handle stre
       m.st == engine_state::trace) {
     m.dev.fill(ptr, tracer::fresh_fill_byte, size, stream);  // Note [Filled fresh blocks]
   }
-  // Only blocks allocated while tracing can be offloaded; planned iterations keep no map.
-  if (m.trace_budget_bytes > 0 && ptr != nullptr && m.st == engine_state::trace) {
+  // Under an absolute budget every live block is known, so that a diverged iteration can
+  // offload too (Note [Offloading the traced iteration]).
+  if (m.trace_budget_bytes > 0 && ptr != nullptr) {
     auto& t = m.blocks[static_cast<const char*>(ptr)];
     t = {};
     t.size = size;

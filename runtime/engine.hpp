@@ -76,6 +76,20 @@ class engine final : public allocator::allocation_observer {
   // Launches the current plan replays per iteration (0: none). A planned iteration
   // replays no more unless the pressure valve evicted something (Note [Prefetch]).
   [[nodiscard]] std::size_t planned_recomputed_launches() const;
+  // The current plan's offloads as the simulator predicts them, and the link it was made
+  // for (Note [Offload execution] in engine_swap.cpp).
+  struct plan_link {
+    std::size_t offloads = 0;
+    std::size_t offloaded_bytes = 0;  // each way, per iteration
+    std::size_t host_bytes = 0;       // the host pool the plan's slots need
+    double link_busy_s = 0.0;
+    double predicted_stall_s = 0.0;
+    double predicted_time_s = 0.0;  // the simulator's iteration: traced launches, recompute, stalls
+    double to_host_bytes_per_s = 0.0, to_device_bytes_per_s = 0.0;
+    std::string source;   // where the bandwidth came from
+    std::string refused;  // why offload is off for the run ("" if it is not)
+  };
+  [[nodiscard]] plan_link planned_link() const;
   // The traced iteration's peak of mapped bytes the last plan's overhead was taken from
   // (Note [Planning overhead]; 0 before any). Under an absolute budget the traced
   // iterations offload, and this is the peak they would have mapped without it, not the

@@ -97,7 +97,7 @@ void engine::impl::bring_back(const char* base, device::stream_handle stream) {
 // At ENTER (and before a recipe launch is replayed): marks what `op` touches as used now
 // and restores the offloaded blocks among it.
 void engine::impl::touch_and_restore(const launch_view& op, device::stream_handle stream) {
-  if (blocks.empty() || (st != engine_state::trace && offloaded_live == 0)) return;
+  if (blocks.empty() || (st != engine_state::trace && !diverged && offloaded_live == 0)) return;
   ++launch_clock;
   entering = touched_blocks(op);
   try {
@@ -122,6 +122,7 @@ std::size_t engine::impl::offload(std::size_t shortfall) {
   for (auto& [base, t] : blocks) {
     if (!t.evictable || t.offloaded) continue;
     if (std::find(entering.begin(), entering.end(), base) != entering.end()) continue;
+    if (engine_evicted(base)) continue;  // a diverged iteration: the plan's, not yet back
     found.emplace_back(t.last_touch, base);
   }
   std::sort(found.begin(), found.end());
@@ -141,11 +142,19 @@ std::size_t engine::impl::offload(std::size_t shortfall) {
     ++count;
     if (opts.record_timeline) note_block(timeline_event::kind::evict, dev.now_s(), base, t.size, "offload");
   }
-  log_info("iteration " + std::to_string(iteration_index) + " (traced): " + format_bytes(shortfall) +
+  log_info("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged): " : " (traced): ") +
+           format_bytes(shortfall) +
            " short of the budget: offloaded " + std::to_string(count) + " blocks (" + format_bytes(asked) +
            ") to host memory of " + std::to_string(found.size()) + " that could go");
   if (asked == 0) lift_trace_budget(shortfall);
   return asked == 0 ? shortfall : asked;
+}
+
+// Whether the plan's eviction or offload has the block's pages out now.
+bool engine::impl::engine_evicted(const char* base) const {
+  if (!have_plan || evicted.empty()) return false;
+  const auto it = buffer_at.find(base);
+  return it != buffer_at.end() && it->second < evicted.size() && evicted[it->second] != 0;
 }
 
 // Nothing is left to offload: the rest of this traced iteration runs without a budget

@@ -110,13 +110,27 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   const policy::traced_memory tm = policy::traced_memory_of(g, traced_peak);
   allowance = policy::cache_allowance_mode::traced;
   std::size_t overhead = policy::planning_overhead(budget_bytes, tm);
-  const auto make = [&](std::size_t planner_overhead) {
+  const auto planner_options = [&] {
     policy::planner::options po;
     po.retention = opts.config.retention;
     po.multi_pass = opts.config.multi_pass;
     po.packs = opts.config.packs;
+    // Offload (Note [Offload execution] in engine_swap.cpp): the link as the device runs it,
+    // unless SUBLINEAR_LINK_BANDWIDTH says otherwise, and the host memory it may hold.
+    po.offload = offload_refused.empty() ? opts.config.offload : policy::offload_mode::off;
+    // The device's link is measured at its first query (CUDA): not asked with offload off.
+    const replay_device::link_figures link =
+        po.offload == policy::offload_mode::off ? replay_device::link_figures{} : dev.link();
+    po.link.to_host = {opts.config.link_to_host > 0.0 ? opts.config.link_to_host : link.to_host_bytes_per_s,
+                       link.to_host_latency_s};
+    po.link.to_device = {opts.config.link_to_device > 0.0 ? opts.config.link_to_device : link.to_device_bytes_per_s,
+                         link.to_device_latency_s};
+    po.host_budget = host_budget();
+    return po;
+  };
+  const auto make = [&](std::size_t planner_overhead) {
     return policy::make_planner(opts.config.policy)
-        ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, po);
+        ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, planner_options());
   };
   const auto give_up = [&](const std::string& why) {
     plan_error = why;
@@ -201,11 +215,19 @@ void engine::impl::make_plan(std::size_t traced_peak) {
              "budget. If a planned iteration still runs out of room, the rest of it runs without the budget and "
              "sublinear plans again with the whole cache (Note [Scaled cache allowance]).");
   }
+  if (opts.amend_plan && offload_refused.empty() && opts.config.offload != policy::offload_mode::off)
+    opts.amend_plan(g, plan);
   // How far the plan is from any plan at the same share (reported; planning is done).
   plan_cost.added_s = plan.added_compute_s;
   for (const auto& l : g.launches) plan_cost.traced_s += l.cost_s;
+  policy::recompute_floor_options fo;
+  if (const policy::planner::options po = planner_options();
+      po.offload != policy::offload_mode::off && policy::make_planner(opts.config.policy)->offloads()) {
+    fo.link = po.link;  // a floor of added time over plans that may also offload (planners that do)
+    fo.host_budget = po.host_budget;
+  }
   const policy::recompute_floor floor =
-      policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0);
+      policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0, fo);
   plan_cost.floor_s = floor.feasible ? floor.added_s : 0.0;  // a plan exists: it is feasible
   // From here on the engine's graph has the retained lifetimes: recipes, the valve's
   // checks and the simulator agree on them.
@@ -215,6 +237,31 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   }
   retaining = !plan.retentions.empty();
   index_plan();
+  if (!plan.offloads.empty()) {
+    // The pool is made once per plan and kept (Note [Offload execution]); a pool the host
+    // cannot give, or one over SUBLINEAR_HOST_BUDGET, makes the plan recompute instead.
+    std::string refused;
+    if (host_pool_bytes > host_budget()) {
+      refused = "its offloads need " + format_bytes(host_pool_bytes) + " of host memory at once, over the host budget " +
+                format_bytes(host_budget()) + " (raise SUBLINEAR_HOST_BUDGET)";
+    } else {
+      try {
+        host_pool = dev.host_pool(host_pool_bytes);
+      } catch (const std::exception& e) {
+        refused = std::string("the host pool of ") + format_bytes(host_pool_bytes) + " could not be made (" + e.what() +
+                  "; lower SUBLINEAR_HOST_BUDGET or free host memory)";
+      }
+    }
+    if (!refused.empty()) {
+      offload_refused = "plan '" + plan.planner + "' offloads " + std::to_string(plan.offloads.size()) + " buffers but " +
+                        refused + "; planning with recompute only";
+      log_warn(offload_refused);
+      for (const auto& [b, f] : traced_free_at) g.buffers[b].free_at = f;
+      traced_free_at.clear();
+      make_plan(traced_peak);
+      return;
+    }
+  }
   try {
     alloc.set_budget(budget_bytes);
   } catch (const out_of_memory& e) {
@@ -227,7 +274,8 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   }
   have_plan = true;
   log_plan();
-  log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, budget " +
+  log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, " +
+           std::to_string(plan.offloads.size()) + " offloads, budget " +
            format_bytes(budget_bytes) + ", predicted peak " + format_bytes(plan.predicted_peak) +
            ", added compute " + std::to_string(plan.added_compute_s) + " s");
 }
@@ -304,6 +352,7 @@ void engine::impl::index_plan() {
   }
   uses.assign(g.buffers.size(), {});
   writers.assign(g.buffers.size(), {});
+  index_offloads();
   for (launch_id l = 0; l < n; ++l) {
     for (buffer_id b : g.launches[l].touched) uses[b].push_back(l);
     for (buffer_id b : g.launches[l].written) writers[b].push_back(l);

@@ -44,7 +44,13 @@ using policy::none;
 // `shortfall` bytes are on their way out. Returns the bytes asked to evict.
 std::size_t engine::impl::relieve(std::size_t shortfall) {
   if (st == engine_state::trace && trace_budget_bytes > 0) return offload(shortfall);
+  // A diverged iteration under an absolute budget keeps it the same way.
+  if (diverged && trace_budget_bytes > 0 && have_plan && !prefetching) return offload(shortfall);
   if (!active() || prefetching) return 0;
+  // Offloads first: their pages go early at the cost of a wait (Note [Offload execution]).
+  const std::size_t released = offload_under_pressure(shortfall);
+  if (released >= shortfall) return released;
+  shortfall -= released;
   const auto& g = graph();
   const std::size_t n = g.launches.size();
   const std::size_t gran = alloc.granularity();
@@ -98,6 +104,7 @@ std::size_t engine::impl::relieve(std::size_t shortfall) {
     asked += (g.buffers[c.b].size + gran - 1) / gran * gran;
     ++count;
   }
+  asked += released;
   current.pressure_evictions += count;
   log_info("iteration " + std::to_string(iteration_index) + ": pressure at launch " + std::to_string(pos) + ", " +
            format_bytes(shortfall) + " short of the budget: evicted " + std::to_string(count) + " more buffers (" +

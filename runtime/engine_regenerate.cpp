@@ -492,6 +492,7 @@ void engine::impl::validate_regenerated(buffer_id b, device::stream_handle strea
 
 void engine::impl::restore_everything(device::stream_handle stream) {
   restore_all_pending = false;
+  fetch_everything(stream);  // Note [Offload execution]
   std::vector<std::size_t> order;
   for (buffer_id b = 0; b < evicted.size(); ++b)
     if (evicted[b] && !freed[b] && carrier_of(b) >= 0) order.push_back(static_cast<std::size_t>(carrier_of(b)));

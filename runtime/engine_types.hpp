@@ -6,11 +6,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "device/stream_events.hpp"
+#include "policy/iteration.hpp"
+#include "policy/plan.hpp"
 #include "runtime/settings.hpp"
 #include "tracer/events.hpp"
 
@@ -61,6 +65,38 @@ class replay_device {
   // waiting for the stream; a device may hash where the bytes are.
   virtual std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
                                                  device::stream_handle stream);
+
+  // ---- offload copies (Note [Offload execution] in runtime/engine_swap.cpp) ----------
+  // A copy in flight: completes once its bytes have arrived (nullptr: already done).
+  using copy_handle = void*;
+  // Host memory for offloaded bytes, `bytes` long (pinned where the device pins), made
+  // once and kept: a later call with more bytes may move it (only between iterations).
+  // Throws out_of_memory when the host cannot give it. The default is pageable memory.
+  virtual std::byte* host_pool(std::size_t bytes);
+  // Queues a device->host (host->device) copy after the work queued on `after` so far.
+  // The defaults copy synchronously through download / upload and return nullptr.
+  virtual copy_handle copy_to_host(void* host_dst, const void* device_src, std::size_t bytes,
+                                   device::stream_handle after);
+  virtual copy_handle copy_to_device(void* device_dst, const void* host_src, std::size_t bytes,
+                                     device::stream_handle after);
+  virtual bool copy_done(copy_handle c) { return c == nullptr; }
+  virtual void wait_copy(copy_handle c) { (void)c; }  // the host blocks until it is done
+  // Later work on `stream` waits for `c` (the host does not).
+  virtual void stream_wait_copy(device::stream_handle stream, copy_handle c) { (void)stream, (void)c; }
+  virtual void release_copy(copy_handle c) noexcept { (void)c; }
+  // The link as the device runs it, for the planner and the reports.
+  struct link_figures {
+    double to_host_bytes_per_s = 0.0, to_device_bytes_per_s = 0.0;  // 0: no asynchronous link
+    double to_host_latency_s = 0.0, to_device_latency_s = 0.0;
+    std::string source;  // "configured", "measured", "SUBLINEAR_LINK_BANDWIDTH", "synchronous"
+    std::size_t to_host_bytes = 0, to_device_bytes = 0;  // copied so far
+    double busy_s = 0.0;   // both directions' copy time so far
+    double stall_s = 0.0;  // time streams waited for copies so far
+  };
+  virtual link_figures link();
+
+ private:
+  std::vector<std::byte> pageable_pool_;
 };
 
 enum class engine_state : std::uint8_t { trace, validate, steady, disabled };
@@ -90,6 +126,15 @@ struct iteration_report {
   std::size_t offloads = 0;         // blocks copied to host memory and evicted (traced iterations)
   std::size_t offloaded_bytes = 0;  // their bytes
   std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch
+  // Planned offloads (Note [Offload execution] in runtime/engine_swap.cpp), counted in
+  // offloads / offloaded_bytes too:
+  std::size_t fetches = 0;           // host->device copies
+  std::size_t fetched_bytes = 0;     // their bytes
+  std::size_t safety_fetches = 0;    // of fetches: a launch touched an offloaded buffer outside the plan
+  std::size_t failed_copies = 0;     // copies the device refused: the buffer stayed resident or came back synchronously
+  double link_busy_s = 0.0;          // time the link spent copying, both directions
+  double copy_stall_s = 0.0;         // time compute streams waited for a fetch
+  double release_wait_s = 0.0;       // time the host waited at a release point for a late copy out
   std::size_t allocator_waits = 0;  // times the allocator waited for a stream to make room (budget and
                                     // release waits: each one drains that stream's queue)
   std::size_t handoffs = 0;         // mappings that took a chunk still in use by queued work of their
@@ -131,6 +176,8 @@ struct timeline_event {
     iteration,   // an iteration ended (label: its state)
     allocate,    // the program allocated a block (address, bytes)
     release,     // the program freed a block (address, bytes)
+    offload,     // a planned copy to host memory was queued (address, bytes; its pages go once it is done)
+    fetch,       // a planned copy back was queued into pages mapped again (address, bytes)
   };
   kind what = kind::memory;
   double begin_s = 0.0;  // seconds since the engine started
@@ -162,6 +209,10 @@ struct engine_options {
   // Tests only: multiplies the scaled cache allowance (0 keeps no cache at all back, so a
   // planned iteration runs out of room and the fallback shows).
   double scaled_cache_factor = 1.0;
+  // Tests only: changes each plan made with offload allowed (SUBLINEAR_OFFLOAD not off, no
+  // host pool refused), after the planner made it and before the engine indexes it (the
+  // offload tests turn evictions into offloads with it).
+  std::function<void(const policy::iteration&, policy::plan&)> amend_plan;
 };
 
 }  // namespace sublinear::runtime

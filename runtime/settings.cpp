@@ -91,6 +91,56 @@ const std::vector<entry>& entries() {
       {{"SUBLINEAR_SCALED_CACHE", "1", "1/true/yes/on or 0/false/no/off",
         "Below the smallest budget that keeping the traced allocator cache back allows, plan with that cache scaled to the budget; a planned iteration that still runs out of room finishes without the budget and sublinear falls back (docs/runtime.md, \"Budget arithmetic\"); 0 refuses such budgets.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.scaled_cache = parse_bool(n, v); }},
+      {{"SUBLINEAR_OFFLOAD", "auto", "auto, off, only",
+        "Let plans copy activations to host memory and back while the device computes: auto lets the planner choose keep, recompute or offload per buffer, off recomputes only, only never recomputes (docs/runtime.md, \"Offload execution\").", false},
+       [](settings& s, const std::string& n, const std::string& v) {
+         const std::string l = lower(v);
+         if (l == "auto") {
+           s.offload = policy::offload_mode::on;
+         } else if (l == "off") {
+           s.offload = policy::offload_mode::off;
+         } else if (l == "only") {
+           s.offload = policy::offload_mode::only;
+         } else {
+           bad(n, v, "auto, off, only");
+         }
+       }},
+      {{"SUBLINEAR_HOST_BUDGET", "", "bytes with a unit (16GiB, 512MiB, 1048576)",
+        "Pinned host memory offloads may hold at once; empty means half the host's physical memory.", false},
+       [](settings& s, const std::string& n, const std::string& v) {
+         std::size_t bytes = 0;
+         try {
+           const policy::budget_spec spec = policy::parse_budget(v);
+           if (spec.form != policy::budget_spec::kind::bytes) bad(n, v, "bytes with a unit (16GiB, 512MiB, 1048576)");
+           bytes = policy::resolve_budget(spec, 0, 0);
+         } catch (const config_error&) {
+           char* end = nullptr;
+           const double x = std::strtod(v.c_str(), &end);
+           if (end != v.c_str() && x == 0.0) bytes = 0;  // "0", "0GiB": said below
+           else bad(n, v, "bytes with a unit (16GiB, 512MiB, 1048576)");
+         }
+         if (bytes == 0) bad(n, v, "a positive size (set SUBLINEAR_OFFLOAD=off for no offload)");
+         s.host_budget = bytes;
+       }},
+      {{"SUBLINEAR_LINK_BANDWIDTH", "", "GB/s, one value for both directions or to-host,to-device (50 or 52.8,35.2)",
+        "The device<->host link's bandwidth for offload; empty means the device's own (measured at start on CUDA, the host copy engine's configured rate on the host device).", false},
+       [](settings& s, const std::string& n, const std::string& v) {
+         const std::string forms = "GB/s, one positive number for both directions or two separated by a comma (to-host,to-device), e.g. 50 or 52.8,35.2";
+         auto number = [&](const std::string& t) {
+           if (t.empty()) bad(n, v, forms);
+           char* end = nullptr;
+           const double x = std::strtod(t.c_str(), &end);
+           if (end != t.c_str() + t.size() || !(x > 0.0) || x > 1e6) bad(n, v, forms);
+           return x * 1e9;
+         };
+         const auto comma = v.find(',');
+         if (comma == std::string::npos) {
+           s.link_to_host = s.link_to_device = number(v);
+         } else {
+           s.link_to_host = number(v.substr(0, comma));
+           s.link_to_device = number(v.substr(comma + 1));
+         }
+       }},
       {{"SUBLINEAR_TRACE", "", "a file path", "Write the traced iterations to this trace file (docs/trace-format.md).", false},
        [](settings& s, const std::string&, const std::string& v) { s.trace = v; }},
       {{"SUBLINEAR_TRACE_ITERATIONS", "2", "1 or 2", "Iterations traced before planning; the second sees writes the first could not (zero-initialised biases).", false},
@@ -212,6 +262,14 @@ std::string describe(const settings& s) {
       << "SUBLINEAR_MULTIPASS=" << (s.multi_pass ? "1" : "0") << "\n"
       << "SUBLINEAR_PACKS=" << (s.packs ? "1" : "0") << "\n"
       << "SUBLINEAR_SCALED_CACHE=" << (s.scaled_cache ? "1" : "0") << "\n"
+      << "SUBLINEAR_OFFLOAD="
+      << (s.offload == policy::offload_mode::off ? "off" : s.offload == policy::offload_mode::only ? "only" : "auto")
+      << "\n"
+      << "SUBLINEAR_HOST_BUDGET=" << (s.host_budget == 0 ? std::string() : std::to_string(s.host_budget)) << "\n"
+      << "SUBLINEAR_LINK_BANDWIDTH="
+      << (s.link_to_host == 0.0 ? std::string()
+                                : std::to_string(s.link_to_host / 1e9) + "," + std::to_string(s.link_to_device / 1e9))
+      << "\n"
       << "SUBLINEAR_TRACE=" << s.trace << "\n"
       << "SUBLINEAR_TRACE_ITERATIONS=" << s.trace_iterations << "\n"
       << "SUBLINEAR_ITERATION=" << (s.iteration == iteration_mode::marker ? "marker" : "auto") << "\n"

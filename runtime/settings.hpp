@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "policy/budget.hpp"
+#include "policy/link_model.hpp"
 #include "sublinear/error.hpp"
 
 namespace sublinear::runtime {
@@ -36,6 +37,13 @@ struct settings {
   int trace_iterations = 2;        // iterations traced before planning (1 or 2)
   iteration_mode iteration = iteration_mode::marker;
   bool disable = false;            // plain caching, no tracing or eviction
+  // Offload (docs/runtime.md, "Offload execution"): keep / recompute / offload choice,
+  // the pinned host memory offloads may hold (0: half the host's memory) and the link's
+  // bandwidth in bytes/s per direction (0: the device's own, measured or configured).
+  policy::offload_mode offload = policy::offload_mode::on;
+  std::size_t host_budget = 0;
+  double link_to_host = 0.0;
+  double link_to_device = 0.0;
 };
 
 struct option_info {

@@ -844,6 +844,11 @@ void device::synchronize(event_handle e) {
   synchronize_event(static_cast<event*>(e));
 }
 
+void device::stream_wait(stream_handle waiter, event_handle e) {
+  const hook_scope quiet(impl_.get());
+  stream_wait_event(from_handle(waiter), static_cast<event*>(e));
+}
+
 void device::release(event_handle e) noexcept {
   auto* ev = static_cast<event*>(e);
   std::lock_guard lock(impl_->events_mutex);

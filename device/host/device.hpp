@@ -237,6 +237,9 @@ class device final : public stream_events {
   bool query(event_handle e) override;
   void synchronize(event_handle e) override;
   void release(event_handle e) noexcept override;
+  // Later work on `waiter` waits for the pooled event `e` (from record()); no hook sees it,
+  // as the allocator's own events are not reported (the copy engine's stream order).
+  void stream_wait(stream_handle waiter, event_handle e);
 
   static stream* from_handle(stream_handle h) { return static_cast<stream*>(h); }
 

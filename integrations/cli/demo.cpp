@@ -260,6 +260,10 @@ struct budgeted_run {
   std::string cache_allowance = "traced";  // Note [Scaled cache allowance] in policy/planning_overhead.hpp
   std::size_t budget_lifted = 0;           // iterations that ran out of room and finished without the budget
   std::string report_error;                // SUBLINEAR_REPORT could not be written
+  // Offload (docs/runtime.md, "Offload execution"): per planned iteration, medians.
+  runtime::engine::plan_link link;  // the plan's offloads and the link it was made for
+  double offloaded_bytes = 0.0, fetched_bytes = 0.0;
+  double link_busy_s = 0.0, copy_stall_s = 0.0, release_wait_s = 0.0;
 };
 
 // 0 when empty.
@@ -334,6 +338,8 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.plan_cost = rt.get().planned_compute();
   out.plan_error = rt.get().plan_error();
   out.cache_allowance = policy::to_string(rt.get().plan_allowance());
+  out.link = rt.get().planned_link();
+  std::vector<double> offloaded, fetched, busy, stall, waited;
   const allocator::stats st = session.allocator().get_stats();
   out.segment_trims = st.segment_trims;
   out.trimmed_bytes = st.trimmed_bytes;
@@ -349,9 +355,21 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
     out.handoffs += r.handoffs;
     out.packed += r.packed;
     out.peak = std::max(out.peak, r.peak_mapped);
+    if (!r.diverged) {
+      offloaded.push_back(static_cast<double>(r.offloaded_bytes));
+      fetched.push_back(static_cast<double>(r.fetched_bytes));
+      busy.push_back(r.link_busy_s);
+      stall.push_back(r.copy_stall_s);
+      waited.push_back(r.release_wait_s);
+    }
     if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
   }
   out.iter_s = median(std::move(times));
+  out.offloaded_bytes = median(std::move(offloaded));
+  out.fetched_bytes = median(std::move(fetched));
+  out.link_busy_s = median(std::move(busy));
+  out.copy_stall_s = median(std::move(stall));
+  out.release_wait_s = median(std::move(waited));
   return out;
 }
 
@@ -393,6 +411,17 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("  against the baseline peak", ratio(static_cast<double>(b.peak), static_cast<double>(baseline.peak_mapped_bytes())));
   row("iteration time (planned, median)", seconds(b.iter_s));
   row("  against the baseline time", ratio(b.time_ratio, 1.0));
+  if (b.link.offloads > 0 || b.offloaded_bytes > 0) {
+    row("offloaded buffers (the plan)", std::to_string(b.link.offloads));
+    row("  over the link each way (median)", bytes(static_cast<std::size_t>(b.offloaded_bytes)));
+    row("  link busy per iteration", seconds(b.link_busy_s));
+    row("  compute waited for fetches", seconds(b.copy_stall_s));
+    char gbs[64];
+    std::snprintf(gbs, sizeof gbs, "%.3g/%.3g GB/s", b.link.to_host_bytes_per_s / 1e9,
+                  b.link.to_device_bytes_per_s / 1e9);
+    row(("  link (" + b.link.source + ")").c_str(), gbs);
+  }
+  if (!b.link.refused.empty()) std::printf("  offload off: %s\n", b.link.refused.c_str());
   row("evictions (all iterations)", std::to_string(b.evictions));
   row("recomputed launches", std::to_string(b.recomputed));
   if (b.retained > 0) row("frees deferred (retained)", std::to_string(b.retained));
@@ -447,6 +476,19 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"plan_error", wl::json_string(b.plan_error)},
       {"cache_allowance", wl::json_string(b.cache_allowance)},
       {"budget_lifted_iterations", std::to_string(b.budget_lifted)},
+      {"offloaded_buffers", std::to_string(b.link.offloads)},
+      {"offloaded_bytes", num(b.offloaded_bytes)},
+      {"fetched_bytes", num(b.fetched_bytes)},
+      {"link_busy_s", num(b.link_busy_s)},
+      {"copy_stall_s", num(b.copy_stall_s)},
+      {"release_wait_s", num(b.release_wait_s)},
+      {"predicted_link_busy_s", num(b.link.link_busy_s)},
+      {"predicted_stall_s", num(b.link.predicted_stall_s)},
+      {"predicted_iter_s", num(b.link.predicted_time_s)},
+      {"link_to_host_bytes_per_s", num(b.link.to_host_bytes_per_s)},
+      {"link_to_device_bytes_per_s", num(b.link.to_device_bytes_per_s)},
+      {"link_source", wl::json_string(b.link.source)},
+      {"offload_error", wl::json_string(b.link.refused)},
   };
 }
 

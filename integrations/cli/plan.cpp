@@ -1,7 +1,9 @@
 // `sublinear plan --trace FILE --budget B [--policy P|all]`: what a budget would cost, per
 // planner, on a recorded trace, before any training runs (Note [Plan preview] in
 // runtime/report/report_plan.hpp).
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <span>
 #include <optional>
 #include <string>
@@ -31,6 +33,7 @@ std::string planner_list() {
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
          "                      [--mapped-peak BYTES] [--no-packs] [--evictions] [--json PATH]\n"
+         "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--host-budget BYTES]\n"
          "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
          "                      `sublinear plan --model x --help`, docs/preview.md)\n"
          "\n"
@@ -60,12 +63,21 @@ std::string help_text() {
          "  --no-packs            plan as SUBLINEAR_PACKS=0 does: every evicted buffer on pages\n"
          "                        of its own (docs/policy.md, \"Packs\")\n"
          "  --evictions           also list each plan's evictions: the buffer, the launches it is\n"
-         "                        out between, and the launches replayed to bring it back\n"
+         "                        out between, and the launches replayed to bring it back; and\n"
+         "                        its offloads: when each buffer is copied out and fetched back\n"
+         "  --offload MODE        as SUBLINEAR_OFFLOAD: auto (default: the planner chooses keep,\n"
+         "                        recompute or offload to host memory), off (recompute only) or\n"
+         "                        only (no recompute); offloading needs --link-bandwidth\n"
+         "  --link-bandwidth GBPS the device-host link in GB/s (10^9 bytes/s): one figure for both\n"
+         "                        directions, or two separated by a comma (to host, to the device);\n"
+         "                        a trace does not record it (docs/policy.md, \"Offload\")\n"
+         "  --host-budget BYTES   pinned host memory offloads may hold at once (default: no bound)\n"
          "  --json PATH           also write the figures as JSON (evictions included)\n"
          "\n"
          "examples:\n"
          "  sublinear plan --trace run.sltrace --budget 0.5x\n"
-         "  sublinear plan --trace run.sltrace --budget 6GiB --policy chen,chain --mapped-peak 11.2GiB\n";
+         "  sublinear plan --trace run.sltrace --budget 6GiB --policy chen,chain --mapped-peak 11.2GiB\n"
+         "  sublinear plan --trace run.sltrace --budget 0.5x --policy greedy --link-bandwidth 50,45\n";
 }
 
 [[noreturn]] void bad(const std::string& what) { throw config_error(what + " (try 'sublinear plan --help')"); }
@@ -84,6 +96,30 @@ std::size_t parse_bytes(std::string_view flag, std::string_view text) {
   return spec.bytes;
 }
 
+// --link-bandwidth: "G" or "G,H" in GB/s, each a positive finite number.
+policy::link_model parse_link(std::string_view text) {
+  const auto fail = [&]() {
+    bad("--link-bandwidth needs GB/s as a positive number, or two separated by a comma (to host, to the device), "
+        "for example 32 or 50,45; got " +
+        quote_bounded(text));
+  };
+  const auto one = [&](std::string_view part) -> double {
+    if (part.empty() || part.size() > 32) fail();
+    for (char c : part)
+      if (!((c >= '0' && c <= '9') || c == '.')) fail();
+    const std::string s(part);
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (end != s.c_str() + s.size() || !(v > 0.0) || !std::isfinite(v) || v > 1e6) fail();
+    return v * 1e9;
+  };
+  policy::link_model link;
+  const std::size_t comma = text.find(',');
+  link.to_host.bytes_per_s = one(text.substr(0, comma));
+  link.to_device.bytes_per_s = comma == std::string_view::npos ? link.to_host.bytes_per_s : one(text.substr(comma + 1));
+  return link;
+}
+
 struct plan_options {
   std::string trace;
   std::string json_path;
@@ -95,6 +131,7 @@ plan_options parse(std::span<const std::string_view> args) {
   plan_options o;
   std::string policies = "all";
   std::optional<std::string> budget;
+  bool offload_given = false;
   for (arg_reader r(args, &bad); r.next();) {
     const std::string_view flag = r.flag();
     const auto next = [&] { return r.value(); };
@@ -112,14 +149,36 @@ plan_options parse(std::span<const std::string_view> args) {
       o.preview.packs = false;
     } else if (flag == "--evictions") {
       o.evictions = true;
+    } else if (flag == "--offload") {
+      const std::string_view mode = next();
+      if (mode == "auto") {
+        o.preview.offload = policy::offload_mode::on;
+      } else if (mode == "off") {
+        o.preview.offload = policy::offload_mode::off;
+      } else if (mode == "only") {
+        o.preview.offload = policy::offload_mode::only;
+      } else {
+        bad("--offload must be auto, off or only, got " + quote_bounded(mode));
+      }
+      offload_given = true;
+    } else if (flag == "--link-bandwidth") {
+      o.preview.link = parse_link(next());
+    } else if (flag == "--host-budget") {
+      o.preview.host_budget = parse_bytes(flag, next());
     } else if (flag == "--json") {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
       bad("unknown argument " + quote_bounded(r.raw()) +
           "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, "
-          "--evictions, --json");
+          "--evictions, --json, --offload, --link-bandwidth, --host-budget");
     }
+  }
+  if (o.preview.offload == policy::offload_mode::only && !o.preview.link.usable()) {
+    bad("--offload only needs --link-bandwidth GB/s: a trace does not record the link (or use --offload auto or off)");
+  }
+  if (offload_given && o.preview.offload == policy::offload_mode::on && !o.preview.link.usable()) {
+    bad("--offload auto plans offloads only with a link: give --link-bandwidth GB/s");
   }
   if (o.trace.empty()) bad("--trace FILE is required");
   if (!budget) bad("--budget is required (for example --budget 0.5x or --budget 8GiB)");

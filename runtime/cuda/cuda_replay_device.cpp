@@ -24,7 +24,7 @@ CUstream cu_stream(device::stream_handle s) { return static_cast<CUstream>(s); }
 }  // namespace
 
 cuda_replay_device::cuda_replay_device(const device::driver_api& api, CUctx_st* context)
-    : api_(api), context_(context) {
+    : link_(api, context), api_(api), context_(context) {
   // The same library load_driver opened; optional entry points (drivers before 12.4 lack them).
   if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
     func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");
@@ -293,6 +293,32 @@ void cuda_replay_device::upload(void* device_dst, const void* host_src, std::siz
   enter();
   SUBLINEAR_CU_CHECK(api_, api_.stream_synchronize(cu_stream(stream)));
   SUBLINEAR_CU_CHECK(api_, api_.memcpy_htod(device_ptr(device_dst), host_src, bytes));
+}
+
+std::byte* cuda_replay_device::host_pool(std::size_t bytes) {
+  if (!link_.available()) return replay_device::host_pool(bytes);
+  enter();
+  return link_.host_pool(bytes);
+}
+
+replay_device::copy_handle cuda_replay_device::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes,
+                                                            device::stream_handle after) {
+  if (!link_.available()) return replay_device::copy_to_host(host_dst, device_src, bytes, after);
+  enter();
+  return link_.copy(host_dst, device_src, bytes, after, true);
+}
+
+replay_device::copy_handle cuda_replay_device::copy_to_device(void* device_dst, const void* host_src,
+                                                              std::size_t bytes, device::stream_handle after) {
+  if (!link_.available()) return replay_device::copy_to_device(device_dst, host_src, bytes, after);
+  enter();
+  return link_.copy(device_dst, host_src, bytes, after, false);
+}
+
+replay_device::link_figures cuda_replay_device::link() {
+  if (!link_.available()) return replay_device::link();
+  enter();
+  return link_.figures();
 }
 
 void cuda_replay_device::copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) {

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/cuda/cuda_copy_link.hpp"
 #include "runtime/engine.hpp"
 
 struct CUctx_st;   // CUcontext
@@ -60,8 +61,21 @@ class cuda_replay_device final : public replay_device {
   void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) override;
   void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
   double now_s() override;
+  // Offload copies on copy streams into a pinned pool (Note [CUDA copy link]); the
+  // synchronous defaults where the driver lacks an entry point.
+  std::byte* host_pool(std::size_t bytes) override;
+  copy_handle copy_to_host(void* host_dst, const void* device_src, std::size_t bytes,
+                           device::stream_handle after) override;
+  copy_handle copy_to_device(void* device_dst, const void* host_src, std::size_t bytes,
+                             device::stream_handle after) override;
+  bool copy_done(copy_handle c) override { return link_.done(c); }
+  void wait_copy(copy_handle c) override { link_.wait(c); }
+  void stream_wait_copy(device::stream_handle stream, copy_handle c) override { link_.stream_wait(stream, c); }
+  void release_copy(copy_handle c) noexcept override { link_.release(c); }
+  link_figures link() override;
 
  private:
+  cuda_copy_link link_;
   void enter();
   // One launch of `op` as `fn` on `stream`, plain or with its attributes (cuLaunchKernelEx);
   // the driver's CUresult (CUDA_ERROR_NOT_SUPPORTED without cuLaunchKernelEx).

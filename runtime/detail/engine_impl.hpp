@@ -197,6 +197,41 @@ struct engine::impl {
   std::size_t plan_mapped_peak = 0;          // what the last make_plan took the overhead from
   engine::plan_compute plan_cost;            // the current plan's added compute and its floor
 
+  // ---- offload execution (Note [Offload execution] in runtime/engine_swap.cpp) -------------
+  enum class swap_state : std::uint8_t { resident, copying_out, on_host, fetching };
+  std::vector<std::vector<std::size_t>> copy_out_after;  // position -> plan.offloads entries copied after it
+  std::vector<std::vector<std::size_t>> release_by;      // position -> entries released at the latest before it
+  std::vector<std::vector<std::size_t>> fetch_at;        // position -> entries fetched at its ENTER
+  std::vector<std::vector<std::size_t>> needed_at;       // position -> entries its stream waits for
+  std::vector<std::int32_t> offload_of;                  // buffer -> plan.offloads entry, or -1
+  std::vector<std::size_t> host_offset;                  // entry -> its slot in the host pool
+  std::size_t host_pool_bytes = 0;                       // the pool the plan's slots need
+  std::byte* host_pool = nullptr;
+  std::vector<swap_state> swap;                          // entry -> this iteration's state
+  std::vector<replay_device::copy_handle> swap_copy;     // entry -> its copy in flight, or nullptr
+  std::vector<std::size_t> swap_note;                    // entry -> its copy's timeline event, or SIZE_MAX
+  void end_swap_note(std::size_t i);                     // the copy is seen complete: its slice ends now
+  void begin_swap_note(std::size_t i, timeline_event::kind what);
+  std::vector<std::size_t> copying_out;                  // entries whose pages go once their copy is done
+  std::map<const char*, std::size_t> swapped_ranges;     // address -> entry, while not resident
+  replay_device::link_figures link_at_begin;             // the device's link counters when the iteration began
+  void index_offloads();
+  void begin_offloads();
+  void finish_offloads();
+  void start_offload(std::size_t i, device::stream_handle stream);
+  void release_offloaded(std::size_t i);
+  void poll_offloads();
+  void fetch(std::size_t i, device::stream_handle stream);
+  void bring_in(std::size_t i, device::stream_handle stream);
+  void offloads_before(device::stream_handle stream);
+  void fetch_touched(const launch_view& op);
+  void fetch_everything(device::stream_handle stream);
+  void drop_offload(buffer_id b);
+  std::size_t offload_under_pressure(std::size_t shortfall);
+  // SUBLINEAR_HOST_BUDGET, or half the host's physical memory.
+  [[nodiscard]] std::size_t host_budget() const;
+  std::string offload_refused;  // why offload is off for the rest of the run ("" while it is not)
+
   std::vector<iteration_report> reports;
   std::vector<timeline_event> timeline;
   double started_s = 0.0;
@@ -352,6 +387,7 @@ struct engine::impl {
   void touch_and_restore(const launch_view& op, device::stream_handle stream);
   std::size_t offload(std::size_t shortfall);
   void lift_trace_budget(std::size_t shortfall);
+  [[nodiscard]] bool engine_evicted(const char* base) const;
 };
 
 }  // namespace sublinear::runtime

@@ -60,6 +60,79 @@ void host_replay_device::upload(void* device_dst, const void* host_src, std::siz
   std::memcpy(device_dst, host_src, bytes);
 }
 
+device::host::copy_engine& host_replay_device::copies() {
+  if (!copies_) copies_ = std::make_unique<device::host::copy_engine>(dev_, to_host_, to_device_);
+  return *copies_;
+}
+
+void host_replay_device::set_link(device::host::link_rate to_host, device::host::link_rate to_device,
+                                  std::string source) {
+  if (copies_) throw config_error("host replay device: set_link after the first copy");
+  to_host_ = to_host;
+  to_device_ = to_device;
+  link_source_ = std::move(source);
+}
+
+std::byte* host_replay_device::host_pool(std::size_t bytes) {
+  if (pool_.size() < bytes) {
+    try {
+      pool_.resize(bytes);
+    } catch (const std::bad_alloc&) {
+      throw error("host device: no " + std::to_string(bytes) + " bytes of host memory for the offload pool");
+    }
+  }
+  return pool_.data();
+}
+
+replay_device::copy_handle host_replay_device::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes,
+                                                            device::stream_handle after) {
+  if (fail_to_host_ > 0) {
+    --fail_to_host_;
+    throw device_error("host copy engine: device->host copy of " + std::to_string(bytes) + " bytes refused (injected)");
+  }
+  return copies().to_host(host_dst, device_src, bytes, after);
+}
+
+replay_device::copy_handle host_replay_device::copy_to_device(void* device_dst, const void* host_src,
+                                                              std::size_t bytes, device::stream_handle after) {
+  if (fail_to_device_ > 0) {
+    --fail_to_device_;
+    throw device_error("host copy engine: host->device copy of " + std::to_string(bytes) + " bytes refused (injected)");
+  }
+  return copies().to_device(device_dst, host_src, bytes, after);
+}
+
+bool host_replay_device::copy_done(copy_handle c) { return c == nullptr || dev_.query(c); }
+
+void host_replay_device::wait_copy(copy_handle c) {
+  if (c != nullptr) dev_.synchronize(static_cast<device::event_handle>(c));
+}
+
+void host_replay_device::stream_wait_copy(device::stream_handle stream, copy_handle c) {
+  if (c != nullptr) copies().stream_wait_copy(stream, c);
+}
+
+void host_replay_device::release_copy(copy_handle c) noexcept {
+  if (c != nullptr) dev_.release(c);
+}
+
+replay_device::link_figures host_replay_device::link() {
+  link_figures f;
+  f.to_host_bytes_per_s = to_host_.bytes_per_s;
+  f.to_device_bytes_per_s = to_device_.bytes_per_s;
+  f.to_host_latency_s = to_host_.latency_s;
+  f.to_device_latency_s = to_device_.latency_s;
+  f.source = link_source_;
+  if (copies_) {
+    const device::host::copy_figures c = copies_->figures();
+    f.to_host_bytes = c.to_host_bytes;
+    f.to_device_bytes = c.to_device_bytes;
+    f.busy_s = c.to_host_busy_s + c.to_device_busy_s;
+    f.stall_s = c.stall_s;
+  }
+  return f;
+}
+
 void host_replay_device::copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) {
   dev_.memcpy_async(dst, src, bytes, on(stream));
 }
@@ -127,6 +200,11 @@ host_runtime::host_runtime(device::host::device& dev, allocator::caching_allocat
   ro.start_recording = false;
   recorder_ = std::make_unique<tracer::recorder>(ro);
   replay_ = std::make_unique<host_replay_device>(dev);
+  if (options.config.link_to_host > 0.0) {
+    const double latency = device::host::host_link_default().latency_s;
+    replay_->set_link({options.config.link_to_host, latency}, {options.config.link_to_device, latency},
+                      "SUBLINEAR_LINK_BANDWIDTH");
+  }
   engine_ = std::make_unique<engine>(alloc, *replay_, *recorder_, std::move(options));
   // The engine's hook runs first: a block offloaded while tracing is restored before the
   // collector hashes what the launch touches (Note [Offloading the traced iteration]).

@@ -4,9 +4,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 #include <unordered_set>
 
 #include "allocator/caching_allocator.hpp"
+#include "device/host/copy_engine.hpp"
 #include "device/host/device.hpp"
 #include "runtime/engine.hpp"
 #include "tracer/host/host_collector.hpp"
@@ -27,6 +29,27 @@ class host_replay_device final : public replay_device {
   // On the stream, by a host function: the host does not wait.
   std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
                                          device::stream_handle stream) override;
+  // Offload copies run on the host copy engine (Note [Host copy engine]), made at the
+  // first copy so that a run without offloads creates no streams of its own.
+  std::byte* host_pool(std::size_t bytes) override;
+  copy_handle copy_to_host(void* host_dst, const void* device_src, std::size_t bytes,
+                           device::stream_handle after) override;
+  copy_handle copy_to_device(void* device_dst, const void* host_src, std::size_t bytes,
+                             device::stream_handle after) override;
+  bool copy_done(copy_handle c) override;
+  void wait_copy(copy_handle c) override;
+  void stream_wait_copy(device::stream_handle stream, copy_handle c) override;
+  void release_copy(copy_handle c) noexcept override;
+  link_figures link() override;
+  // The link's rates (default: device::host::host_link_default() both ways); `source`
+  // names where they came from in the report. Before the first copy only.
+  void set_link(device::host::link_rate to_host, device::host::link_rate to_device, std::string source);
+  // The next copies to host (to device) memory are refused when queued, as a CUDA copy
+  // can fail (the fault tests).
+  void fail_next_copies(std::size_t to_host, std::size_t to_device = 0) {
+    fail_to_host_ = to_host;
+    fail_to_device_ = to_device;
+  }
 
   // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
   // cannot run as a plain one (Note [Failed recipe] in engine_regenerate.cpp): the fault tests use it.
@@ -42,6 +65,14 @@ class host_replay_device final : public replay_device {
   std::unordered_set<std::string> refused_;
   std::size_t refusals_ = 0;
   std::size_t raised_shared_limits_ = 0;
+  device::host::copy_engine& copies();
+  device::host::link_rate to_host_ = device::host::host_link_default();
+  device::host::link_rate to_device_ = device::host::host_link_default();
+  std::string link_source_ = "configured";
+  std::unique_ptr<device::host::copy_engine> copies_;
+  std::vector<std::byte> pool_;
+  std::size_t fail_to_host_ = 0;
+  std::size_t fail_to_device_ = 0;
 };
 
 struct host_runtime_options {

@@ -32,6 +32,8 @@ const char* kind_name(timeline_event::kind k) {
     case timeline_event::kind::iteration: return "iteration";
     case timeline_event::kind::allocate: return "allocate";
     case timeline_event::kind::release: return "release";
+    case timeline_event::kind::offload: return "offload";
+    case timeline_event::kind::fetch: return "fetch";
   }
   return "?";
 }
@@ -43,6 +45,8 @@ timeline_event::kind parse_kind(const std::string& s) {
   if (s == "iteration") return timeline_event::kind::iteration;
   if (s == "allocate") return timeline_event::kind::allocate;
   if (s == "release") return timeline_event::kind::release;
+  if (s == "offload") return timeline_event::kind::offload;
+  if (s == "fetch") return timeline_event::kind::fetch;
   throw config_error("report: unknown timeline event kind '" + s + "'");
 }
 
@@ -155,6 +159,16 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.floor_s = pc.floor_s;
   plan.traced_compute_s = pc.traced_s;
   plan.error = e.plan_error();
+  const engine::plan_link pl = e.planned_link();
+  plan.offloads = pl.offloads;
+  plan.offloaded_bytes = pl.offloaded_bytes;
+  plan.host_bytes = pl.host_bytes;
+  plan.link_busy_s = pl.link_busy_s;
+  plan.predicted_stall_s = pl.predicted_stall_s;
+  plan.link_to_host_bytes_per_s = pl.to_host_bytes_per_s;
+  plan.link_to_device_bytes_per_s = pl.to_device_bytes_per_s;
+  plan.link_source = pl.source;
+  plan.offload_error = pl.refused;
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
 
@@ -190,6 +204,13 @@ report_totals totals(const run_report& r) {
     add(t.allocator_waits, it.allocator_waits);
     add(t.handoffs, it.handoffs);
     add(t.packed, it.packed);
+    add(t.fetches, it.fetches);
+    add(t.fetched_bytes, it.fetched_bytes);
+    add(t.safety_fetches, it.safety_fetches);
+    add(t.failed_copies, it.failed_copies);
+    t.link_busy_s = std::min(t.link_busy_s + it.link_busy_s, max_report_seconds);
+    t.copy_stall_s = std::min(t.copy_stall_s + it.copy_stall_s, max_report_seconds);
+    t.release_wait_s = std::min(t.release_wait_s + it.release_wait_s, max_report_seconds);
     add(t.evictions, it.evictions);
     add(t.evicted_bytes, it.evicted_bytes);
     add(t.recomputed_launches, it.recomputed_launches);
@@ -230,6 +251,15 @@ std::string to_json(const run_report& r) {
   w.member("added_compute_s", r.plan.added_compute_s);
   w.member("floor_s", r.plan.floor_s);
   w.member("traced_compute_s", r.plan.traced_compute_s);
+  w.member("offloads", r.plan.offloads);
+  w.member("offloaded_bytes", r.plan.offloaded_bytes);
+  w.member("host_bytes", r.plan.host_bytes);
+  w.member("link_busy_s", r.plan.link_busy_s);
+  w.member("predicted_stall_s", r.plan.predicted_stall_s);
+  w.member("link_to_host_bytes_per_s", r.plan.link_to_host_bytes_per_s);
+  w.member("link_to_device_bytes_per_s", r.plan.link_to_device_bytes_per_s);
+  w.member("link_source", r.plan.link_source);
+  w.member("offload_error", r.plan.offload_error);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -281,6 +311,13 @@ std::string to_json(const run_report& r) {
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
     w.member("offload_restores", it.offload_restores);
+    w.member("fetches", it.fetches);
+    w.member("fetched_bytes", it.fetched_bytes);
+    w.member("safety_fetches", it.safety_fetches);
+    w.member("failed_copies", it.failed_copies);
+    w.member("link_busy_s", it.link_busy_s);
+    w.member("copy_stall_s", it.copy_stall_s);
+    w.member("release_wait_s", it.release_wait_s);
     w.member("allocator_waits", it.allocator_waits);
     w.member("handoffs", it.handoffs);
     w.member("packed", it.packed);
@@ -332,6 +369,8 @@ std::string to_json(const run_report& r) {
         break;
       case timeline_event::kind::evict:
       case timeline_event::kind::regenerate:
+      case timeline_event::kind::offload:
+      case timeline_event::kind::fetch:
       case timeline_event::kind::iteration:
         if (e.what != timeline_event::kind::iteration) w.member("launch", re.launch);
         w.member("bytes", e.bytes);
@@ -400,6 +439,15 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.added_compute_s = seconds_or_zero("added_compute_s");
   r.plan.floor_s = seconds_or_zero("floor_s");
   r.plan.traced_compute_s = seconds_or_zero("traced_compute_s");
+  r.plan.offloads = size_or(plan, "offloads");
+  r.plan.offloaded_bytes = size_or(plan, "offloaded_bytes");
+  r.plan.host_bytes = size_or(plan, "host_bytes");
+  r.plan.link_busy_s = seconds_or_zero("link_busy_s");
+  r.plan.predicted_stall_s = seconds_or_zero("predicted_stall_s");
+  r.plan.link_to_host_bytes_per_s = seconds_or_zero("link_to_host_bytes_per_s");
+  r.plan.link_to_device_bytes_per_s = seconds_or_zero("link_to_device_bytes_per_s");
+  if (const json::value* v = plan.find("link_source")) r.plan.link_source = v->as_string();
+  if (const json::value* v = plan.find("offload_error")) r.plan.offload_error = v->as_string();
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};
@@ -427,6 +475,17 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
     ir.offload_restores = size_or(it, "offload_restores");
+    ir.fetches = size_or(it, "fetches");
+    ir.fetched_bytes = size_or(it, "fetched_bytes");
+    ir.safety_fetches = size_or(it, "safety_fetches");
+    ir.failed_copies = size_or(it, "failed_copies");
+    const auto number_or_zero = [&it](std::string_view key) {
+      const json::value* v = it.find(key);
+      return v != nullptr ? v->as_number() : 0.0;
+    };
+    ir.link_busy_s = number_or_zero("link_busy_s");
+    ir.copy_stall_s = number_or_zero("copy_stall_s");
+    ir.release_wait_s = number_or_zero("release_wait_s");
     ir.allocator_waits = size_or(it, "allocator_waits");
     ir.handoffs = size_or(it, "handoffs");
     ir.packed = size_or(it, "packed");
@@ -541,6 +600,22 @@ std::string render_text(const run_report& r, std::size_t top) {
   if (t.offloads > 0)
     out << "  offloaded          " << t.offloads << " blocks (" << format_bytes(t.offloaded_bytes)
         << ") to host memory while tracing under the budget\n";
+  if (t.fetches > 0 || r.plan.offloads > 0) {
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "  link               %zu planned offloads (%s each way per iteration predicted, %s of host "
+                  "memory), link %.1f/%.1f GB/s (%s)\n"
+                  "  offload copies     %s to host, %s back in %zu fetches (%zu by the safety net, %zu failed "
+                  "copies); link busy %s, compute waited %s for fetches, host waited %s at release points\n",
+                  r.plan.offloads, format_bytes(r.plan.offloaded_bytes).c_str(), format_bytes(r.plan.host_bytes).c_str(),
+                  r.plan.link_to_host_bytes_per_s / 1e9, r.plan.link_to_device_bytes_per_s / 1e9,
+                  r.plan.link_source.c_str(), format_bytes(t.offloaded_bytes).c_str(),
+                  format_bytes(t.fetched_bytes).c_str(), t.fetches, t.safety_fetches, t.failed_copies,
+                  text::seconds(t.link_busy_s).c_str(), text::seconds(t.copy_stall_s).c_str(),
+                  text::seconds(t.release_wait_s).c_str());
+    out << line;
+  }
+  if (!r.plan.offload_error.empty()) out << "  offload            off: " << r.plan.offload_error << "\n";
   if (t.planned_iterations > 0) {
     out << "  budgeted peak      " << format_bytes(t.budgeted_peak) << " mapped over " << t.planned_iterations
         << " planned iterations, " << (t.within_budget ? "within the budget" : "ABOVE THE BUDGET") << "\n";

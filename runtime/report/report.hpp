@@ -54,6 +54,17 @@ struct plan_summary {
   double added_compute_s = 0.0;
   double floor_s = 0.0;
   double traced_compute_s = 0.0;
+  // Offload (docs/runtime.md, "Offload execution"): the plan's copies per iteration as the
+  // simulator predicts them, and the link the plan was made for (0 / "" in older reports).
+  std::size_t offloads = 0;
+  std::size_t offloaded_bytes = 0;       // each way, per iteration
+  std::size_t host_bytes = 0;            // host memory the offloads hold at once (the pool)
+  double link_busy_s = 0.0;
+  double predicted_stall_s = 0.0;
+  double link_to_host_bytes_per_s = 0.0;
+  double link_to_device_bytes_per_s = 0.0;
+  std::string link_source{};             // configured, measured, SUBLINEAR_LINK_BANDWIDTH, synchronous
+  std::string offload_error{};           // why offload is off ("" when it is not refused)
 };
 
 // A run of the same workload without sublinear's budget, when the caller knows one.
@@ -128,6 +139,13 @@ struct report_totals {
   std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room
   std::size_t handoffs = 0;             // Note [Stream-ordered handoff]
   std::size_t packed = 0;               // Note [Packs]
+  std::size_t fetches = 0;              // planned offloads' copies back (Note [Offload execution])
+  std::size_t fetched_bytes = 0;
+  std::size_t safety_fetches = 0;
+  std::size_t failed_copies = 0;
+  double link_busy_s = 0.0;
+  double copy_stall_s = 0.0;
+  double release_wait_s = 0.0;
 };
 [[nodiscard]] report_totals totals(const run_report& r);
 

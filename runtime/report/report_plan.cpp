@@ -46,6 +46,28 @@ void check_byte_figures(const plan_preview_options& o) {
   check("the traced mapped peak (--mapped-peak)", o.traced_mapped_peak,
         "give the figure the runtime logged for the traced iteration (SUBLINEAR_LOG=info)");
   check("the device memory (--device-memory)", o.device_capacity, "give the device's memory (nvidia-smi shows it)");
+  check("the host budget (--host-budget)", o.host_budget, "give the pinned host memory offloads may hold");
+  if (o.offload == policy::offload_mode::only && !o.link.usable()) {
+    throw config_error(
+        "offload only needs a link: a trace records none, so give its bandwidth (--link-bandwidth GB/s), or "
+        "plan with --offload auto or off");
+  }
+}
+
+plan_preview_floor floor_of(const policy::iteration& g, std::size_t budget, const policy::recompute_floor_options& o) {
+  const policy::recompute_floor f = policy::find_recompute_floor(g, budget, o);
+  plan_preview_floor out;
+  out.feasible = f.feasible;
+  out.added_s = f.added_s;
+  out.bound = f.at != policy::none;
+  out.at = out.bound ? f.at : 0;
+  if (out.bound && f.at < g.launches.size() && g.launches[f.at].kernel < g.kernel_names.size()) {
+    out.at_kernel = g.kernel_names[g.launches[f.at].kernel];
+  }
+  out.must_free = f.must_free;
+  out.can_free = f.can_free;
+  out.planner_budget = budget;
+  return out;
 }
 
 }  // namespace
@@ -112,30 +134,35 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.overhead = policy::planning_overhead(out.budget, tm);
   out.sub_page_peak = tm.sub_page_peak;
   out.planner_budget = out.budget > out.overhead ? out.budget - out.overhead : 0;
-  {
-    const policy::recompute_floor f = policy::find_recompute_floor(g, out.planner_budget);
-    out.floor.feasible = f.feasible;
-    out.floor.added_s = f.added_s;
-    out.floor.bound = f.at != policy::none;
-    out.floor.at = out.floor.bound ? f.at : 0;
-    if (out.floor.bound && f.at < g.launches.size() && g.launches[f.at].kernel < g.kernel_names.size()) {
-      out.floor.at_kernel = g.kernel_names[g.launches[f.at].kernel];
-    }
-    out.floor.must_free = f.must_free;
-    out.floor.can_free = f.can_free;
-    out.floor.planner_budget = out.planner_budget;
-  }
+  out.floor = floor_of(g, out.planner_budget, {});
+  out.offload = options.offload != policy::offload_mode::off && options.link.usable();
+  out.offload_mode = out.offload ? options.offload : policy::offload_mode::off;
+  out.link = options.link;
+  out.host_budget = options.host_budget;
+  policy::recompute_floor_options with_link;
+  with_link.link = options.link;
+  with_link.host_budget = options.host_budget;
+  if (out.offload) out.offload_floor = floor_of(g, out.planner_budget, with_link);
 
   for (const auto& name : options.policies) {
     plan_preview_row row;
     row.planner = name;
     const auto started = std::chrono::steady_clock::now();
+    if (out.offload_mode == policy::offload_mode::only && !policy::make_planner(name)->offloads()) {
+      row.offload_unsupported = true;
+      row.error = "does not offload (planners that do: " + policy::offloading_planner_list() + ")";
+      out.rows.push_back(std::move(row));
+      continue;
+    }
     try {
       // As the engine's make_plan: the whole traced cache first, then, where that leaves
       // the planner too little, the cache scaled to the budget.
       std::optional<policy::plan> made;
       policy::planner::options po;
       po.packs = options.packs;
+      po.offload = out.offload_mode;
+      po.link = options.link;
+      po.host_budget = options.host_budget;
       row.planner_budget = out.planner_budget;
       try {
         made = policy::make_planner(name)->make_plan(g, out.planner_budget, po);
@@ -154,7 +181,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       }
       if (made) {
         const policy::plan& p = *made;
-        const policy::simulation sim = policy::simulate(g, p);
+        const policy::simulation sim = policy::simulate(g, p, options.link, options.host_budget);
         row.feasible = true;
         row.predicted_peak = p.predicted_peak;
         // The prediction adds what the allocator was seen to cost, not the safety allowance
@@ -195,6 +222,25 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
           for (policy::buffer_id b : e.also_regenerates) pe.also_regenerates.push_back(index_of(b));
           row.evictions.push_back(std::move(pe));
         }
+        row.offloaded_buffers = sim.offloaded_buffers;
+        row.offloaded_bytes = sim.offloaded_bytes;
+        row.host_bytes = sim.host_bytes;
+        row.link_busy_s = sim.link_busy_s;
+        row.predicted_stall_s = sim.predicted_stall_s;
+        row.predicted_time_s = sim.predicted_time_s;
+        for (std::size_t j = 0; j < p.offloads.size(); ++j) {
+          const policy::offload& o = p.offloads[j];
+          plan_preview_offload po_row;
+          po_row.alloc_index = g.buffers[o.target].alloc_index;
+          po_row.bytes = g.buffers[o.target].size;
+          po_row.producer = kernel_of(an.producer[o.target]);
+          po_row.evict_after = o.evict_after;
+          po_row.release_before = o.release_before;
+          po_row.fetch_after = o.fetch_after;
+          po_row.restore_before = o.restore_before;
+          po_row.restore_kernel = kernel_of(o.restore_before);
+          row.offloads.push_back(std::move(po_row));
+        }
       }
     } catch (const policy::infeasible_budget& e) {
       row.error = e.what();
@@ -208,9 +254,13 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       row.error = e.what();
     }
     row.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    row.floor_s = row.planner_budget == out.planner_budget || row.planner_budget == 0
-                      ? out.floor.added_s
-                      : policy::find_recompute_floor(g, row.planner_budget).added_s;
+    const bool same_budget = row.planner_budget == out.planner_budget || row.planner_budget == 0;
+    if (out.offload) {
+      row.floor_s = same_budget ? out.offload_floor.added_s
+                                : policy::find_recompute_floor(g, row.planner_budget, with_link).added_s;
+    } else {
+      row.floor_s = same_budget ? out.floor.added_s : policy::find_recompute_floor(g, row.planner_budget).added_s;
+    }
     out.rows.push_back(std::move(row));
   }
   return out;
@@ -274,6 +324,14 @@ void render_floor(std::ostringstream& out, const plan_preview& p) {
   out << "recompute floor: no plan adds less than " << text::seconds(f.added_s)
       << percent_of(f.added_s, p.iteration_compute_s) << "; " << during << " " << format_bytes(f.must_free)
       << " must be out (docs/policy.md, \"Recompute floor\")\n";
+  if (p.offload) {
+    const plan_preview_floor& o = p.offload_floor;
+    out << "offload floor: "
+        << (o.feasible ? "no plan that may also offload adds less than " + text::seconds(o.added_s) +
+                             percent_of(o.added_s, p.iteration_compute_s) + " of time (recompute + stalls)"
+                       : std::string("no plan can meet this budget even with offload"))
+        << "\n";
+  }
   // Rows planned with the cache scaled to the budget had more room, so a lower floor.
   for (const auto& r : p.rows) {
     if (r.cache_allowance != "scaled" || r.planner_budget == p.planner_budget || r.planner_budget == 0) continue;
@@ -283,6 +341,25 @@ void render_floor(std::ostringstream& out, const plan_preview& p) {
                                                            percent_of(r.floor_s, p.iteration_compute_s))
         << "\n";
     break;
+  }
+}
+
+std::string gbps(double bytes_per_s) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.3g GB/s", bytes_per_s / 1e9);
+  return text;
+}
+
+void render_offloads(std::ostringstream& out, const plan_preview_row& r) {
+  if (r.offloads.empty()) return;
+  out << "\n  " << r.planner << ": " << r.offloads.size() << " offload" << (r.offloads.size() == 1 ? "" : "s")
+      << " (copied to host memory and back; " << format_bytes(r.offloaded_bytes) << " each way per iteration)\n";
+  for (const auto& o : r.offloads) {
+    out << "    #" << o.alloc_index << " " << format_bytes(o.bytes) << ", written by "
+        << (o.producer.empty() ? std::string("?") : readable_kernel(o.producer)) << "\n"
+        << "      copied out after launch " << o.evict_after << ", pages released before launch " << o.release_before
+        << ", fetched after launch " << o.fetch_after << ", back before launch " << o.restore_before << " ("
+        << readable_kernel(o.restore_kernel) << ")\n";
   }
 }
 
@@ -353,6 +430,12 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
     out << ", " << format_bytes(p.traced_mapped_peak) << " mapped (the allocator's cache adds "
         << format_bytes(p.overhead) << ")";
   }
+  if (p.offload) {
+    out << "\noffload: " << (p.offload_mode == policy::offload_mode::only ? "only (no recompute)" : "auto")
+        << ", link " << gbps(p.link.to_host.bytes_per_s) << " to host, " << gbps(p.link.to_device.bytes_per_s)
+        << " to the device, host budget "
+        << (p.host_budget == 0 ? std::string("unbounded") : format_bytes(p.host_budget));
+  }
   out << "\nbudget: " << format_bytes(p.budget) << " (" << p.budget_text << ")";
   if (p.overhead > 0) out << ", " << format_bytes(p.planner_budget) << " for live buffers";
   out << "\n";
@@ -363,27 +446,48 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
   }
   out << "\n";
   std::vector<std::vector<std::string>> rows;
+  // With offload: three more columns after "evicted" (Note [Offload]).
+  const auto row_of = [&](std::vector<std::string> cells, std::vector<std::string> link) {
+    if (p.offload) cells.insert(cells.begin() + 3, link.begin(), link.end());
+    return cells;
+  };
   for (const auto& r : p.rows) {
     if (r.internal_error) {
-      rows.push_back({r.planner, "failed", "internal error (below)", "", "", ""});
+      rows.push_back(row_of({r.planner, "failed", "internal error (below)", "", "", ""}, {"", "", ""}));
+      continue;
+    }
+    if (r.offload_unsupported) {
+      rows.push_back(row_of({r.planner, "n/a", "does not offload", "", "", ""}, {"", "", ""}));
       continue;
     }
     if (!r.feasible) {
-      rows.push_back({r.planner + (r.cache_allowance == "scaled" ? " *" : ""), "infeasible",
-                      "needs at least " + format_bytes_at_least(r.smallest_feasible), "", "", ""});
+      rows.push_back(row_of({r.planner + (r.cache_allowance == "scaled" ? " *" : ""), "infeasible",
+                             "needs at least " + format_bytes_at_least(r.smallest_feasible), "", "", ""},
+                            {"", "", ""}));
       continue;
     }
     const std::string added = text::seconds(r.added_compute_s) + percent_of(r.added_compute_s, p.iteration_compute_s);
-    rows.push_back({r.planner + (r.cache_allowance == "scaled" ? " *" : ""),
-                    format_bytes(p.traced_mapped_peak > 0 ? r.predicted_mapped : r.predicted_peak),
-                    std::to_string(r.evicted_buffers) + " / " + format_bytes(r.evicted_bytes), added,
-                    std::to_string(r.recomputed_launches), text::seconds(r.planning_s)});
+    rows.push_back(row_of({r.planner + (r.cache_allowance == "scaled" ? " *" : ""),
+                           format_bytes(p.traced_mapped_peak > 0 ? r.predicted_mapped : r.predicted_peak),
+                           std::to_string(r.evicted_buffers) + " / " + format_bytes(r.evicted_bytes), added,
+                           std::to_string(r.recomputed_launches), text::seconds(r.planning_s)},
+                          {std::to_string(r.offloaded_buffers) + " / " + format_bytes(r.offloaded_bytes),
+                           text::seconds(r.link_busy_s), text::seconds(r.predicted_stall_s) +
+                                                              percent_of(r.predicted_stall_s, p.iteration_compute_s)}));
   }
-  out << text::table({"policy", "predicted peak", "evicted", "added compute", "recomputed", "planning time"}, rows,
-                     {true, false, false, false, false, false});
+  std::vector<bool> left_aligned(p.offload ? 9 : 6, false);
+  left_aligned[0] = true;
+  out << text::table(row_of({"policy", "predicted peak", "evicted", "added compute", "recomputed", "planning time"},
+                            {"offloaded", "link busy", "stalls"}),
+                     rows, left_aligned);
   out << "\n  predicted peak: " << (p.traced_mapped_peak > 0 ? "mapped bytes (live buffers + the allocator's cache)"
                                                               : "live buffers at page granularity")
-      << "; evicted: buffers / bytes; added compute: replayed launches' traced durations per iteration\n";
+      << "; evicted: buffers / bytes (recomputed); added compute: replayed launches' traced durations per "
+         "iteration\n";
+  if (p.offload) {
+    out << "  offloaded: buffers / bytes over the link each way per iteration; link busy: copy time, both "
+           "directions; stalls: predicted time launches wait for a copy\n";
+  }
   for (const auto& r : p.rows) {
     if (r.cache_allowance == "scaled") {
       out << "  *: the whole traced cache leaves this planner too little, so it plans with the cache scaled to the "
@@ -396,8 +500,11 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
     if (r.internal_error) out << "\n  " << r.planner << " failed: " << r.error << "\n";
   }
   if (evictions) {
-    for (const auto& r : p.rows)
-      if (r.feasible) render_evictions(out, r);
+    for (const auto& r : p.rows) {
+      if (!r.feasible) continue;
+      if (!r.evictions.empty() || r.offloads.empty()) render_evictions(out, r);
+      render_offloads(out, r);
+    }
   }
   return out.str();
 }
@@ -460,6 +567,19 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("must_free_bytes", p.floor.must_free);
   w.member("can_free_bytes", p.floor.can_free);
   w.end_object();
+  w.key("offload");
+  w.begin_object(true);
+  w.member("mode", std::string(!p.offload ? "off" : p.offload_mode == policy::offload_mode::only ? "only" : "auto"));
+  w.member("to_host_bytes_per_s", p.link.to_host.bytes_per_s);
+  w.member("to_device_bytes_per_s", p.link.to_device.bytes_per_s);
+  w.member("host_budget_bytes", p.host_budget);
+  w.key("floor_s");
+  if (p.offload) {
+    w.number(p.offload_floor.added_s);
+  } else {
+    w.null();
+  }
+  w.end_object();
   const auto integers = [&w](std::string_view key, const auto& values) {
     w.key(key);
     w.begin_array(true);
@@ -484,6 +604,28 @@ std::string plan_preview_json(const plan_preview& p) {
     w.member("recomputed_launches", r.recomputed_launches);
     w.member("evicted_buffers", r.evicted_buffers);
     w.member("evicted_bytes", r.evicted_bytes);
+    w.member("offload_unsupported", r.offload_unsupported);
+    w.member("offloaded_buffers", r.offloaded_buffers);
+    w.member("offloaded_bytes", r.offloaded_bytes);
+    w.member("host_bytes", r.host_bytes);
+    w.member("link_busy_s", r.link_busy_s);
+    w.member("predicted_stall_s", r.predicted_stall_s);
+    w.member("predicted_time_s", r.predicted_time_s);
+    w.key("offloads");
+    w.begin_array();
+    for (const auto& o : r.offloads) {
+      w.begin_object(true);
+      w.member("alloc_index", o.alloc_index);
+      w.member("bytes", o.bytes);
+      w.member("producer", o.producer);
+      w.member("evict_after", o.evict_after);
+      w.member("release_before", o.release_before);
+      w.member("fetch_after", o.fetch_after);
+      w.member("restore_before", o.restore_before);
+      w.member("restore_kernel", o.restore_kernel);
+      w.end_object();
+    }
+    w.end_array();
     w.member("planning_s", r.planning_s);
     w.key("evictions");
     w.begin_array();

@@ -18,7 +18,8 @@
 //   traced cache leaves too little plans again with the cache scaled to the budget, as the
 //   engine does (Note [Scaled cache allowance]); its row says so. Beside the planners, the
 //   recompute floor (Note [Recompute floor]) says how little any plan could add at the
-//   same budget, so a planner's added compute can be read against it. Planning cost and
+//   same budget, so a planner's added compute can be read against it; with a link, the
+//   offload floor (Note [Offload floor]) does the same for added time. Planning cost and
 //   timing-based choices (costs are the traced durations) can differ from a later run
 //   whose durations differ.
 #pragma once
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "policy/budget.hpp"
+#include "policy/link_model.hpp"
 #include "tracer/events.hpp"
 
 namespace sublinear::runtime {
@@ -39,6 +41,23 @@ struct plan_preview_options {
   std::size_t device_capacity = 0;     // bytes, for "%" budgets (0: unknown)
   std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)
   bool packs = true;                   // as SUBLINEAR_PACKS (Note [Packs], policy/packs.hpp)
+  // Offload (Note [Offload] in policy/link_model.hpp): the mode, the link (a trace records
+  // none: without one, nothing is offloaded) and the host budget (0: no bound).
+  policy::offload_mode offload = policy::offload_mode::on;
+  policy::link_model link{};
+  std::size_t host_budget = 0;
+};
+
+// One planned offload, as `sublinear plan --evictions` lists it (launches as for evictions).
+struct plan_preview_offload {
+  std::uint32_t alloc_index = 0;
+  std::size_t bytes = 0;
+  std::string producer;
+  std::size_t evict_after = 0;         // copied to host once this launch is done
+  std::size_t release_before = 0;      // its pages released before this launch
+  std::size_t fetch_after = 0;         // copied back once this launch is done
+  std::size_t restore_before = 0;      // resident again before this launch
+  std::string restore_kernel;
 };
 
 // One planned eviction, as `sublinear plan --evictions` lists it: which buffer, between which
@@ -88,8 +107,17 @@ struct plan_preview_row {
   std::size_t recomputed_launches = 0;
   std::size_t evicted_buffers = 0;
   std::size_t evicted_bytes = 0;
+  bool offload_unsupported = false;    // offload only, and this planner does not offload
+  std::size_t offloaded_buffers = 0;
+  std::size_t offloaded_bytes = 0;     // bytes over the link per iteration, each way
+  std::size_t host_bytes = 0;          // most host memory held at once
+  double link_busy_s = 0.0;            // both directions
+  double predicted_stall_s = 0.0;
+  double predicted_time_s = 0.0;       // launch costs + added compute + stalls
+  std::vector<plan_preview_offload> offloads;
   double planning_s = 0.0;
-  double floor_s = 0.0;                // the recompute floor at this row's planner budget (infinite: infeasible)
+  double floor_s = 0.0;                // the recompute floor at this row's planner budget (infinite: infeasible);
+                                       // the offload floor of added time where offload is in effect
   std::vector<plan_preview_eviction> evictions;  // in the plan's order
 };
 
@@ -135,10 +163,18 @@ struct plan_preview {
   std::size_t budget = 0;              // resolved
   std::size_t planner_budget = 0;      // budget - overhead
   plan_preview_floor floor;            // at planner_budget
+  // Offload in effect: not off, and a usable link. offload_floor: the floor of added time
+  // with offload (Note [Offload floor]) at planner_budget.
+  bool offload = false;
+  policy::offload_mode offload_mode = policy::offload_mode::off;
+  policy::link_model link{};
+  std::size_t host_budget = 0;
+  plan_preview_floor offload_floor;
   std::vector<plan_preview_row> rows;
 };
 
-// Throws config_error for a malformed budget or policy, or a trace with no iteration.
+// Throws config_error for a malformed budget or policy, a trace with no iteration, or
+// offload only without a usable link.
 [[nodiscard]] plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& options);
 
 // A readable table of the preview, one row per planner; with `evictions`, each feasible

@@ -39,6 +39,7 @@ constexpr const char* kBudgetedColour = "#D55E00";  // vermillion
 constexpr const char* kBudgetColour = "#222222";
 constexpr const char* kEvictColour = "#D55E00";       // vermillion, as the budgeted curve
 constexpr const char* kRegenerateColour = "#009E73";  // bluish green
+constexpr const char* kOffloadColour = "#56B4E9";     // sky blue: copies over the link
 
 std::string fmt(double v, int decimals = 1) {
   char buf[32];
@@ -57,6 +58,8 @@ struct curve {
   std::size_t iteration = 0;
   std::vector<point> live, mapped;
   std::vector<double> evictions, regenerations;  // launch numbers
+  std::vector<double> offloads, fetches;         // launch numbers of planned copies out and back
+  std::size_t offloaded_bytes = 0;
   std::size_t live_peak = 0, mapped_peak = 0;
   std::size_t launches = 0;
 };
@@ -79,6 +82,11 @@ std::optional<curve> samples_of(const run_report& r, std::size_t iteration) {
       }
       case timeline_event::kind::evict: c.evictions.push_back(x); break;
       case timeline_event::kind::regenerate: c.regenerations.push_back(x); break;
+      case timeline_event::kind::offload:
+        c.offloads.push_back(x);
+        c.offloaded_bytes += re.event.bytes;
+        break;
+      case timeline_event::kind::fetch: c.fetches.push_back(x); break;
       default: break;
     }
   }
@@ -273,6 +281,10 @@ std::string render_memory_plot(const run_report& r, const plot_options& options)
     if (!budgeted->evictions.empty()) ticks("evictions", budgeted->evictions, evict_row, kEvictColour);
     if (!budgeted->regenerations.empty())
       ticks("regenerations", budgeted->regenerations, regenerate_row, kRegenerateColour);
+    // Offloads share the rows: copies out with the evictions, copies back with the
+    // regenerations, in the link's colour.
+    if (!budgeted->offloads.empty()) ticks("offloads", budgeted->offloads, evict_row, kOffloadColour);
+    if (!budgeted->fetches.empty()) ticks("fetches", budgeted->fetches, regenerate_row, kOffloadColour);
   }
   if (!baseline && !budgeted) {
     doc.text(left + plot.width / 2, top + plot.height / 2,
@@ -304,6 +316,10 @@ std::string render_memory_plot(const run_report& r, const plot_options& options)
     entry(kEvictColour, 1.5, "", std::to_string(budgeted->evictions.size()) + " evictions (ticks under the axis)");
     entry(kRegenerateColour, 1.5, "",
           std::to_string(budgeted->regenerations.size()) + " regenerations (ticks under the axis)");
+    if (!budgeted->offloads.empty())
+      entry(kOffloadColour, 1.5, "",
+            std::to_string(budgeted->offloads.size()) + " buffers offloaded to host memory (" +
+                format_bytes(budgeted->offloaded_bytes) + "), fetched back before their use (ticks under the axis)");
   }
   doc.end_group();
   // What the two quantities mean, for a reader who does not know the allocator.

@@ -143,9 +143,11 @@ std::string render_torch_snapshot(const run_report& r) {
         live.erase(e.address);
         extend(e.address, n);
         break;
-      case timeline_event::kind::evict: {
+      case timeline_event::kind::evict:
+      case timeline_event::kind::offload: {
         if (e.address == 0) break;  // a report from before addresses were recorded
-        const std::string why = producer_note("evicted", e.label, re.iteration);
+        const std::string why =
+            producer_note(e.what == timeline_event::kind::offload ? "offloaded" : "evicted", e.label, re.iteration);
         trace.push_back({"free_requested", e.address, n, e.begin_s, why});
         trace.push_back({"free_completed", e.address, n, e.begin_s, why});
         live.erase(e.address);
@@ -153,8 +155,11 @@ std::string render_torch_snapshot(const run_report& r) {
         break;
       }
       case timeline_event::kind::regenerate:
+      case timeline_event::kind::fetch:
         if (e.address == 0) break;
-        trace.push_back({"alloc", e.address, n, e.begin_s, producer_note("regenerated", e.label, re.iteration)});
+        trace.push_back({"alloc", e.address, n, e.begin_s,
+                         producer_note(e.what == timeline_event::kind::fetch ? "fetched" : "regenerated", e.label,
+                                       re.iteration)});
         live[e.address] = n;
         extend(e.address, n);
         break;

@@ -26,7 +26,7 @@ namespace sublinear::runtime {
 
 namespace {
 
-enum track : int { iterations_track = 1, evictions_track = 2, replay_track = 3, stalls_track = 4 };
+enum track : int { iterations_track = 1, evictions_track = 2, replay_track = 3, stalls_track = 4, copy_track = 5 };
 
 constexpr double kMinSliceUs = 1.0;  // a zero-length slice is invisible in both viewers
 
@@ -67,7 +67,8 @@ std::string render_chrome_trace(const run_report& r) {
   };
   metadata("process_name", 0, "sublinear: " + (r.model.empty() ? std::string("run") : r.model), -1);
   const std::pair<int, const char*> tracks[] = {
-      {iterations_track, "iterations"}, {evictions_track, "evictions"}, {replay_track, "replay"}, {stalls_track, "stalls"}};
+      {iterations_track, "iterations"}, {evictions_track, "evictions"}, {replay_track, "replay"}, {stalls_track, "stalls"},
+      {copy_track, "copy stream"}};
   for (const auto& [tid, name] : tracks) {
     metadata("thread_name", tid, name, -1);
     metadata("thread_sort_index", tid, "", tid);
@@ -153,6 +154,14 @@ std::string render_chrome_trace(const run_report& r) {
         }
         break;
       }
+      case timeline_event::kind::offload:
+      case timeline_event::kind::fetch:
+        // Queued .. seen complete by the engine (the copy ran somewhere in between).
+        slice(copy_track,
+              (e.what == timeline_event::kind::offload ? "to host " : "to device ") +
+                  (e.label.empty() ? std::string("buffer") : e.label),
+              "copy", e.begin_s, e.end_s, {{"producer", e.label}}, {{"bytes", e.bytes}, {"iteration", re.iteration}});
+        break;
       case timeline_event::kind::allocate:
       case timeline_event::kind::release:
         break;  // per-block events are for the PyTorch snapshot; the counters show their sum

@@ -139,6 +139,10 @@ outcome train(const workloads::models::model_config& config, const std::string& 
     o.config.trace = trace_path;
     o.config.scaled_cache = g_allowance.scaled;
     o.scaled_cache_factor = g_allowance.factor;
+    // Recompute only: these cells and their premises ("infeasible without retention", a
+    // smallest feasible budget) are the recompute planners'. Offload's cells are in
+    // offload_end_to_end_test.cpp.
+    o.config.offload = policy::offload_mode::off;
     if (const char* l = std::getenv("E2E_LOG")) o.config.log = parse_log_level("E2E_LOG", l);
     o.device_capacity = session.vmm().physical_capacity();
     host_runtime_options ro;

@@ -497,7 +497,7 @@ chrome_tracks tracks_of(const std::string& text) {
 
 TEST(ChromeTrace, ARealRunParsesAsJsonWithTheExpectedTracks) {
   chrome_tracks t = tracks_of(render_chrome_trace(real_report()));
-  EXPECT_EQ(t.threads, (std::set<std::string>{"iterations", "evictions", "replay", "stalls"}));
+  EXPECT_EQ(t.threads, (std::set<std::string>{"iterations", "evictions", "replay", "stalls", "copy stream"}));
   EXPECT_EQ(t.counters, (std::set<std::string>{"mapped", "allocated", "budget"}));
   EXPECT_EQ(t.slices_per_thread.at("iterations"), 4u);
   EXPECT_GT(t.slices_per_thread["evictions"], 0u);

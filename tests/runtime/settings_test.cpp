@@ -232,6 +232,46 @@ TEST(TraceIterationsSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_TRACE_ITERATIONS", v, "1 or 2");
 }
 
+// ---- offload settings -------------------------------------------------------------------------------
+
+TEST(OffloadSetting, AcceptsAutoOffOnlyInAnyCase) {
+  EXPECT_EQ(read({}).offload, policy::offload_mode::on);
+  EXPECT_EQ(read({{"SUBLINEAR_OFFLOAD", "auto"}}).offload, policy::offload_mode::on);
+  EXPECT_EQ(read({{"SUBLINEAR_OFFLOAD", "OFF"}}).offload, policy::offload_mode::off);
+  EXPECT_EQ(read({{"SUBLINEAR_OFFLOAD", "only"}}).offload, policy::offload_mode::only);
+}
+
+TEST(OffloadSetting, RefusesEveryMalformedForm) {
+  for (const char* v : {"", "on", "1", "yes", "al", "only "}) expect_refused("SUBLINEAR_OFFLOAD", v, "auto, off, only");
+}
+
+TEST(HostBudgetSetting, TakesBytesWithAUnit) {
+  EXPECT_EQ(read({}).host_budget, 0u);
+  EXPECT_EQ(read({{"SUBLINEAR_HOST_BUDGET", "16GiB"}}).host_budget, std::size_t{16} << 30);
+  EXPECT_EQ(read({{"SUBLINEAR_HOST_BUDGET", "1048576"}}).host_budget, std::size_t{1} << 20);
+}
+
+TEST(HostBudgetSetting, RefusesSharesMultiplesZeroAndNonsense) {
+  for (const char* v : {"50%", "0.5x", "lots", "-1GiB"})
+    expect_refused("SUBLINEAR_HOST_BUDGET", v, "bytes with a unit");
+  expect_refused("SUBLINEAR_HOST_BUDGET", "0", "SUBLINEAR_OFFLOAD=off");
+}
+
+TEST(LinkBandwidthSetting, TakesOneValueOrOnePerDirectionInGBPerSecond) {
+  const settings one = read({{"SUBLINEAR_LINK_BANDWIDTH", "50"}});
+  EXPECT_DOUBLE_EQ(one.link_to_host, 50e9);
+  EXPECT_DOUBLE_EQ(one.link_to_device, 50e9);
+  const settings two = read({{"SUBLINEAR_LINK_BANDWIDTH", "52.8,35.2"}});
+  EXPECT_DOUBLE_EQ(two.link_to_host, 52.8e9);
+  EXPECT_DOUBLE_EQ(two.link_to_device, 35.2e9);
+  EXPECT_EQ(read({}).link_to_host, 0.0);
+}
+
+TEST(LinkBandwidthSetting, RefusesEveryMalformedForm) {
+  for (const char* v : {"0", "-5", "fast", "50,", ",50", "50,0", "50GB/s", "1,2,3", "nan", "inf"})
+    expect_refused("SUBLINEAR_LINK_BANDWIDTH", v, "to-host,to-device");
+}
+
 // ---- SUBLINEAR_ITERATION --------------------------------------------------------------------------------
 
 TEST(IterationSetting, AcceptsMarkerOrAuto) {

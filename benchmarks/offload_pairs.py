@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Offload beside recompute, paired: `sublinear demo` runs of each case with
+SUBLINEAR_OFFLOAD=off (recompute only) and auto (the planner chooses keep, recompute or
+offload), repeated; prints medians with ranges (docs/runtime.md, "Offload execution").
+
+Each demo run trains the baseline and the budgeted run in turns (Note [Paired timing]), so
+`time` is the median over planned iterations of the budgeted iteration's time over the
+baseline's same iteration. Figures, never assertions.
+
+    benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
+                                [--iterations 8] [--quick] [--json out.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CASES = [
+    ("transformer-8 0.5x", ["--model", "transformer", "--depth", "8", "--budget", "0.5x"], "<= 1.15x"),
+    ("resnet-434 b32 0.5x", ["--model", "resnet", "--depth", "434", "--batch", "32", "--budget", "0.5x"],
+     "below recompute-only"),
+    ("resnet-434 b32 0.25x", ["--model", "resnet", "--depth", "434", "--batch", "32", "--budget", "0.25x"],
+     "below recompute-only"),
+    ("lstm-512 0.5x", ["--model", "lstm", "--seq-len", "512", "--budget", "0.5x"], "below recompute-only"),
+]
+
+
+def run_demo(binary, args, offload, iterations, policy):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "demo.json")
+        env = dict(os.environ, SUBLINEAR_OFFLOAD=offload)
+        cmd = [binary, "demo", *args, "--iterations", str(iterations), "--policy", policy, "--json", out]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            return {"error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["exit %d" % proc.returncode]}
+        with open(out) as f:
+            return json.load(f)
+
+
+def summary(values, fmt):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    m = statistics.median(values)
+    if len(values) == 1:
+        return fmt % m
+    return (fmt % m) + " [" + (fmt % min(values)) + ".." + (fmt % max(values)) + "]"
+
+
+def figures(d):
+    if "error" in d:
+        return None
+    if d.get("plan_error"):
+        return {"error": d["plan_error"]}
+    iter_s = d.get("iter_s") or 0.0
+    predicted = d.get("predicted_iter_s") or (
+        d.get("traced_compute_s", 0.0) + d.get("planned_recompute_s", 0.0) + d.get("predicted_stall_s", 0.0))
+    return {
+        "time": d.get("time_ratio"),
+        "peak": d.get("peak_bytes", 0) / max(1, d.get("baseline_peak_bytes", 1)),
+        "offloaded_buffers": d.get("offloaded_buffers", 0),
+        "link_mib": d.get("offloaded_bytes", 0) / 2**20,
+        "busy_share": d.get("link_busy_s", 0.0) / iter_s if iter_s else None,
+        "stall_ms": d.get("copy_stall_s", 0.0) * 1e3,
+        "predicted_s": predicted,
+        "measured_s": iter_s,
+        # The planner's time is the traced launches' device time; the measured iteration
+        # also holds the host's own work (launch, interception, allocation).
+        "pred_over_meas": predicted / iter_s if iter_s else None,
+        "recomputed": d.get("recomputed_launches", 0),
+        "identical": d.get("params_bit_identical"),
+        "link": d.get("link_source", ""),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sublinear", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin", "sublinear"))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=8)
+    p.add_argument("--policy", default="reforward")
+    p.add_argument("--quick", action="store_true", help="Transformer-8 only, one repeat")
+    p.add_argument("--json", help="also write every run's figures here")
+    a = p.parse_args()
+    cases = CASES[:1] if a.quick else CASES
+    repeats = 1 if a.quick else a.repeats
+    all_runs = {}
+    print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-22s %-9s" %
+          ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "link busy share", "stall ms/iter",
+           "predicted/measured", "exact"))
+    for name, args, target in cases:
+        for mode in ("off", "auto"):
+            runs = [figures(run_demo(a.sublinear, args, mode, a.iterations, a.policy)) for _ in range(repeats)]
+            all_runs["%s %s" % (name, mode)] = runs
+            ok = [r for r in runs if r and "error" not in r]
+            if not ok:
+                why = next((r["error"] for r in runs if r and "error" in r), "failed")
+                print("%-22s %-8s %s" % (name, mode, why))
+                continue
+            print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-22s %-9s" % (
+                name, mode, summary([r["time"] for r in ok], "%.2fx"), summary([r["peak"] for r in ok], "%.2fx"),
+                summary([r["offloaded_buffers"] for r in ok], "%d"), summary([r["link_mib"] for r in ok], "%.1f"),
+                summary([r["busy_share"] for r in ok], "%.2f"), summary([r["stall_ms"] for r in ok], "%.1f"),
+                summary([r["pred_over_meas"] for r in ok], "%.2f"), all(r["identical"] for r in ok)))
+        print("%-22s target: %s" % ("", target))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(all_runs, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,354 @@
+// Note [Offload placement]
+// Rationale: an offload frees memory only between release_before and fetch_after; the
+//   earlier it releases and the later it fetches, the more it frees, but a release before
+//   the device->host copy is done, or a fetch too late to hide the host->device copy,
+//   stalls the compute stream. The placement takes the windows the link can hide, widened
+//   where the planner needs the bytes out.
+// Approach: launch times come from the plan's launches and recipes without stalls. The
+//   device->host copies are queued in evict_after order (FIFO); release_before is the
+//   first launch that starts after the modelled copy is done. The host->device copies are
+//   laid out backwards from the latest restore point: each must be done when its consumer
+//   starts (after its recipes) and before the next copy in the queue starts, and
+//   fetch_after is the last launch that ends by then. Both are then widened to cover
+//   need_lo..need_hi; the simulator measures what the widening costs in stalls.
+// Limitations: the times ignore the stalls the plan itself causes; the simulator's stalls
+//   are the figure that counts.
+//
+// Note [Offload search]
+// Rationale: a copy costs no compute and can hide behind the launches in the gap, but the
+//   link is shared, the host memory is bounded, and a copy that cannot hide stalls; so
+//   neither "offload everything" nor "recompute everything" is right.
+// Approach: the cost-aware greedy of Note [Cost-aware greedy] with a third action: at the
+//   simulated peak, each candidate idle there gets its cheaper action, recompute (its
+//   recipe's cost) or offload (the copy time its gap and the copies already chosen cannot
+//   hide, an estimate), and candidates are taken best price per byte first until the
+//   excess is covered; then simulate again. An offload that makes the plan invalid (a
+//   recipe reads it in place) is not offered again. Once the plan fits, each non-kept
+//   candidate in turn tries the other actions (keep; offload over its hidden or its whole
+//   window; recompute) and keeps the change that lowers the simulated added time (compute
+//   + stalls). It also starts from the recompute-only plan, so with offload on a plan
+//   never adds more time than without.
+// Limitations: greedy, so not optimal; only candidates (live across the turning point)
+//   are offloaded, once each; the improvement pass is bounded on large graphs.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "policy/solvers.hpp"
+
+namespace sublinear::policy {
+
+void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests) {
+  if (requests.empty()) return;
+  const std::size_t n = it.launches.size();
+  std::vector<double> recipe_at(n + 1, 0.0);
+  for (const eviction& ev : p.evictions) {
+    for (launch_id l : ev.recipe) recipe_at[ev.restore_before] += it.launches[l].cost_s;
+  }
+  std::vector<double> ready(n, 0.0), end(n, 0.0);  // launch i may start (after recipes); it ends
+  double clock = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    clock += recipe_at[i];
+    ready[i] = clock;
+    clock += it.launches[i].cost_s;
+    end[i] = clock;
+  }
+  const std::size_t m = requests.size();
+  std::vector<std::size_t> order(m);
+  for (std::size_t j = 0; j < m; ++j) order[j] = j;
+  std::vector<launch_id> release(m), fetch(m);
+  std::vector<double> to_host_done(m, 0.0);
+  // Device->host, forwards in evict_after order.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const offload_request& x = requests[a];
+    const offload_request& y = requests[b];
+    return x.evict_after != y.evict_after ? x.evict_after < y.evict_after : x.restore_before < y.restore_before;
+  });
+  double host_free = 0.0;
+  for (std::size_t j : order) {
+    const offload_request& r = requests[j];
+    const double start = std::max(end[r.evict_after], host_free);
+    to_host_done[j] = host_free = start + link.to_host.copy_s(it.buffers[r.target].size);
+    // The first launch i > evict_after whose predecessor ends once the copy is done.
+    const auto at = std::lower_bound(end.begin() + r.evict_after, end.end(), to_host_done[j]);
+    std::size_t rel = static_cast<std::size_t>(at - end.begin()) + 1;
+    rel = std::min<std::size_t>(rel, r.restore_before);
+    if (r.need_lo != none) rel = std::min<std::size_t>(rel, r.need_lo);
+    release[j] = static_cast<launch_id>(std::max<std::size_t>(rel, static_cast<std::size_t>(r.evict_after) + 1));
+  }
+  // Host->device, backwards from the latest restore point.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    const offload_request& x = requests[a];
+    const offload_request& y = requests[b];
+    return x.restore_before != y.restore_before ? x.restore_before > y.restore_before : x.evict_after > y.evict_after;
+  });
+  double next_start = std::numeric_limits<double>::infinity();
+  for (std::size_t j : order) {
+    const offload_request& r = requests[j];
+    const double copy = link.to_device.copy_s(it.buffers[r.target].size);
+    const double latest = std::min(ready[r.restore_before], next_start) - copy;
+    // The last launch in [evict_after, restore_before) that ends by `latest`.
+    const auto at = std::upper_bound(end.begin(), end.begin() + r.restore_before, latest);
+    std::size_t f = at == end.begin() ? 0 : static_cast<std::size_t>(at - end.begin()) - 1;
+    f = std::max<std::size_t>(f, r.evict_after);
+    f = std::max<std::size_t>(f, static_cast<std::size_t>(release[j]) - 1);
+    if (r.need_hi != none) f = std::max<std::size_t>(f, r.need_hi);
+    f = std::min<std::size_t>(f, static_cast<std::size_t>(r.restore_before) - 1);
+    fetch[j] = static_cast<launch_id>(f);
+    next_start = std::min(next_start, std::max(end[f], to_host_done[j]));
+  }
+  for (std::size_t j = 0; j < m; ++j) {
+    const offload_request& r = requests[j];
+    offload o;
+    o.target = r.target;
+    o.evict_after = r.evict_after;
+    o.release_before = std::min<launch_id>(release[j], fetch[j] + 1);
+    o.fetch_after = fetch[j];
+    o.restore_before = r.restore_before;
+    p.offloads.push_back(o);
+  }
+}
+
+namespace {
+
+using evaluation = planner::context::evaluation;
+
+class offload_search {
+ public:
+  offload_search(planner::context& ctx, std::size_t budget, bool recompute)
+      : ctx_(ctx), cs_(ctx.candidates()), it_(ctx.graph()), link_(ctx.offload().link), budget_(budget),
+        recompute_(recompute) {
+    const std::size_t k = cs_.size();
+    actions_.assign(k, action::keep);
+    lo_.assign(k, none);
+    hi_.assign(k, none);
+    forbidden_.assign(k, 0);
+    start_.resize(it_.launches.size());
+    double clock = 0.0;
+    for (std::size_t i = 0; i < it_.launches.size(); ++i) {
+      start_[i] = clock;
+      clock += it_.launches[i].cost_s;
+    }
+    const std::size_t work = it_.launches.size() + k + 1;
+    trials_ = std::max<std::size_t>(16, 500'000 / work);
+  }
+
+  std::optional<evaluation> run(const evaluation* seed) {
+    evaluation current;
+    if (seed != nullptr) {
+      for (std::size_t c = 0; c < cs_.size(); ++c) {
+        actions_[c] = c < seed->dropped.size() && seed->dropped[c] != 0 ? action::drop : action::keep;
+      }
+      current = *seed;
+    } else {
+      current = evaluate();
+    }
+    for (std::size_t round = 0; !current.fits(budget_) && round < 2 * cs_.size() + 8; ++round) {
+      if (!current.ok) return std::nullopt;
+      if (!cover_peak(current)) break;
+    }
+    if (!current.fits(budget_)) return std::nullopt;
+    improve(current);
+    return current;
+  }
+
+ private:
+  evaluation evaluate() { return ctx_.evaluate_actions(actions_, lo_, hi_); }
+
+  [[nodiscard]] std::size_t pinned(std::uint32_t c) const {
+    return round_up(it_.buffers[cs_[c].buffer].size, unplanned_rounding);
+  }
+  [[nodiscard]] bool host_allows(std::uint32_t c) const {
+    const std::size_t cap = ctx_.offload().host_budget;
+    return cap == 0 || host_used_ + pinned(c) <= cap;
+  }
+  // Copy time the gap and the copies already chosen leave unhidden (an estimate).
+  [[nodiscard]] double offload_price(std::uint32_t c) const {
+    const candidate& cd = cs_[c];
+    const std::size_t bytes = it_.buffers[cd.buffer].size;
+    const launch_id turn = std::clamp<launch_id>(cs_.turning_point(), cd.evict_after + 1, cd.restore_before);
+    const double end_e = start_[cd.evict_after] + it_.launches[cd.evict_after].cost_s;
+    const double before = start_[turn] - end_e;
+    const double after = start_[cd.restore_before] - start_[turn];
+    return std::max(0.0, link_.to_host.copy_s(bytes) + host_load_s_ - before) +
+           std::max(0.0, link_.to_device.copy_s(bytes) + device_load_s_ - after);
+  }
+  void set(std::uint32_t c, action a) {
+    const std::size_t bytes = it_.buffers[cs_[c].buffer].size;
+    const double sign_old = actions_[c] == action::offload ? -1.0 : 0.0;
+    const double sign_new = a == action::offload ? 1.0 : 0.0;
+    const double d = sign_old + sign_new;
+    host_load_s_ += d * link_.to_host.copy_s(bytes);
+    device_load_s_ += d * link_.to_device.copy_s(bytes);
+    if (actions_[c] == action::offload) host_used_ -= pinned(c);
+    if (a == action::offload) host_used_ += pinned(c);
+    actions_[c] = a;
+  }
+
+  // One greedy round at the peak; false when nothing is left to do there.
+  bool cover_peak(evaluation& current) {
+    const launch_id t = current.sim.peak_at;
+    const std::size_t excess = current.sim.peak - budget_;
+    struct choice {
+      std::uint32_t c;
+      action a;
+      double price;
+    };
+    std::vector<choice> eligible;
+    for (std::uint32_t c = 0; c < cs_.size(); ++c) {
+      const candidate& cd = cs_[c];
+      if (!(cd.evict_after < t && t < cd.restore_before)) continue;
+      if (actions_[c] == action::offload) {
+        // Offloaded, but its window misses the peak: widen it there.
+        if (lo_[c] == none || t < lo_[c] || t > hi_[c]) eligible.push_back({c, action::offload, 0.0});
+        continue;
+      }
+      if (actions_[c] != action::keep) continue;
+      std::optional<choice> best;
+      if (forbidden_[c] == 0 && host_allows(c)) best = choice{c, action::offload, offload_price(c)};
+      if (recompute_ && (!best || cd.cost_s < best->price)) best = choice{c, action::drop, cd.cost_s};
+      if (best) eligible.push_back(*best);
+    }
+    if (eligible.empty()) return false;
+    std::sort(eligible.begin(), eligible.end(), [&](const choice& x, const choice& y) {
+      const double rx = x.price / static_cast<double>(std::max<std::size_t>(cs_[x.c].unplanned_bytes, 1));
+      const double ry = y.price / static_cast<double>(std::max<std::size_t>(cs_[y.c].unplanned_bytes, 1));
+      if (rx != ry) return rx < ry;
+      return cs_[x.c].unplanned_bytes != cs_[y.c].unplanned_bytes ? cs_[x.c].unplanned_bytes > cs_[y.c].unplanned_bytes
+                                                                  : x.c < y.c;
+    });
+    std::size_t freed = 0;
+    std::vector<std::uint32_t> batch;
+    for (const choice& ch : eligible) {
+      if (ch.a == action::offload && actions_[ch.c] != action::offload && !host_allows(ch.c)) continue;
+      set(ch.c, ch.a);
+      lo_[ch.c] = lo_[ch.c] == none ? t : std::min(lo_[ch.c], t);
+      hi_[ch.c] = hi_[ch.c] == none ? t : std::max(hi_[ch.c], t);
+      batch.push_back(ch.c);
+      freed += cs_[ch.c].bytes;
+      if (freed >= excess) break;
+    }
+    if (batch.empty()) return false;
+    evaluation e = evaluate();
+    if (!e.ok) {
+      // An offload in this batch broke a rule (a recipe reads it in place, or the host
+      // budget): offer those candidates the other actions only.
+      for (std::uint32_t c : batch) {
+        if (actions_[c] != action::offload) continue;
+        forbidden_[c] = 1;
+        set(c, recompute_ ? action::drop : action::keep);
+      }
+      e = evaluate();
+    }
+    current = std::move(e);
+    return true;
+  }
+
+  // Each non-kept candidate tries the other actions; keeps the change that lowers the
+  // added time (keep: that does not raise it).
+  void improve(evaluation& current) {
+    std::vector<std::uint32_t> order;
+    for (std::uint32_t c = 0; c < cs_.size(); ++c) {
+      if (actions_[c] != action::keep) order.push_back(c);
+    }
+    const auto price = [&](std::uint32_t c) { return actions_[c] == action::drop ? cs_[c].cost_s : offload_price(c); };
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const double pa = price(a), pb = price(b);
+      return pa != pb ? pa > pb : a < b;
+    });
+    std::size_t trials = trials_;
+    for (std::uint32_t c : order) {
+      if (trials == 0) break;
+      const action was = actions_[c];
+      const launch_id was_lo = lo_[c], was_hi = hi_[c];
+      struct option {
+        action a;
+        launch_id lo, hi;
+      };
+      std::vector<option> options{{action::keep, none, none}};
+      if (was == action::drop && forbidden_[c] == 0) {
+        options.push_back({action::offload, none, none});
+        options.push_back({action::offload, cs_[c].evict_after + 1, cs_[c].restore_before - 1});
+      }
+      if (was == action::offload && recompute_) options.push_back({action::drop, none, none});
+      std::optional<evaluation> best;
+      std::optional<option> chosen;
+      for (const option& o : options) {
+        if (trials == 0) break;
+        --trials;
+        set(c, o.a);
+        lo_[c] = o.lo;
+        hi_[c] = o.hi;
+        if (o.a == action::offload && !host_allows_now()) {
+          set(c, was);
+          continue;
+        }
+        evaluation e = evaluate();
+        const double bar = best ? best->sim.added_time_s() : current.sim.added_time_s();
+        const bool better = o.a == action::keep && !best ? e.sim.added_time_s() <= bar : e.sim.added_time_s() < bar * (1.0 - 1e-12);
+        if (e.fits(budget_) && better) {
+          best = std::move(e);
+          chosen = o;
+        }
+        set(c, was);
+      }
+      if (chosen) {
+        set(c, chosen->a);
+        lo_[c] = chosen->lo;
+        hi_[c] = chosen->hi;
+        current = std::move(*best);
+      } else {
+        lo_[c] = was_lo;
+        hi_[c] = was_hi;
+      }
+    }
+  }
+  [[nodiscard]] bool host_allows_now() const {
+    const std::size_t cap = ctx_.offload().host_budget;
+    return cap == 0 || host_used_ <= cap;
+  }
+
+  planner::context& ctx_;
+  const candidate_set& cs_;
+  const iteration& it_;
+  const link_model& link_;
+  const std::size_t budget_;
+  const bool recompute_;
+  std::vector<action> actions_;
+  std::vector<launch_id> lo_, hi_;
+  std::vector<std::uint8_t> forbidden_;
+  std::vector<double> start_;  // launch start times, nothing planned
+  std::size_t host_used_ = 0;
+  double host_load_s_ = 0.0, device_load_s_ = 0.0;
+  std::size_t trials_ = 16;
+};
+
+}  // namespace
+
+std::optional<evaluation> solve_offload(planner::context& ctx, std::size_t budget, bool recompute,
+                                        const evaluation* seed) {
+  if (ctx.offload().mode == offload_mode::off || !ctx.offload().link.usable()) return std::nullopt;
+  offload_search search(ctx, budget, recompute);
+  return search.run(seed);
+}
+
+std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget,
+                                       std::optional<evaluation> recompute_only) {
+  switch (ctx.offload().mode) {
+    case offload_mode::off:
+      return recompute_only;
+    case offload_mode::only:
+      return solve_offload(ctx, budget, false);
+    case offload_mode::on:
+      break;
+  }
+  std::optional<evaluation> best = std::move(recompute_only);
+  const auto consider = [&](std::optional<evaluation> e) {
+    if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
+  };
+  if (best) consider(solve_offload(ctx, budget, true, &*best));
+  consider(solve_offload(ctx, budget, true));
+  return best;
+}
+
+}  // namespace sublinear::policy

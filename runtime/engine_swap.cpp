@@ -1,0 +1,442 @@
+// Offload execution: the plan's offloads copied to host memory after their last forward
+// use and fetched back before their first backward use, on the device's copy streams.
+//
+// Note [Offload execution]
+// Rationale: a copy engine moves bytes while the compute stream runs; the plan says when
+//   (policy/plan.hpp `offload`), the runtime must keep the stream order exact, release
+//   pages only once their bytes are safe on the host, and never let a consumer read pages
+//   the fetch has not filled.
+// Approach: after launch evict_after the device->host copy is queued on the copy stream
+//   behind the work queued on the launch's stream; at every ENTER the engine polls the
+//   copies in flight and evicts (allocator evict: pages released) those whose bytes have
+//   arrived; at the ENTER of release_before a copy still running is waited for by the
+//   host (release_wait_s), so the mapped bytes the simulator predicts hold at any link
+//   speed. At the ENTER of fetch_after + 1 the pages are mapped again at the same address
+//   and the host->device copy is queued behind the entering launch's stream; at the ENTER
+//   of restore_before that stream waits on the copy's event (the host does not). Each
+//   buffer has a slot in one host pool: slots are placed first-fit over the plan's
+//   [evict_after, restore_before] intervals, the pool is made once per plan and kept
+//   across iterations. The ENTER safety net also covers offloaded buffers: a launch (or
+//   copy, set) touching one outside the plan makes its stream wait for the bytes first
+//   (safety_fetches), with the same trace rule for stray pointer words as evictions. A
+//   divergence brings every offloaded buffer back before the launch that diverged. A
+//   copy the device refuses leaves the buffer resident (out) or is replaced by a
+//   synchronous upload (in), counted in failed_copies.
+// Limitations: the device->host copy follows the producing launch's stream only (as
+//   evictions wait for the block's own streams); a buffer the program frees while a copy
+//   of it is in flight makes the host wait for that copy.
+#include "common/text.hpp"
+#include "runtime/detail/engine_impl.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace sublinear::runtime {
+
+namespace {
+using policy::buffer_id;
+using policy::launch_id;
+using policy::none;
+constexpr std::size_t slot_alignment = 512;
+}  // namespace
+
+// ---- the device's defaults: synchronous copies into pageable memory -----------------------
+
+std::byte* replay_device::host_pool(std::size_t bytes) {
+  if (pageable_pool_.size() < bytes) pageable_pool_.resize(bytes);
+  return pageable_pool_.data();
+}
+
+replay_device::copy_handle replay_device::copy_to_host(void* host_dst, const void* device_src, std::size_t bytes,
+                                                       device::stream_handle after) {
+  download(host_dst, device_src, bytes, after);
+  return nullptr;
+}
+
+replay_device::copy_handle replay_device::copy_to_device(void* device_dst, const void* host_src, std::size_t bytes,
+                                                         device::stream_handle after) {
+  upload(device_dst, host_src, bytes, after);
+  return nullptr;
+}
+
+replay_device::link_figures replay_device::link() {
+  link_figures f;
+  f.source = "synchronous";
+  return f;
+}
+
+std::size_t engine::impl::host_budget() const {
+  if (opts.config.host_budget > 0) return opts.config.host_budget;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 2 : 0;
+}
+
+// ---- the plan's offloads, by position -----------------------------------------------------
+
+void engine::impl::index_offloads() {
+  const auto& g = graph();
+  const std::size_t n = g.launches.size();
+  copy_out_after.assign(n + 1, {});
+  release_by.assign(n + 1, {});
+  fetch_at.assign(n + 1, {});
+  needed_at.assign(n + 1, {});
+  offload_of.assign(g.buffers.size(), -1);
+  host_offset.assign(plan.offloads.size(), 0);
+  host_pool_bytes = 0;
+  std::vector<std::size_t> order(plan.offloads.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t x, std::size_t y) { return plan.offloads[x].evict_after < plan.offloads[y].evict_after; });
+  struct placed {
+    launch_id from, to;
+    std::size_t offset, bytes;
+  };
+  std::vector<placed> slots;
+  for (std::size_t i : order) {
+    const policy::offload& o = plan.offloads[i];
+    const bool ordered = o.target < g.buffers.size() && o.evict_after < o.release_before &&
+                         o.release_before <= o.fetch_after + 1 && o.fetch_after < o.restore_before &&
+                         o.restore_before <= n;
+    if (!ordered || offload_of[o.target] >= 0 || entry_of[o.target] >= 0)
+      throw error("sublinear: plan '" + plan.planner + "' has a malformed offload #" + std::to_string(i) +
+                  " (buffer " + std::to_string(o.target) + ": its points must satisfy evict_after < release_before <= "
+                  "fetch_after + 1 <= restore_before, and a buffer is the target of one eviction or offload)");
+    const std::size_t bytes = (g.buffers[o.target].size + slot_alignment - 1) / slot_alignment * slot_alignment;
+    std::vector<placed> overlapping;
+    for (const placed& p : slots)
+      if (p.from <= o.restore_before && o.evict_after <= p.to) overlapping.push_back(p);
+    std::sort(overlapping.begin(), overlapping.end(), [](const placed& x, const placed& y) { return x.offset < y.offset; });
+    std::size_t offset = 0;
+    for (const placed& p : overlapping) {
+      if (p.offset >= offset + bytes) break;
+      offset = std::max(offset, p.offset + p.bytes);
+    }
+    slots.push_back({o.evict_after, o.restore_before, offset, bytes});
+    host_offset[i] = offset;
+    host_pool_bytes = std::max(host_pool_bytes, offset + bytes);
+    offload_of[o.target] = static_cast<std::int32_t>(i);
+    buffer_evictable[o.target] = 1;
+    copy_out_after[o.evict_after].push_back(i);
+    release_by[o.release_before].push_back(i);
+    fetch_at[std::min<std::size_t>(o.fetch_after + 1, n)].push_back(i);
+    needed_at[o.restore_before].push_back(i);
+  }
+}
+
+void engine::impl::begin_offloads() {
+  swap.assign(plan.offloads.size(), swap_state::resident);
+  swap_copy.assign(plan.offloads.size(), nullptr);
+  swap_note.assign(plan.offloads.size(), SIZE_MAX);
+  copying_out.clear();
+  swapped_ranges.clear();
+  if (!plan.offloads.empty()) link_at_begin = dev.link();
+}
+
+// End of an iteration: every copy has arrived (the program has synchronized), the link's
+// figures for the iteration are taken.
+void engine::impl::finish_offloads() {
+  // A buffer the iteration hands on (restore_before is its end) comes back now.
+  for (std::size_t i = 0; i < swap.size(); ++i) {
+    const buffer_id b = plan.offloads[i].target;
+    if (swap[i] == swap_state::on_host && addr[b] != nullptr && !freed[b]) fetch(i, nullptr);
+    if (swap[i] == swap_state::resident || swap_copy[i] == nullptr) continue;
+    dev.wait_copy(swap_copy[i]);
+    end_swap_note(i);
+    swap[i] = swap_state::resident;  // fetched, or a copy out abandoned with its pages still mapped
+  }
+  for (std::size_t i = 0; i < swap_copy.size(); ++i) {
+    if (swap_copy[i] == nullptr) continue;
+    dev.wait_copy(swap_copy[i]);
+    dev.release_copy(swap_copy[i]);
+    swap_copy[i] = nullptr;
+  }
+  copying_out.clear();
+  swapped_ranges.clear();
+  if (plan.offloads.empty()) return;
+  const replay_device::link_figures now = dev.link();
+  current.link_busy_s = now.busy_s - link_at_begin.busy_s;
+  current.copy_stall_s = now.stall_s - link_at_begin.stall_s;
+}
+
+void engine::impl::begin_swap_note(std::size_t i, timeline_event::kind what) {
+  const buffer_id b = plan.offloads[i].target;
+  const std::size_t before = timeline.size();
+  note_block(what, dev.now_s(), addr[b], graph().buffers[b].size, record_for(b).producer);
+  swap_note[i] = timeline.size() > before ? before : SIZE_MAX;
+}
+
+void engine::impl::end_swap_note(std::size_t i) {
+  if (swap_note[i] < timeline.size()) timeline[swap_note[i]].end_s = dev.now_s() - started_s;
+  swap_note[i] = SIZE_MAX;
+}
+
+// ---- copies out ----------------------------------------------------------------------------
+
+void engine::impl::start_offload(std::size_t i, device::stream_handle stream) {
+  const buffer_id b = plan.offloads[i].target;
+  if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b] || swap[i] != swap_state::resident ||
+      host_pool == nullptr)
+    return;
+  const std::size_t size = graph().buffers[b].size;
+  replay_device::copy_handle c = nullptr;
+  try {
+    c = dev.copy_to_host(host_pool + host_offset[i], addr[b], size, stream);
+  } catch (const std::exception& e) {
+    // The plan's memory still holds: the bytes go synchronously (the host waits for the
+    // stream), and only if that fails too does the buffer stay resident.
+    ++current.failed_copies;
+    try {
+      dev.download(host_pool + host_offset[i], addr[b], size, stream);
+    } catch (const std::exception& again) {
+      log_warn("iteration " + std::to_string(iteration_index) + ": copying buffer #" +
+               std::to_string(graph().buffers[b].alloc_index) + " (" + format_bytes(size) +
+               ") to host memory failed (" + e.what() + ", then " + again.what() + "); it stays resident this iteration");
+      return;
+    }
+    log_warn("iteration " + std::to_string(iteration_index) + ": the copy of buffer #" +
+             std::to_string(graph().buffers[b].alloc_index) + " (" + format_bytes(size) + ") to host memory failed (" +
+             e.what() + "); copied it synchronously");
+    c = nullptr;
+  }
+  swap[i] = swap_state::copying_out;
+  swap_copy[i] = c;
+  copying_out.push_back(i);
+  swapped_ranges[addr[b]] = i;
+  ++current.offloads;
+  current.offloaded_bytes += size;
+  begin_swap_note(i, timeline_event::kind::offload);
+  if (dev.copy_done(c)) {
+    copying_out.pop_back();
+    release_offloaded(i);
+  }
+}
+
+// Its bytes are on the host: the pages go (Note [Deferred unmap] covers the streams).
+void engine::impl::release_offloaded(std::size_t i) {
+  const buffer_id b = plan.offloads[i].target;
+  dev.release_copy(swap_copy[i]);
+  swap_copy[i] = nullptr;
+  end_swap_note(i);
+  alloc.evict(addr[b]);
+  evicted[b] = 1;
+  swap[i] = swap_state::on_host;
+}
+
+void engine::impl::poll_offloads() {
+  for (std::size_t k = 0; k < copying_out.size();) {
+    const std::size_t i = copying_out[k];
+    if (swap[i] == swap_state::copying_out && dev.copy_done(swap_copy[i])) {
+      release_offloaded(i);
+    } else if (swap[i] == swap_state::copying_out) {
+      ++k;
+      continue;
+    }
+    copying_out.erase(copying_out.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+}
+
+// ---- copies in -----------------------------------------------------------------------------
+
+// Maps the pages again and queues the copy back behind `stream`'s work.
+void engine::impl::fetch(std::size_t i, device::stream_handle stream) {
+  if (swap[i] != swap_state::on_host) return;
+  const buffer_id b = plan.offloads[i].target;
+  if (freed[b]) return;
+  const std::size_t size = graph().buffers[b].size;
+  alloc.restore(addr[b]);  // may relieve pressure; out_of_memory propagates as for recipes
+  evicted[b] = 0;
+  ++current.fetches;
+  current.fetched_bytes += size;
+  begin_swap_note(i, timeline_event::kind::fetch);
+  try {
+    swap_copy[i] = dev.copy_to_device(addr[b], host_pool + host_offset[i], size, stream);
+    swap[i] = swap_state::fetching;
+  } catch (const std::exception& e) {
+    ++current.failed_copies;
+    log_warn("iteration " + std::to_string(iteration_index) + ": the copy of buffer #" +
+             std::to_string(graph().buffers[b].alloc_index) + " back to the device failed (" + e.what() +
+             "); copying it synchronously");
+    dev.upload(addr[b], host_pool + host_offset[i], size, stream);
+    swap[i] = swap_state::resident;
+    swapped_ranges.erase(addr[b]);
+  }
+}
+
+// After this, work queued on `stream` sees the buffer's bytes.
+void engine::impl::bring_in(std::size_t i, device::stream_handle stream) {
+  const buffer_id b = plan.offloads[i].target;
+  if (swap[i] == swap_state::resident) return;
+  if (swap[i] == swap_state::copying_out) {
+    // Still resident: the copy out is abandoned (its event is given back pending).
+    dev.release_copy(swap_copy[i]);
+    swap_copy[i] = nullptr;
+    swap[i] = swap_state::resident;
+    swapped_ranges.erase(addr[b]);
+    return;
+  }
+  if (swap[i] == swap_state::on_host) fetch(i, stream);
+  if (swap[i] != swap_state::fetching) return;
+  dev.stream_wait_copy(stream, swap_copy[i]);
+  end_swap_note(i);
+  dev.release_copy(swap_copy[i]);
+  swap_copy[i] = nullptr;
+  swap[i] = swap_state::resident;
+  swapped_ranges.erase(addr[b]);
+}
+
+// At the ENTER of launch `pos`: releases, fetches and waits the plan puts here.
+void engine::impl::offloads_before(device::stream_handle stream) {
+  if (plan.offloads.empty() || pos >= release_by.size()) return;
+  poll_offloads();
+  for (std::size_t i : release_by[pos]) {
+    if (swap[i] != swap_state::copying_out) continue;
+    const double t0 = dev.now_s();
+    dev.wait_copy(swap_copy[i]);
+    current.release_wait_s += dev.now_s() - t0;
+    copying_out.erase(std::find(copying_out.begin(), copying_out.end(), i));
+    release_offloaded(i);
+  }
+  for (std::size_t i : fetch_at[pos]) fetch(i, stream);
+  for (std::size_t i : needed_at[pos]) bring_in(i, stream);
+}
+
+// The pressure valve's share (Note [Pressure valve]): a copy out still running is waited
+// for and its pages released before their planned point; a fetch not yet needed is waited
+// for and its pages given back again (its bytes are still on the host, unchanged), to be
+// fetched once more at its restore point. Never the launch entering now's buffers.
+// Returns the bytes asked to evict.
+std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
+  if (plan.offloads.empty() || swap.empty()) return 0;
+  const std::size_t gran = alloc.granularity();
+  std::size_t asked = 0;
+  const auto pages = [&](buffer_id b) { return (graph().buffers[b].size + gran - 1) / gran * gran; };
+  for (std::size_t k = 0; k < copying_out.size() && asked < shortfall;) {
+    const std::size_t i = copying_out[k];
+    if (swap[i] != swap_state::copying_out) {
+      ++k;
+      continue;
+    }
+    const double t0 = dev.now_s();
+    dev.wait_copy(swap_copy[i]);
+    current.release_wait_s += dev.now_s() - t0;
+    copying_out.erase(copying_out.begin() + static_cast<std::ptrdiff_t>(k));
+    release_offloaded(i);
+    asked += pages(plan.offloads[i].target);
+  }
+  for (std::size_t i = 0; i < swap.size() && asked < shortfall; ++i) {
+    const policy::offload& o = plan.offloads[i];
+    if (swap[i] != swap_state::fetching || o.restore_before <= pos || pins[o.target] != 0) continue;
+    dev.wait_copy(swap_copy[i]);
+    end_swap_note(i);
+    dev.release_copy(swap_copy[i]);
+    swap_copy[i] = nullptr;
+    alloc.evict(addr[o.target]);
+    evicted[o.target] = 1;
+    swap[i] = swap_state::on_host;
+    asked += pages(o.target);
+  }
+  if (asked > 0) ++current.pressure_evictions;
+  return asked;
+}
+
+// The safety net for offloaded buffers (Note [Offload execution]; the trace rule of Note
+// [Stray pointer words]).
+void engine::impl::fetch_touched(const launch_view& op) {
+  if (swapped_ranges.empty()) return;
+  const bool follow_trace = !diverged && pos < graph().launches.size() && op.what == launch_view::kind::kernel;
+  auto hit = [&](std::uint64_t word, std::size_t offset) {
+    auto p = reinterpret_cast<const char*>(word);
+    auto it = swapped_ranges.upper_bound(p);
+    if (it == swapped_ranges.begin()) return;
+    --it;
+    const std::size_t i = it->second;
+    const buffer_id b = plan.offloads[i].target;
+    if (p >= it->first + graph().buffers[b].size) return;
+    if (follow_trace && !traced_touch(pos, offset, b)) {
+      if (offset % 8 == 0) ++current.stray_pointers;
+      return;
+    }
+    if (swap[i] == swap_state::on_host || swap[i] == swap_state::fetching) ++current.safety_fetches;
+    bring_in(i, op.stream);
+  };
+  if (op.what == launch_view::kind::kernel) {
+    for (std::size_t off = 0; off + 8 <= op.params.size() && !swapped_ranges.empty(); ++off) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, op.params.data() + off, 8);
+      hit(word, off);
+    }
+  } else {
+    // A copy's or set's range may start inside the buffer or cover it.
+    const auto dst = reinterpret_cast<std::uintptr_t>(op.dst);
+    std::vector<std::size_t> inside;
+    auto collect = [&](std::uintptr_t from, std::size_t bytes) {
+      for (const auto& [base, i] : swapped_ranges) {
+        const auto at = reinterpret_cast<std::uintptr_t>(base);
+        if (at < from + std::max<std::size_t>(bytes, 1) && from < at + graph().buffers[plan.offloads[i].target].size)
+          inside.push_back(i);
+      }
+    };
+    collect(dst, op.bytes);
+    if (op.src != nullptr) collect(reinterpret_cast<std::uintptr_t>(op.src), op.bytes);
+    for (std::size_t i : inside) {
+      if (swap[i] == swap_state::on_host || swap[i] == swap_state::fetching) ++current.safety_fetches;
+      bring_in(i, op.stream);
+    }
+  }
+}
+
+// A divergence: every offloaded buffer comes back before the launch that diverged.
+void engine::impl::fetch_everything(device::stream_handle stream) {
+  for (std::size_t i = 0; i < swap.size(); ++i) bring_in(i, stream);
+}
+
+// The program frees `b`: no copy of it may still run into or out of its pages.
+void engine::impl::drop_offload(buffer_id b) {
+  if (b >= offload_of.size() || offload_of[b] < 0 || swap.empty()) return;
+  const auto i = static_cast<std::size_t>(offload_of[b]);
+  if (swap_copy[i] != nullptr) {
+    dev.wait_copy(swap_copy[i]);
+    dev.release_copy(swap_copy[i]);
+    swap_copy[i] = nullptr;
+  }
+  if (auto it = std::find(copying_out.begin(), copying_out.end(), i); it != copying_out.end()) copying_out.erase(it);
+  if (addr[b] != nullptr) swapped_ranges.erase(addr[b]);
+  swap[i] = swap_state::resident;
+}
+
+}  // namespace sublinear::runtime
+
+namespace sublinear::runtime {
+
+engine::plan_link engine::planned_link() const {
+  std::lock_guard lock(impl_->mutex);
+  const auto& m = *impl_;
+  plan_link out;
+  const replay_device::link_figures l =
+      m.opts.config.offload == policy::offload_mode::off ? replay_device::link_figures{} : m.dev.link();
+  out.to_host_bytes_per_s = m.opts.config.link_to_host > 0.0 ? m.opts.config.link_to_host : l.to_host_bytes_per_s;
+  out.to_device_bytes_per_s = m.opts.config.link_to_device > 0.0 ? m.opts.config.link_to_device : l.to_device_bytes_per_s;
+  out.source = m.opts.config.link_to_host > 0.0 ? "SUBLINEAR_LINK_BANDWIDTH" : l.source;
+  out.refused = m.offload_refused;
+  if (!m.have_plan) return out;
+  out.offloads = m.plan.offloads.size();
+  out.offloaded_bytes = m.plan.offloaded_bytes;
+  if (out.offloaded_bytes == 0)
+    for (const auto& o : m.plan.offloads) out.offloaded_bytes += m.graph().buffers[o.target].size;
+  out.host_bytes = m.host_pool_bytes;
+  out.link_busy_s = m.plan.link_busy_s;
+  out.predicted_stall_s = m.plan.predicted_stall_s;
+  out.predicted_time_s = m.plan.predicted_time_s;
+  return out;
+}
+
+}  // namespace sublinear::runtime

@@ -1,0 +1,96 @@
+// `sublinear plan` with offload (--offload, --link-bandwidth, --host-budget), as built:
+// each buffer's action, the bytes over the link, link busy time and stalls; bad values
+// are errors that name the problem and the fix.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "child_process.hpp"
+
+namespace sublinear::testing {
+namespace {
+
+std::string cli() { return bin_dir() + "/sublinear"; }
+std::string gpu_trace() { return std::string(SUBLINEAR_SOURCE_DIR) + "/tests/runtime/traces/cudnn-resnet-h200.sltrace"; }
+
+std::vector<std::string> clean_env() {
+  std::vector<std::string> drop{"LD_PRELOAD", "CUDA_INJECTION64_PATH"};
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv(*e);
+    if (kv.rfind("SUBLINEAR_", 0) == 0) drop.push_back(kv.substr(0, kv.find('=')));
+  }
+  return environment_with({}, drop);
+}
+
+child_result plan(std::vector<std::string> extra) {
+  std::vector<std::string> argv{cli(), "plan", "--trace", gpu_trace(), "--budget", "0.5x"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return run_child(argv, clean_env());
+}
+
+class PlanOffload : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!readable(cli())) GTEST_SKIP() << cli() << " is not built (target sublinear_cli)";
+  }
+};
+
+TEST_F(PlanOffload, OnlyListsEachOffloadAndNoRecompute) {
+  const child_result r = plan({"--policy", "chain,greedy", "--offload", "only", "--link-bandwidth", "50", "--evictions"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("offload: only (no recompute), link 50 GB/s to host, 50 GB/s to the device"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("offload floor:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("link busy"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("does not offload"), std::string::npos) << r.out;  // chain
+  EXPECT_NE(r.out.find("greedy: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" offloads (copied to host memory and back;"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pages released before launch"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("replays "), std::string::npos) << r.out;  // nothing recomputed
+}
+
+TEST_F(PlanOffload, WithoutALinkNothingIsOffloadedAndTheTableIsUnchanged) {
+  const child_result r = plan({"--policy", "greedy"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("offload"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("link busy"), std::string::npos) << r.out;
+}
+
+TEST_F(PlanOffload, JsonHasTheLinkFigures) {
+  const std::string path = ::testing::TempDir() + "/plan_offload_" + std::to_string(::getpid()) + ".json";
+  const child_result r = plan({"--policy", "greedy", "--link-bandwidth", "50,45", "--host-budget", "64MiB", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string json = slurp(path);
+  std::remove(path.c_str());
+  EXPECT_NE(json.find("\"mode\": \"auto\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"to_device_bytes_per_s\": 45000000000"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"host_budget_bytes\": 67108864"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"offloaded_bytes\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"predicted_stall_s\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"link_busy_s\""), std::string::npos) << json;
+}
+
+TEST_F(PlanOffload, BadValuesNameTheProblemAndTheFix) {
+  const struct {
+    std::vector<std::string> args;
+    std::string says;
+  } cases[] = {
+      {{"--offload", "maybe"}, "--offload must be auto, off or only, got 'maybe'"},
+      {{"--offload", "only"}, "--offload only needs --link-bandwidth GB/s"},
+      {{"--offload", "auto"}, "give --link-bandwidth GB/s"},
+      {{"--link-bandwidth", "0"}, "--link-bandwidth needs GB/s as a positive number"},
+      {{"--link-bandwidth", "32,"}, "for example 32 or 50,45; got '32,'"},
+      {{"--link-bandwidth", "1e3"}, "got '1e3'"},
+      {{"--link-bandwidth", "5", "--host-budget", "10%"}, "--host-budget needs bytes"},
+  };
+  for (const auto& c : cases) {
+    const child_result r = plan(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.says;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("sublinear plan --help"), std::string::npos) << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace sublinear::testing

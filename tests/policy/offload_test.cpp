@@ -1,0 +1,515 @@
+// The offload action: simulator rules, memory and link arithmetic, and the planners'
+// keep/recompute/offload choice (Note [Offload], Note [Link timeline], Note [Offload search]).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+#include "policy/oracle/actions.hpp"
+#include "policy/planner.hpp"
+#include "policy/recompute_floor.hpp"
+#include "policy/simulator.hpp"
+#include "policy/testing/synthetic.hpp"
+#include "policy_support.hpp"
+
+namespace sublinear::policy {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::size_t g = 4096;
+constexpr std::size_t big = 65536;
+
+// L0 P -> a (cost 10) | L1 reads a | L2 filler | L3 P -> c (the peak) | L4 filler | L5 reads a.
+// a is idle over L2..L4 (3 s): an expensive recompute, a gap that hides two 0.5 s copies.
+struct scenario {
+  iteration it;
+  buffer_id P, a, c;
+};
+
+scenario make_scenario() {
+  test::hand_iteration h(g);
+  scenario s{};
+  s.P = h.persistent(1000);
+  s.a = h.transient(big, 0, 6);
+  s.c = h.transient(big, 3, 4);
+  h.launch({s.P}, {s.a}, 10.0);
+  h.launch({s.a}, {}, 1.0);
+  h.launch({s.P}, {}, 1.0);
+  h.launch({s.P}, {s.c}, 1.0);
+  h.launch({s.P}, {}, 1.0);
+  h.launch({s.a}, {}, 1.0);
+  s.it = h.finish(3);
+  return s;
+}
+
+// Both directions at `bytes_per_s`, no latency.
+link_model link_at(double bytes_per_s) {
+  link_model l;
+  l.to_host.bytes_per_s = bytes_per_s;
+  l.to_device.bytes_per_s = bytes_per_s;
+  return l;
+}
+const link_model fast = link_at(2.0 * big);  // 0.5 s per copy of a
+const link_model slow = link_at(big / 100.0);  // 100 s per copy of a
+
+offload off_entry(buffer_id target, launch_id evict_after, launch_id release_before, launch_id fetch_after,
+                  launch_id restore_before) {
+  offload o;
+  o.target = target;
+  o.evict_after = evict_after;
+  o.release_before = release_before;
+  o.fetch_after = fetch_after;
+  o.restore_before = restore_before;
+  return o;
+}
+
+constexpr std::size_t unplanned_peak = 1024 + big + big;  // P + a + c during L3
+constexpr std::size_t without_a = 1024 + big;
+
+// ---- simulator ------------------------------------------------------------------------
+
+TEST(OffloadSimulator, HiddenCopiesFreeTheBufferWithoutStalling) {
+  const scenario s = make_scenario();
+  plan p;
+  p.offloads.push_back(off_entry(s.a, 1, 3, 3, 5));
+  const simulation r = simulate(s.it, p, fast);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(r.peak, without_a);  // a is out during L3
+  EXPECT_EQ(r.offloaded_buffers, 1u);
+  EXPECT_EQ(r.offloaded_bytes, big);
+  EXPECT_EQ(r.host_bytes, big);
+  EXPECT_EQ(r.link_busy_s, 1.0);
+  EXPECT_EQ(r.predicted_stall_s, 0.0);
+  EXPECT_EQ(r.added_compute_s, 0.0);
+  EXPECT_EQ(r.predicted_time_s, 15.0);  // the launches' own costs
+  ASSERT_EQ(r.copies.size(), 1u);
+  EXPECT_EQ(r.copies[0].to_host_start, 11.0);  // after L1 ends
+  EXPECT_EQ(r.copies[0].to_host_done, 11.5);
+  EXPECT_EQ(r.copies[0].to_device_start, 13.0);  // after L3 ends
+  EXPECT_EQ(r.copies[0].to_device_done, 13.5);
+  const std::vector<std::size_t> during = simulator(s.it, fast).timeline(p);
+  ASSERT_EQ(during.size(), 6u);
+  EXPECT_EQ(during[2], 1024 + big);        // still resident before release_before
+  EXPECT_EQ(during[3], 1024 + big);        // out; c in
+  EXPECT_EQ(during[4], 1024 + big);        // fetched back after L3
+}
+
+TEST(OffloadSimulator, OffloadedBufferTakesWholePages) {
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(5000, 0, 4);
+  h.launch({P}, {a});
+  h.launch({P}, {});
+  h.launch({P}, {});
+  h.launch({a}, {});
+  const iteration it = h.finish(1);
+  plan p;
+  p.offloads.push_back(off_entry(a, 0, 1, 1, 3));
+  const std::vector<std::size_t> during = simulator(it, fast).timeline(p);
+  ASSERT_EQ(during.size(), 4u);
+  EXPECT_EQ(during[0], 512 + 8192u);  // round_up(5000, 4096) while resident
+  EXPECT_EQ(during[1], 512u);         // out
+  EXPECT_EQ(during[2], 512 + 8192u);  // back from fetch_after + 1
+  EXPECT_EQ(simulate(it, plan{}).peak, 512 + 5120u);  // unplanned: round_up(5000, 512)
+}
+
+TEST(OffloadSimulator, LateFetchStallsTheConsumer) {
+  const scenario s = make_scenario();
+  plan p;
+  p.offloads.push_back(off_entry(s.a, 1, 3, 4, 5));  // fetched after L4 ends (14): back at 14.5
+  const simulation r = simulate(s.it, p, fast);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(r.predicted_stall_s, 0.5);
+  EXPECT_EQ(r.predicted_time_s, 15.5);
+  EXPECT_EQ(r.copies[0].to_device_start, 14.0);
+}
+
+TEST(OffloadSimulator, EarlyReleaseWaitsForTheCopyToHost) {
+  const scenario s = make_scenario();
+  const link_model two_s = link_at(big / 2.0);  // 2 s per copy
+  plan p;
+  p.offloads.push_back(off_entry(s.a, 1, 2, 4, 5));
+  const simulation r = simulate(s.it, p, two_s);
+  ASSERT_TRUE(r.valid) << r.error;
+  // d2h 11..13: L2 waits 2 s to release. L2..L4 run 13..16; h2d 16..18: L5 waits 2 s.
+  EXPECT_EQ(r.copies[0].to_host_done, 13.0);
+  EXPECT_EQ(r.copies[0].to_device_start, 16.0);
+  EXPECT_EQ(r.predicted_stall_s, 4.0);
+  EXPECT_EQ(r.predicted_time_s, 19.0);
+  EXPECT_EQ(r.link_busy_s, 4.0);
+  EXPECT_EQ(r.peak, without_a);
+}
+
+TEST(OffloadSimulator, CopiesOfOneDirectionQueue) {
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 5);
+  const buffer_id b = h.transient(big, 0, 5);
+  h.launch({P}, {a, b}, 1.0);
+  h.launch({P}, {}, 1.0);
+  h.launch({P}, {}, 1.0);
+  h.launch({P}, {}, 1.0);
+  h.launch({a, b}, {}, 1.0);
+  const iteration it = h.finish(2);
+  plan p;
+  // Both queued after L0 (t = 1): a 1..1.5, b 1.5..2. Both fetched after L2 (t = 3),
+  // deadline order: a and b tie on restore_before, so plan order: a 3..3.5, b 3.5..4.
+  p.offloads.push_back(off_entry(a, 0, 2, 2, 4));
+  p.offloads.push_back(off_entry(b, 0, 2, 2, 4));
+  const simulation r = simulate(it, p, fast);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(r.copies[1].to_host_start, 1.5);
+  EXPECT_EQ(r.copies[1].to_host_done, 2.0);
+  EXPECT_EQ(r.copies[1].to_device_start, 3.5);
+  EXPECT_EQ(r.copies[1].to_device_done, 4.0);
+  EXPECT_EQ(r.predicted_stall_s, 0.0);
+  EXPECT_EQ(r.host_bytes, 2 * big);
+  EXPECT_EQ(r.link_busy_s, 2.0);
+  // A host budget below both refuses the plan and says so.
+  const simulation tight = simulate(it, p, fast, big);
+  EXPECT_FALSE(tight.valid);
+  EXPECT_THAT(tight.error, HasSubstr("host budget"));
+}
+
+TEST(OffloadSimulator, RefusesBrokenOffloads) {
+  scenario s = make_scenario();
+  const auto error_of = [&](const plan& p, const link_model& l = fast) {
+    const simulation r = simulate(s.it, p, l);
+    EXPECT_FALSE(r.valid);
+    return r.error;
+  };
+  plan p;
+  p.offloads.push_back(off_entry(s.a, 1, 3, 3, 5));
+  EXPECT_THAT(error_of(p, link_model{}), HasSubstr("no bandwidth"));
+  p.offloads[0] = off_entry(s.a, 0, 3, 3, 5);  // L1 uses a inside the window
+  EXPECT_THAT(error_of(p), HasSubstr("used by launch 1"));
+  p.offloads[0] = off_entry(s.a, 1, 4, 2, 5);  // release_before > fetch_after + 1
+  EXPECT_THAT(error_of(p), HasSubstr("evict_after < release_before"));
+  p.offloads[0] = off_entry(s.a, 1, 3, 5, 5);  // fetch_after not before restore_before
+  EXPECT_THAT(error_of(p), HasSubstr("fetch_after < restore_before"));
+  p.offloads[0] = off_entry(s.P, 1, 3, 3, 5);
+  EXPECT_THAT(error_of(p), HasSubstr("not allocated and freed within the iteration"));
+  p.offloads[0] = off_entry(s.a, 1, 3, 3, 5);
+  p.offloads.push_back(off_entry(s.a, 1, 3, 3, 5));
+  EXPECT_THAT(error_of(p), HasSubstr("already offloaded"));
+  p.offloads.pop_back();
+  eviction ev;
+  ev.target = s.a;
+  ev.evict_after = 1;
+  ev.restore_before = 5;
+  ev.recipe = {0};
+  p.evictions.push_back(ev);
+  EXPECT_THAT(error_of(p), HasSubstr("also an eviction's target"));
+  p.evictions.clear();
+  s.it.buffers[s.a].never_evict = true;
+  EXPECT_THAT(error_of(p), HasSubstr("never_evict"));
+}
+
+TEST(OffloadSimulator, RecipeMayNotReadAnOffloadedBuffer) {
+  // L0 P -> a | L1 a -> b | L2 P -> c | L3 reads b | L4 reads a
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 5);
+  const buffer_id b = h.transient(big, 1, 4);
+  const buffer_id c = h.transient(big, 2, 3);
+  h.launch({P}, {a});
+  h.launch({a}, {b});
+  h.launch({P}, {c});
+  h.launch({b}, {});
+  h.launch({a}, {});
+  const iteration it = h.finish(2);
+  plan p;
+  eviction ev;
+  ev.target = b;
+  ev.evict_after = 1;
+  ev.restore_before = 3;
+  ev.recipe = {1};  // reads a in place before L3
+  p.evictions.push_back(ev);
+  ASSERT_TRUE(simulate(it, p, fast).valid);
+  p.offloads.push_back(off_entry(a, 1, 2, 2, 4));
+  const simulation r = simulate(it, p, fast);
+  EXPECT_FALSE(r.valid);
+  EXPECT_THAT(r.error, HasSubstr("reads buffer 1, which is offloaded"));
+}
+
+// ---- planners -------------------------------------------------------------------------
+
+planner::options with(offload_mode mode, const link_model& link, std::size_t host_budget = 0) {
+  planner::options o;
+  o.offload = mode;
+  o.link = link;
+  o.host_budget = host_budget;
+  return o;
+}
+
+class OffloadPlanners : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(OffloadPlanners, OffloadWinsOverAnExpensiveRecomputeWithAHidingGap) {
+  const scenario s = make_scenario();
+  const plan p = make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::on, fast));
+  EXPECT_TRUE(p.evictions.empty());
+  ASSERT_EQ(p.offloads.size(), 1u);
+  EXPECT_EQ(p.offloads[0].target, s.a);
+  EXPECT_EQ(p.offloads[0].release_before, 3u);  // the first launch the copy is done by
+  EXPECT_EQ(p.offloads[0].fetch_after, 3u);     // the latest that still hides the fetch
+  EXPECT_EQ(p.predicted_stall_s, 0.0);
+  EXPECT_EQ(p.added_compute_s, 0.0);
+  EXPECT_EQ(p.offloaded_bytes, big);
+  EXPECT_EQ(p.predicted_time_s, 15.0);
+  EXPECT_LE(p.predicted_peak, without_a);
+  // Recompute only: the 10 s producer runs again.
+  const plan r = make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::off, fast));
+  EXPECT_TRUE(r.offloads.empty());
+  ASSERT_EQ(r.evictions.size(), 1u);
+  EXPECT_EQ(r.added_compute_s, 10.0);
+  EXPECT_EQ(r.predicted_time_s, 25.0);
+}
+
+TEST_P(OffloadPlanners, SlowLinkLosesToRecompute) {
+  const scenario s = make_scenario();
+  const plan p = make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::on, slow));
+  EXPECT_TRUE(p.offloads.empty());
+  EXPECT_EQ(p.evictions.size(), 1u);
+  EXPECT_EQ(p.added_compute_s, 10.0);
+}
+
+TEST_P(OffloadPlanners, OnlyNeverRecomputesEvenWhenItStalls) {
+  const scenario s = make_scenario();
+  const plan p = make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::only, slow));
+  EXPECT_TRUE(p.evictions.empty());
+  EXPECT_EQ(p.recomputed_launches, 0u);
+  ASSERT_EQ(p.offloads.size(), 1u);
+  EXPECT_GT(p.predicted_stall_s, 0.0);
+  const simulation r = simulate(s.it, p, slow);
+  ASSERT_TRUE(r.fits(without_a)) << r.error;
+  EXPECT_EQ(r.predicted_stall_s, p.predicted_stall_s);
+}
+
+TEST_P(OffloadPlanners, HostBudgetTooSmallRecomputesOrSaysWhy) {
+  const scenario s = make_scenario();
+  const plan p = make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::on, fast, 4096));
+  EXPECT_TRUE(p.offloads.empty());
+  EXPECT_EQ(p.evictions.size(), 1u);
+  try {
+    (void)make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::only, fast, 4096));
+    ADD_FAILURE() << "expected infeasible_budget";
+  } catch (const infeasible_budget& e) {
+    EXPECT_EQ(e.smallest_feasible(), unplanned_peak);
+    EXPECT_THAT(std::string(e.what()), HasSubstr("offload only (no recompute), offloads limited to a host budget"));
+  }
+  // Room for a: offloads again.
+  const plan q = make_planner(GetParam())->make_plan(s.it, without_a, with(offload_mode::only, fast, big));
+  EXPECT_EQ(q.offloads.size(), 1u);
+  EXPECT_EQ(q.host_bytes, big);
+}
+
+INSTANTIATE_TEST_SUITE_P(Offloading, OffloadPlanners, ::testing::Values("greedy", "reforward"));
+
+TEST(OffloadPlannerOptions, OnlyWithAPlannerThatDoesNotOffloadNamesThoseThatDo) {
+  const scenario s = make_scenario();
+  EXPECT_EQ(offloading_planner_list(), "reforward, greedy");
+  try {
+    (void)make_planner("chain")->make_plan(s.it, without_a, with(offload_mode::only, fast));
+    ADD_FAILURE() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("'chain' does not offload"));
+    EXPECT_THAT(std::string(e.what()), HasSubstr("reforward, greedy"));
+  }
+  // auto with such a planner plans recompute only.
+  const plan p = make_planner("chain")->make_plan(s.it, without_a, with(offload_mode::on, fast));
+  EXPECT_TRUE(p.offloads.empty());
+}
+
+TEST(OffloadPlannerOptions, OnlyWithoutALinkIsRefused) {
+  const scenario s = make_scenario();
+  try {
+    (void)make_planner("greedy")->make_plan(s.it, without_a, with(offload_mode::only, link_model{}));
+    ADD_FAILURE() << "expected config_error";
+  } catch (const config_error& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("bandwidth in both directions"));
+  }
+  const plan p = make_planner("greedy")->make_plan(s.it, without_a, with(offload_mode::on, link_model{}));
+  EXPECT_TRUE(p.offloads.empty());
+}
+
+// ---- floor and oracle ------------------------------------------------------------------
+
+recompute_floor floor_with(const iteration& it, std::size_t budget, const link_model& link, std::size_t host = 0) {
+  recompute_floor_options o;
+  o.link = link;
+  o.host_budget = host;
+  return find_recompute_floor(it, budget, o);
+}
+
+TEST(OffloadFloor, HiddenCopiesLowerTheFloorToZero) {
+  const scenario s = make_scenario();
+  EXPECT_EQ(find_recompute_floor(s.it, without_a).added_s, 10.0);  // recompute only
+  const recompute_floor f = floor_with(s.it, without_a, fast);
+  EXPECT_TRUE(f.feasible);
+  EXPECT_EQ(f.added_s, 0.0);
+  // A link too slow to hide 64 KiB in 12 s before L3 and 2 s after: recompute is cheaper.
+  EXPECT_EQ(floor_with(s.it, without_a, slow).added_s, 10.0);
+  // No host memory for a: recompute only.
+  EXPECT_EQ(floor_with(s.it, without_a, fast, 4096).added_s, 10.0);
+}
+
+TEST(OffloadFloor, LinkTermBoundsTheStallsOfTheBestPlan) {
+  // a's producer costs 100 s: recompute is dearer than any wait for the link.
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 4);
+  const buffer_id c = h.transient(big, 2, 3);
+  h.launch({P}, {a}, 1.0);
+  h.launch({a}, {}, 1.0);
+  h.launch({P}, {c}, 1.0);
+  h.launch({a}, {}, 1.0);
+  iteration it = h.finish(2);
+  const std::size_t budget = 512 + big;
+  EXPECT_EQ(find_recompute_floor(it, budget).added_s, 1.0);
+  it.launches[0].cost_s = 100.0;
+  EXPECT_EQ(find_recompute_floor(it, budget).added_s, 100.0);
+  // 64 KiB at 16 KiB/s: 4 s each way; 101 s of launches before L2 and 1 s after. The
+  // floor does not count that the copy to host waits for L1 (Note [Offload floor]).
+  const recompute_floor f = floor_with(it, budget, link_at(big / 4.0));
+  EXPECT_TRUE(f.feasible);
+  EXPECT_EQ(f.added_s, 4.0 - 1.0);
+  // The best plan: a copied out after L1 (101..105), so L2 waits 4 s to release it, and
+  // fetched after L2 (106..110), so L3 waits 4 s: 8 s, below the 100 s recompute.
+  const oracle::action_oracle_result best =
+      oracle::solve_actions(it, budget, oracle::action_oracle_options{link_at(big / 4.0), 0, true, 8});
+  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  EXPECT_EQ(best.added_time_s, 8.0);
+  EXPECT_EQ(best.best.offloads.size(), 1u);
+  const plan p = make_planner("greedy")->make_plan(it, budget, with(offload_mode::on, link_at(big / 4.0)));
+  EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 8.0);
+  EXPECT_EQ(p.predicted_time_s, 103.0 + 8.0);
+}
+
+iteration small_dag(std::uint64_t seed, std::size_t layers) {
+  synthetic::dag_spec spec;
+  spec.layers = layers;
+  spec.quantum = 64 * 1024;
+  spec.granularity = 64 * 1024;
+  return synthetic::build(synthetic::random_dag(spec, seed));
+}
+
+TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
+  std::size_t checked = 0, lower = 0;
+  for (std::uint64_t seed = 0; seed < 12; ++seed) {
+    const iteration it = small_dag(seed, 6 + seed % 3);
+    const link_model link = link_at(64.0 * 1024 / (1e-4 * static_cast<double>(1 + seed % 5) * 3));
+    for (std::size_t budget : test::budgets_for(it, 4)) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " budget " + std::to_string(budget));
+      const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+      if (best.outcome == oracle::action_oracle_result::status::too_large) continue;
+      const recompute_floor f = floor_with(it, budget, link);
+      const test::reference recompute = test::brute_force(it, budget);
+      if (best.outcome == oracle::action_oracle_result::status::infeasible) {
+        EXPECT_FALSE(recompute.feasible());
+        continue;
+      }
+      ++checked;
+      const simulation r = simulate(it, best.best, link);
+      ASSERT_TRUE(r.fits(budget)) << r.error;
+      EXPECT_EQ(r.added_time_s(), best.added_time_s);
+      EXPECT_TRUE(f.feasible);
+      EXPECT_LE(f.added_s, best.added_time_s + 1e-12);
+      if (recompute.feasible()) {
+        EXPECT_LE(best.added_time_s, recompute.cost + 1e-12);
+        lower += best.added_time_s < recompute.cost - 1e-12 ? 1 : 0;
+      }
+      // Every planner's plan is valid, and no plan beats the oracle's floor.
+      for (const char* name : {"greedy", "reforward"}) {
+        try {
+          const plan p = make_planner(name)->make_plan(it, budget, with(offload_mode::on, link));
+          EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s + 1e-12) << name;
+        } catch (const infeasible_budget&) {
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10u);
+  EXPECT_GT(lower, 0u);  // offload beats recompute somewhere
+}
+
+// ---- randomised -----------------------------------------------------------------------
+
+bool same_evictions(const plan& x, const plan& y) {
+  if (x.evictions.size() != y.evictions.size() || x.retentions.size() != y.retentions.size()) return false;
+  for (std::size_t i = 0; i < x.evictions.size(); ++i) {
+    const eviction& a = x.evictions[i];
+    const eviction& b = y.evictions[i];
+    if (a.target != b.target || a.evict_after != b.evict_after || a.restore_before != b.restore_before ||
+        a.recipe != b.recipe || a.temporaries != b.temporaries || a.also_regenerates != b.also_regenerates)
+      return false;
+  }
+  return x.predicted_peak == y.predicted_peak && x.added_compute_s == y.added_compute_s;
+}
+
+TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOffNeverChanges) {
+  std::mt19937_64 rng(48);
+  std::size_t offloading = 0, mixed = 0;  // plans that offload; that also recompute
+  for (std::uint64_t seed = 0; seed < 10; ++seed) {
+    synthetic::dag_spec spec;
+    spec.layers = 8 + seed % 5;
+    spec.quantum = 64 * 1024;
+    spec.granularity = 64 * 1024;
+    const iteration it = synthetic::build(synthetic::random_dag(spec, seed));
+    // Copies of one quantum take from a tenth of a launch's cost to ten launches' worth.
+    const double quantum_s = std::uniform_real_distribution<double>(1e-5, 2e-2)(rng);
+    link_model link = link_at(static_cast<double>(spec.quantum) / quantum_s);
+    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    const std::size_t host_budget = (seed % 3 == 0) ? spec.quantum * (1 + seed % 4) : 0;
+    for (std::size_t budget : test::budgets_for(it, 5)) {
+      for (const char* name : {"greedy", "reforward"}) {
+        SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + " budget " + std::to_string(budget));
+        const auto planner = make_planner(name);
+        std::optional<plan> off;
+        try {
+          off = planner->make_plan(it, budget);
+          // Off with a link given: the same plan as without one.
+          const plan again = planner->make_plan(it, budget, with(offload_mode::off, link, host_budget));
+          EXPECT_TRUE(same_evictions(*off, again));
+          EXPECT_TRUE(again.offloads.empty());
+        } catch (const infeasible_budget&) {
+        }
+        for (offload_mode mode : {offload_mode::on, offload_mode::only}) {
+          try {
+            const plan p = planner->make_plan(it, budget, with(mode, link, host_budget));
+            const simulation r = simulate(it, p, link, host_budget);
+            ASSERT_TRUE(r.valid) << r.error;
+            EXPECT_LE(r.peak, budget);
+            EXPECT_EQ(r.peak, p.predicted_peak);
+            EXPECT_EQ(r.predicted_stall_s, p.predicted_stall_s);
+            if (host_budget != 0) {
+              EXPECT_LE(p.host_bytes, host_budget);
+            }
+            offloading += p.offloads.empty() ? 0 : 1;
+            mixed += !p.offloads.empty() && !p.evictions.empty() ? 1 : 0;
+            if (mode == offload_mode::only) {
+              EXPECT_TRUE(p.evictions.empty());
+            }
+            // Choosing never adds more time than recompute alone.
+            if (mode == offload_mode::on && off) {
+              EXPECT_LE(p.added_compute_s + p.predicted_stall_s, off->added_compute_s * (1 + 1e-9) + 1e-12);
+            }
+          } catch (const infeasible_budget& e) {
+            // Recompute meets every budget it met without offload.
+            if (mode == offload_mode::on) {
+              EXPECT_FALSE(off.has_value()) << e.what();
+            }
+          }
+        }
+      }
+    }
+  }
+  // The check exercises the new action, alone and beside recompute.
+  EXPECT_GT(offloading, 0u);
+  EXPECT_GT(mixed, 0u);
+  std::printf("%zu plans offload, %zu of them also recompute\n", offloading, mixed);
+}
+
+}  // namespace
+}  // namespace sublinear::policy

@@ -1,0 +1,162 @@
+// Offload end to end on the host device: every workload trains bit-identically to
+// training without sublinear, within the budget in every planned iteration, with plans
+// that offload (docs/runtime.md, "Offload execution"): the planners' own with
+// SUBLINEAR_OFFLOAD=only and auto over a fast link, and the recompute plan with every
+// eviction turned into an offload (engine_options::amend_plan).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "workloads/host_session.hpp"
+#include "workloads/models/registry.hpp"
+#include "workloads/training.hpp"
+
+namespace sublinear::runtime {
+namespace {
+
+using workloads::models::model_kind;
+
+constexpr int kIterations = 5;
+
+workloads::models::model_config config_for(model_kind kind) {
+  workloads::models::model_config c;
+  c.kind = kind;
+  if (kind == model_kind::mlp) {
+    c.depth = 12;
+    c.batch = 1024;
+  }
+  if (kind == model_kind::resnet) c.depth = 56;
+  if (kind == model_kind::densenet) {
+    c.depth = 31;
+    c.batch = 32;
+  }
+  if (kind == model_kind::lstm) c.seq_len = 192;
+  if (kind == model_kind::transformer) c.batch = 16;
+  return workloads::models::with_defaults(c);
+}
+
+enum class how { only, automatic, converted };
+
+struct outcome {
+  std::vector<std::vector<float>> params;
+  std::vector<iteration_report> reports;
+  std::size_t budget = 0;
+  std::string plan_error;
+  std::size_t planned_offloads = 0;
+};
+
+// Every eviction becomes an offload with its points (one per buffer).
+void offload_everything(const policy::iteration&, policy::plan& p) {
+  std::set<policy::buffer_id> seen;
+  for (const policy::eviction& e : p.evictions) {
+    if (!seen.insert(e.target).second) continue;
+    p.offloads.push_back({e.target, e.evict_after, e.evict_after + 1, e.restore_before - 1, e.restore_before});
+  }
+  p.evictions.clear();
+  p.retentions.clear();
+  p.packs.clear();
+}
+
+outcome train(model_kind kind, const std::string& budget, how h) {
+  workloads::host_session_options so;
+  so.scaled_size_classes = true;
+  workloads::host_session session(so);
+  if (!budget.empty()) use_engine_allocator_settings(session.allocator());
+  auto ctx = session.make_context();
+  auto model = workloads::models::make_model(config_for(kind));
+  model->init(ctx, 7);
+  std::unique_ptr<host_runtime> rt;
+  if (!budget.empty()) {
+    engine_options o;
+    o.config.budget = policy::parse_budget(budget);
+    o.config.policy = "reforward";
+    o.config.multi_pass = false;
+    o.config.offload = h == how::only ? policy::offload_mode::only : policy::offload_mode::on;
+    o.config.log = log_level::error;
+    o.device_capacity = session.vmm().physical_capacity();
+    if (h == how::converted) o.amend_plan = offload_everything;
+    host_runtime_options ro;
+    ro.time_launches = false;  // costs from touched bytes: the same plan every run
+    rt = std::make_unique<host_runtime>(session.device(), session.allocator(), o, ro);
+    // A link fast against these costs, so that the planners choose offloads.
+    rt->replay_device().set_link({2e9, 0.0}, {2e9, 0.0}, "test");
+  }
+  workloads::training_options to;
+  to.iterations = kIterations;
+  to.seed = 7;
+  to.on_iteration_end = [&](const workloads::iteration_figures&) {
+    if (rt) rt->mark_iteration();
+  };
+  workloads::train(ctx, *model, to);
+  outcome out;
+  out.params = workloads::download_parameters(ctx, *model);
+  if (rt) {
+    out.reports = rt->get().iterations();
+    out.budget = rt->get().budget();
+    out.plan_error = rt->get().plan_error();
+    out.planned_offloads = rt->get().planned_link().offloads;
+  }
+  model->release();
+  return out;
+}
+
+struct cell {
+  model_kind kind;
+  how h;
+};
+
+void PrintTo(const cell& c, std::ostream* os) {
+  *os << workloads::models::to_string(c.kind) << (c.h == how::only ? " only" : c.h == how::automatic ? " auto" : " converted");
+}
+
+std::string cell_name(const ::testing::TestParamInfo<cell>& info) {
+  return std::string(workloads::models::to_string(info.param.kind)) +
+         (info.param.h == how::only ? "_only" : info.param.h == how::automatic ? "_auto" : "_converted");
+}
+
+class OffloadEndToEnd : public ::testing::TestWithParam<cell> {};
+
+TEST_P(OffloadEndToEnd, ParametersAreBitIdenticalAndPeakStaysWithinTheBudget) {
+  const cell c = GetParam();
+  static std::map<model_kind, std::vector<std::vector<float>>> baselines;
+  if (!baselines.count(c.kind)) baselines[c.kind] = train(c.kind, "", how::only).params;
+  const outcome run = train(c.kind, "0.6x", c.h);
+  if (!run.plan_error.empty()) GTEST_SKIP() << "infeasible cell: " << run.plan_error;
+  ASSERT_EQ(run.params.size(), baselines[c.kind].size());
+  for (std::size_t i = 0; i < run.params.size(); ++i)
+    ASSERT_TRUE(run.params[i] == baselines[c.kind][i]) << "parameter tensor " << i << " differs";
+  std::size_t fetches = 0;
+  for (const auto& r : run.reports) {
+    if (r.state == engine_state::trace) continue;
+    EXPECT_FALSE(r.diverged) << "iteration " << r.index << ": " << r.divergence;
+    EXPECT_LE(r.peak_mapped, run.budget) << "iteration " << r.index;
+    EXPECT_EQ(r.validation_mismatches, 0u) << "iteration " << r.index;
+    EXPECT_EQ(r.fetched_bytes, r.offloaded_bytes) << "iteration " << r.index << ": every copy out came back";
+    fetches += r.fetches;
+  }
+  if (c.h != how::automatic) {
+    EXPECT_GT(run.planned_offloads, 0u) << "the plan offloads";
+    EXPECT_GT(fetches, 0u);
+  }
+}
+
+std::vector<cell> cells() {
+  std::vector<cell> out;
+  for (model_kind k : {model_kind::mlp, model_kind::resnet, model_kind::densenet, model_kind::lstm,
+                       model_kind::transformer})
+    for (how h : {how::only, how::automatic, how::converted}) out.push_back({k, h});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OffloadEndToEnd, ::testing::ValuesIn(cells()), cell_name);
+
+}  // namespace
+}  // namespace sublinear::runtime
