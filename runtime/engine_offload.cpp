@@ -160,11 +160,12 @@ bool engine::impl::engine_evicted(const char* base) const {
 // Nothing is left to offload: the rest of this traced iteration runs without a budget
 // (Note [Offloading the traced iteration]); the next iteration sets it again.
 void engine::impl::lift_trace_budget(std::size_t shortfall) {
-  log_warn("iteration " + std::to_string(iteration_index) + " (traced) needs " + format_bytes(shortfall) +
+  log_warn("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged)" : " (traced)") +
+           " needs " + format_bytes(shortfall) +
            " more than the budget of " + format_bytes(trace_budget_bytes) +
            " and nothing is left to offload (blocks under a page, and those the launch entering now touches, "
-           "stay); the rest of this traced iteration runs without a budget. The plan holds the budget from "
-           "the first planned iteration on.");
+           "stay); the rest of this iteration runs without a budget. The plan holds the budget from "
+           "the next planned iteration on.");
   alloc.set_budget(0);
   current.budget = 0;
 }

@@ -82,6 +82,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
 
   plan_preview out;
   out.device = t.device;
+  out.estimated_times = t.planning;
   out.granularity = g.granularity;
   out.launches = g.launches.size();
   out.buffers = g.buffers.size();
@@ -514,6 +515,7 @@ std::string plan_preview_json(const plan_preview& p) {
   json::writer w(out);
   w.begin_object();
   w.member("device", p.device);
+  w.member("estimated_times", p.estimated_times);
   w.member("granularity_bytes", p.granularity);
   w.member("launches", p.launches);
   w.member("buffers", p.buffers);

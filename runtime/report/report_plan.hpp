@@ -140,6 +140,7 @@ struct unreplayable_launch {
 
 struct plan_preview {
   std::string device;
+  bool estimated_times = false;        // a planning trace: every duration is an estimate
   std::size_t granularity = 0;
   std::size_t launches = 0;
   std::size_t observed_launches = 0;   // launches whose writes the trace observed

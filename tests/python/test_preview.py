@@ -228,6 +228,7 @@ def test_a_planning_trace_plans_like_any_other_and_is_marked(torch, nn, program,
     assert run.returncode in (0, 1), run.stderr
     plan = json.loads(out.read_text())
     assert plan["device"] == "meta:a100"
+    assert plan["estimated_times"] is True
     assert plan["launches"] == len(cap.ops) == plan["observed_launches"]
     assert plan["buffers"] == len(cap.storages)
     assert plan["unproduced_count"] == 0

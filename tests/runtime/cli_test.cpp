@@ -621,6 +621,9 @@ TEST(PlanPreviewReport, BuffersReadBeforeAnyObservedWriteAreListedAndNotEvicted)
   EXPECT_NE(text.find("read before any observed write"), std::string::npos) << text;
   EXPECT_NE(text.find("read first by"), std::string::npos) << text;
   EXPECT_NE(plan_preview_json(p).find("\"unproduced_count\":"), std::string::npos);
+  // A recorded trace's durations are measured; only a planning trace's are estimates.
+  EXPECT_FALSE(p.estimated_times);
+  EXPECT_NE(plan_preview_json(p).find("\"estimated_times\": false"), std::string::npos);
 }
 
 // ---- sublinear plan on hostile input: bounded figures, clear refusals -------------------------------------
