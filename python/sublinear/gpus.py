@@ -13,7 +13,7 @@ Approach: time = max(FLOPs / peak FLOP rate, bytes moved / memory bandwidth, a f
   SXM parts, dense (without sparsity): every figure here is an estimate and is labelled so.
 Limitations: real kernels reach 50-80% of these peaks, small ones far less, and fused or
   split kernels on the device differ from aten operations; absolute times are optimistic,
-  ratios less so. A measured trace is the reference (`--calibrate` is not implemented).
+  ratios less so. A trace recorded on the device (`sublinear plan --trace`) is the reference.
 """
 
 from __future__ import annotations

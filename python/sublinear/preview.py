@@ -300,8 +300,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--python", metavar="PATH",
                         help="the Python that captures (read by `sublinear plan`; default python3 on PATH)")
     parser.add_argument("--cli", help=argparse.SUPPRESS)  # the program that planned: `sublinear plan --model` passes itself
-    parser.add_argument("--calibrate", metavar="TRACE",
-                        help="take durations from a trace recorded on a device (not implemented yet)")
     args = parser.parse_args(argv)
     try:
         import torch  # noqa: F401 (the capture needs it; say so before anything else)
@@ -310,9 +308,6 @@ def main(argv: Optional[List[str]] = None) -> int:
               f"`sublinear plan --model` the Python of your training environment with --python PATH", file=sys.stderr)
         return 2
     try:
-        if args.calibrate:
-            raise PreviewError("--calibrate is not implemented: durations are roofline estimates only; "
-                               "drop --calibrate")
         if args.batch is not None and args.batch <= 0:
             raise PreviewError(f"--batch needs a positive integer, got {args.batch}")
         budgets = parse_budgets(args.budget)
