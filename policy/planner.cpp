@@ -73,6 +73,7 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
   }
   e.result = std::move(built.result);
   if (packs_) add_packs(*it_, e.result);
+  fetch_before_recipes(*it_, e.result, requests);
   place_offloads(*it_, offload_.link, e.result, requests);
   e.sim = sim_.run(e.result);
   if (!e.sim.valid) {

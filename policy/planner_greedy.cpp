@@ -18,7 +18,7 @@ class greedy_planner final : public attempt_planner {
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
     std::optional<context::evaluation> e;
     if (ctx.offload().mode != offload_mode::only) e = solve_greedy(ctx, budget);
-    e = with_offload(ctx, budget, std::move(e));
+    e = with_offload(ctx, budget, std::move(e), [&](std::size_t b) { return solve_greedy(ctx, b); });
     if (!e) return std::nullopt;
     return std::move(e->result);
   }

@@ -316,7 +316,7 @@ class reforward_planner final : public attempt_planner {
     // and from nothing (Note [Offload search]); the least added time wins.
     std::optional<context::evaluation> best;
     if (ctx.offload().mode != offload_mode::only) best = attempt_recompute(ctx, budget);
-    best = with_offload(ctx, budget, std::move(best));
+    best = with_offload(ctx, budget, std::move(best), [&](std::size_t b) { return attempt_recompute(ctx, b); });
     if (!best) return std::nullopt;
     return std::move(best->result);
   }

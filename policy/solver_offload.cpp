@@ -21,15 +21,31 @@
 // Approach: the cost-aware greedy of Note [Cost-aware greedy] with a third action: at the
 //   simulated peak, each candidate idle there gets its cheaper action, recompute (its
 //   recipe's cost) or offload (the copy time its gap and the copies already chosen cannot
-//   hide, an estimate), and candidates are taken best price per byte first until the
-//   excess is covered; then simulate again. An offload that makes the plan invalid (a
-//   recipe reads it in place) is not offered again. Once the plan fits, each non-kept
-//   candidate in turn tries the other actions (keep; offload over its hidden or its whole
-//   window; recompute) and keeps the change that lowers the simulated added time (compute
-//   + stalls). It also starts from the recompute-only plan, so with offload on a plan
-//   never adds more time than without.
+//   hide, an estimate), taken best price per byte first until the excess is covered; an
+//   offload's price is taken again when it comes up, since every copy chosen before it
+//   loads the link. Then simulate again. An offload that makes the plan invalid is not
+//   offered again. Once the plan fits, each non-kept candidate in turn tries the other
+//   actions (keep; offload over its hidden or its whole window; recompute) and keeps the
+//   change that lowers the simulated added time (compute + stalls). It starts from
+//   nothing, from the recompute-only plan at the budget, and from the recompute plans at
+//   budgets 5% to 120% larger: those keep more checkpoints and recompute shorter segments,
+//   and offloading the checkpoints then meets the budget (Note [Offloaded recipe inputs]).
+//   The least added time wins, so with offload on a plan never adds more than without.
 // Limitations: greedy, so not optimal; only candidates (live across the turning point)
-//   are offloaded, once each; the improvement pass is bounded on large graphs.
+//   are offloaded, once each; the improvement pass is bounded on large graphs; where no
+//   mix meets the budget, only `SUBLINEAR_OFFLOAD=only` plans offload alone, however
+//   long its stalls.
+//
+// Note [Offloaded recipe inputs]
+// Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
+//   memory and the segment is recomputed from it. A recipe reads its inputs in place, so
+//   an input must be back before the recipe runs, not only before its own next use.
+// Approach: once the drop plan is built, an offload whose target a recipe reads inside
+//   its gap restores before the launch before that recipe's restore point (recipes run
+//   ahead of the fetch waits at their launch, Note [Link timeline]); fetch_after and the
+//   link timeline follow from that point.
+// Limitations: the buffer is then resident from the recipe to its own next use; a recipe
+//   right after the last use leaves no gap, and the simulator refuses the offload.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -109,6 +125,26 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
   }
 }
 
+void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_request> requests) {
+  if (requests.empty() || p.evictions.empty()) return;
+  std::vector<std::uint32_t> request_of(it.buffers.size(), none);
+  for (std::size_t j = 0; j < requests.size(); ++j) request_of[requests[j].target] = static_cast<std::uint32_t>(j);
+  for (const eviction& ev : p.evictions) {
+    const launch_id t = ev.restore_before;
+    for (launch_id l : ev.recipe) {
+      for (buffer_id x : it.launches[l].touched) {
+        const std::uint32_t j = request_of[x];
+        if (j == none || x == ev.target) continue;
+        offload_request& r = requests[j];
+        if (!(r.evict_after < t && t <= r.restore_before)) continue;
+        const auto in = [x](const std::vector<buffer_id>& v) { return std::find(v.begin(), v.end(), x) != v.end(); };
+        if (in(ev.temporaries) || in(ev.also_regenerates)) continue;  // rebuilt, not read in place
+        if (t - 1 > r.evict_after) r.restore_before = t - 1;
+      }
+    }
+  }
+}
+
 namespace {
 
 using evaluation = planner::context::evaluation;
@@ -185,48 +221,90 @@ class offload_search {
     actions_[c] = a;
   }
 
+  // Where each candidate must be back given the current plan's recipes (Note
+  // [Offloaded recipe inputs]): its own next use, or the launch before the first recipe
+  // that reads it inside its gap.
+  std::vector<launch_id> effective_restore(const plan& p) const {
+    std::vector<launch_id> back(cs_.size());
+    for (std::uint32_t c = 0; c < cs_.size(); ++c) back[c] = cs_[c].restore_before;
+    for (const eviction& ev : p.evictions) {
+      const launch_id t = ev.restore_before;
+      for (launch_id l : ev.recipe) {
+        for (buffer_id x : it_.launches[l].touched) {
+          const std::uint32_t c = cs_.index_of(x);
+          if (c == none || x == ev.target || !(cs_[c].evict_after < t && t <= back[c])) continue;
+          back[c] = t - 1;
+        }
+      }
+    }
+    return back;
+  }
+
   // One greedy round at the peak; false when nothing is left to do there.
   bool cover_peak(evaluation& current) {
     const launch_id t = current.sim.peak_at;
     const std::size_t excess = current.sim.peak - budget_;
+    const std::vector<launch_id> back = effective_restore(current.result);
     struct choice {
       std::uint32_t c;
       action a;
       double price;
     };
-    std::vector<choice> eligible;
+    // The cheaper action for a kept candidate at the current link load, if any.
+    const auto best_action = [&](std::uint32_t c) -> std::optional<choice> {
+      std::optional<choice> best;
+      if (forbidden_[c] == 0 && t < back[c] && host_allows(c)) best = choice{c, action::offload, offload_price(c)};
+      if (recompute_ && (!best || cs_[c].cost_s < best->price)) best = choice{c, action::drop, cs_[c].cost_s};
+      return best;
+    };
+    const auto ratio = [&](const choice& x) {
+      return x.price / static_cast<double>(std::max<std::size_t>(cs_[x.c].unplanned_bytes, 1));
+    };
+    // A min-heap by price per byte, larger and then lower-numbered candidates first.
+    const auto after = [&](const choice& x, const choice& y) {
+      const double rx = ratio(x), ry = ratio(y);
+      if (rx != ry) return rx > ry;
+      return cs_[x.c].unplanned_bytes != cs_[y.c].unplanned_bytes ? cs_[x.c].unplanned_bytes < cs_[y.c].unplanned_bytes
+                                                                  : x.c > y.c;
+    };
+    std::vector<choice> heap;
     for (std::uint32_t c = 0; c < cs_.size(); ++c) {
       const candidate& cd = cs_[c];
       if (!(cd.evict_after < t && t < cd.restore_before)) continue;
       if (actions_[c] == action::offload) {
-        // Offloaded, but its window misses the peak: widen it there.
-        if (lo_[c] == none || t < lo_[c] || t > hi_[c]) eligible.push_back({c, action::offload, 0.0});
+        // Offloaded, but its window misses the peak: widen it there (if it can be out).
+        if (t < back[c] && (lo_[c] == none || t < lo_[c] || t > hi_[c])) heap.push_back({c, action::offload, 0.0});
         continue;
       }
       if (actions_[c] != action::keep) continue;
-      std::optional<choice> best;
-      if (forbidden_[c] == 0 && host_allows(c)) best = choice{c, action::offload, offload_price(c)};
-      if (recompute_ && (!best || cd.cost_s < best->price)) best = choice{c, action::drop, cd.cost_s};
-      if (best) eligible.push_back(*best);
+      if (std::optional<choice> best = best_action(c)) heap.push_back(*best);
     }
-    if (eligible.empty()) return false;
-    std::sort(eligible.begin(), eligible.end(), [&](const choice& x, const choice& y) {
-      const double rx = x.price / static_cast<double>(std::max<std::size_t>(cs_[x.c].unplanned_bytes, 1));
-      const double ry = y.price / static_cast<double>(std::max<std::size_t>(cs_[y.c].unplanned_bytes, 1));
-      if (rx != ry) return rx < ry;
-      return cs_[x.c].unplanned_bytes != cs_[y.c].unplanned_bytes ? cs_[x.c].unplanned_bytes > cs_[y.c].unplanned_bytes
-                                                                  : x.c < y.c;
-    });
+    if (heap.empty()) return false;
+    std::make_heap(heap.begin(), heap.end(), after);
     std::size_t freed = 0;
     std::vector<std::uint32_t> batch;
-    for (const choice& ch : eligible) {
-      if (ch.a == action::offload && actions_[ch.c] != action::offload && !host_allows(ch.c)) continue;
-      set(ch.c, ch.a);
+    while (!heap.empty() && freed < excess) {
+      std::pop_heap(heap.begin(), heap.end(), after);
+      const choice ch = heap.back();
+      heap.pop_back();
+      if (actions_[ch.c] == action::keep) {
+        // Offload prices rise with the copies chosen since: price it again, and take it
+        // only if it still comes first (prices never fall within a round).
+        const std::optional<choice> now = best_action(ch.c);
+        if (!now) continue;
+        if (now->a != ch.a || now->price > ch.price) {
+          if (!heap.empty() && after(*now, heap.front())) {
+            heap.push_back(*now);
+            std::push_heap(heap.begin(), heap.end(), after);
+            continue;
+          }
+        }
+        set(ch.c, now->a);
+      }
       lo_[ch.c] = lo_[ch.c] == none ? t : std::min(lo_[ch.c], t);
       hi_[ch.c] = hi_[ch.c] == none ? t : std::max(hi_[ch.c], t);
       batch.push_back(ch.c);
       freed += cs_[ch.c].bytes;
-      if (freed >= excess) break;
     }
     if (batch.empty()) return false;
     evaluation e = evaluate();
@@ -333,7 +411,7 @@ std::optional<evaluation> solve_offload(planner::context& ctx, std::size_t budge
 }
 
 std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget,
-                                       std::optional<evaluation> recompute_only) {
+                                       std::optional<evaluation> recompute_only, const recompute_search& relaxed) {
   switch (ctx.offload().mode) {
     case offload_mode::off:
       return recompute_only;
@@ -347,6 +425,20 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
   };
   if (best) consider(solve_offload(ctx, budget, true, &*best));
+  if (relaxed) {
+    // Recompute plans at larger budgets keep more checkpoints and recompute shorter
+    // segments; offloading those checkpoints may meet this budget for less.
+    const std::size_t top = ctx.unplanned_peak();
+    std::vector<std::uint8_t> last;
+    for (const double step : {0.05, 0.15, 0.3, 0.5, 0.8, 1.2}) {
+      const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
+      if (b >= top) break;
+      std::optional<evaluation> seed = relaxed(b);
+      if (!seed || seed->dropped == last) continue;
+      last = seed->dropped;
+      consider(solve_offload(ctx, budget, true, &*seed));
+    }
+  }
   consider(solve_offload(ctx, budget, true));
   return best;
 }

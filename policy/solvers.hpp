@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -62,6 +63,11 @@ struct offload_request {
 // the host->device copy, both widened to cover need_lo..need_hi.
 void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests);
 
+// Moves each request's restore_before before the first recipe of `p` that reads its
+// target inside its gap (Note [Offloaded recipe inputs]); a request left with no gap
+// keeps its point, and the simulator refuses the plan.
+void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_request> requests);
+
 // Keep/recompute/offload search (Note [Offload search]): the plan of least added time
 // (recompute + stalls) it finds within `budget`, or nothing. Without `recompute`, no
 // candidate is dropped (offload_mode::only). From `seed` (a drop set that fits) when given.
@@ -71,9 +77,13 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
 
 // With offload on: the cheapest (added time) of `recompute_only`, solve_offload from
 // nothing and solve_offload from `recompute_only`. With offload only: solve_offload
-// without recompute. With offload off: `recompute_only`.
+// without recompute. With offload off: `recompute_only`. Where `recompute_only` is empty
+// and `relaxed` is given, also solve_offload from relaxed's plan at the least budget
+// above `budget` it meets on a ladder of budgets (Note [Offload search]).
+using recompute_search = std::function<std::optional<planner::context::evaluation>(std::size_t budget)>;
 [[nodiscard]] std::optional<planner::context::evaluation> with_offload(
-    planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation> recompute_only);
+    planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation> recompute_only,
+    const recompute_search& relaxed = {});
 
 // ---- solver_tiered.cpp ------------------------------------------------------------------
 

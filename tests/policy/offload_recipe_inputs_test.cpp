@@ -1,0 +1,133 @@
+// Offload beside recompute in one plan: a recipe's input sent to host memory comes back
+// before the recipe runs (Note [Offloaded recipe inputs] in policy/solver_offload.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "policy/planner.hpp"
+#include "policy/simulator.hpp"
+#include "policy/solvers.hpp"
+#include "policy_support.hpp"
+
+namespace sublinear::policy {
+namespace {
+
+constexpr std::size_t g = 4096;
+constexpr std::size_t big = 65536;
+
+// L0 P -> x (cost 100) | L1 x -> y (cost 1) | L2 | L3 P -> c (twice x; the peak) | L4 |
+// L5 | L6 reads y | L7 reads x. Recomputing y reads x; recomputing x costs 100. Within
+// P + 2 x, both x and y must be out during L3.
+struct chain {
+  iteration it;
+  buffer_id P, x, y, c;
+};
+
+chain make_chain() {
+  test::hand_iteration h(g);
+  chain s{};
+  s.P = h.persistent(1000);
+  s.x = h.transient(big, 0, 8);
+  s.y = h.transient(big, 1, 7);
+  s.c = h.transient(2 * big, 3, 4);
+  h.launch({s.P}, {s.x}, 100.0);
+  h.launch({s.x}, {s.y}, 1.0);
+  h.launch({s.P}, {}, 1.0);
+  h.launch({s.P}, {s.c}, 1.0);
+  h.launch({s.P}, {}, 1.0);
+  h.launch({s.P}, {}, 1.0);
+  h.launch({s.y}, {}, 1.0);
+  h.launch({s.x}, {}, 1.0);
+  s.it = h.finish(3);
+  return s;
+}
+
+link_model link_at(double bytes_per_s) {
+  link_model l;
+  l.to_host.bytes_per_s = bytes_per_s;
+  l.to_device.bytes_per_s = bytes_per_s;
+  return l;
+}
+const link_model fast = link_at(2.0 * big);  // 0.5 s per copy
+
+eviction drop_y(const chain& s, launch_id restore_before) {
+  eviction ev;
+  ev.target = s.y;
+  ev.evict_after = 1;
+  ev.restore_before = restore_before;
+  ev.recipe = {1};
+  return ev;
+}
+
+TEST(OffloadRecipeInputs, AnInputComesBackBeforeTheRecipeThatReadsIt) {
+  const chain s = make_chain();
+  plan p;
+  p.evictions.push_back(drop_y(s, 6));
+  std::vector<offload_request> requests(1);
+  requests[0].target = s.x;
+  requests[0].evict_after = 1;
+  requests[0].restore_before = 7;  // x's own next use
+  fetch_before_recipes(s.it, p, requests);
+  EXPECT_EQ(requests[0].restore_before, 5u) << "the recipe restoring y runs before L6 and reads x";
+  place_offloads(s.it, fast, p, requests);
+  ASSERT_EQ(p.offloads.size(), 1u);
+  EXPECT_LT(p.offloads[0].fetch_after, 5u);
+  const simulation r = simulate(s.it, p, fast);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_EQ(r.peak, 1024 + 2 * big) << "x and y are out while c is live, both back for L6";
+  EXPECT_EQ(r.added_compute_s, 1.0);
+  EXPECT_EQ(r.predicted_stall_s, 0.0);
+}
+
+TEST(OffloadRecipeInputs, WithoutTheMoveTheSimulatorRefusesThePlan) {
+  const chain s = make_chain();
+  plan p;
+  p.evictions.push_back(drop_y(s, 6));
+  std::vector<offload_request> requests(1);
+  requests[0].target = s.x;
+  requests[0].evict_after = 1;
+  requests[0].restore_before = 7;
+  place_offloads(s.it, fast, p, requests);
+  const simulation r = simulate(s.it, p, fast);
+  EXPECT_FALSE(r.valid);
+  EXPECT_NE(r.error.find("offloaded"), std::string::npos) << r.error;
+}
+
+TEST(OffloadRecipeInputs, ARecipeRightAfterTheLastUseLeavesNoGap) {
+  const chain s = make_chain();
+  plan p;
+  p.evictions.push_back(drop_y(s, 2));  // restored before L2: x would have to be back by L1
+  std::vector<offload_request> requests(1);
+  requests[0].target = s.x;
+  requests[0].evict_after = 1;
+  requests[0].restore_before = 7;
+  fetch_before_recipes(s.it, p, requests);
+  EXPECT_EQ(requests[0].restore_before, 7u) << "left as it was; the simulator refuses the plan";
+}
+
+// One host slot: the cheapest plan offloads x (recomputing it costs 100) and recomputes y
+// from it (cost 1), which needs x back before y's recipe.
+TEST(OffloadRecipeInputs, PlannersMixBothActionsOnOneChain) {
+  const chain s = make_chain();
+  planner::options o;
+  o.offload = offload_mode::on;
+  o.link = fast;
+  o.host_budget = big;
+  for (const char* name : {"greedy", "reforward"}) {
+    SCOPED_TRACE(name);
+    const plan p = make_planner(name)->make_plan(s.it, 1024 + 2 * big, o);
+    const simulation r = simulate(s.it, p, fast, big);
+    ASSERT_TRUE(r.valid) << r.error;
+    EXPECT_LE(r.peak, 1024 + 2 * big);
+    ASSERT_EQ(p.offloads.size(), 1u);
+    EXPECT_EQ(p.offloads[0].target, s.x);
+    const auto y = std::find_if(p.evictions.begin(), p.evictions.end(), [&](const eviction& e) { return e.target == s.y; });
+    ASSERT_NE(y, p.evictions.end());
+    EXPECT_LT(p.offloads[0].restore_before, y->restore_before);
+    EXPECT_EQ(r.added_compute_s, 1.0);
+    EXPECT_EQ(r.predicted_stall_s, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace sublinear::policy
