@@ -48,23 +48,21 @@ host_layout place_first_fit(const std::vector<offload>& offloads, const std::vec
                             const std::vector<std::uint32_t>& order) {
   host_layout out;
   out.offsets.assign(offloads.size(), 0);
-  std::vector<std::uint32_t> placed;
-  placed.reserve(order.size());
-  std::vector<std::pair<std::size_t, std::size_t>> taken;  // [begin, end) of the placed slots it meets
+  std::vector<std::uint32_t> by_offset;  // the placed slots, lowest offset first
+  by_offset.reserve(order.size());
   for (std::uint32_t j : order) {
     const std::size_t bytes = slot_bytes(sizes[j]);
-    taken.clear();
-    for (std::uint32_t k : placed)
-      if (meet(offloads[j], offloads[k])) taken.emplace_back(out.offsets[k], out.offsets[k] + slot_bytes(sizes[k]));
-    std::sort(taken.begin(), taken.end());
     std::size_t offset = 0;
-    for (const auto& [begin, end] : taken) {
-      if (begin >= offset + bytes) break;  // the hole below this slot fits
-      offset = std::max(offset, end);
+    for (std::uint32_t k : by_offset) {
+      if (!meet(offloads[j], offloads[k])) continue;
+      if (out.offsets[k] >= offset + bytes) break;  // the hole below slot k fits
+      offset = std::max(offset, out.offsets[k] + slot_bytes(sizes[k]));
     }
     out.offsets[j] = offset;
     out.pool_bytes = std::max(out.pool_bytes, offset + bytes);
-    placed.push_back(j);
+    const auto at = std::upper_bound(by_offset.begin(), by_offset.end(), offset,
+                                     [&](std::size_t o, std::uint32_t k) { return o < out.offsets[k]; });
+    by_offset.insert(at, j);
   }
   return out;
 }
@@ -77,6 +75,21 @@ host_layout lay_out_host_pool(const std::vector<offload>& offloads, const std::v
   // Ties keep plan order (stable sorts), so the layout depends on the plan alone.
   std::stable_sort(arrival.begin(), arrival.end(),
                    [&](std::uint32_t a, std::uint32_t b) { return offloads[a].evict_after < offloads[b].evict_after; });
+  std::size_t sum = 0;
+  for (std::size_t j = 0; j < m; ++j) sum += slot_bytes(sizes[j]);
+  host_layout best;
+  if (sum == most) {
+    // Every slot is held at one position, so they all meet: first fit in any order
+    // stacks them; arrival order, without the quadratic search.
+    best.offsets.assign(m, 0);
+    for (std::uint32_t j : arrival) {
+      best.offsets[j] = best.pool_bytes;
+      best.pool_bytes += slot_bytes(sizes[j]);
+    }
+    best.most_held = most;
+    best.most_held_at = most_at;
+    return best;
+  }
   const auto life = [&](std::uint32_t j) { return offloads[j].restore_before - offloads[j].evict_after; };
   std::vector<std::uint32_t> larger = arrival;
   std::stable_sort(larger.begin(), larger.end(), [&](std::uint32_t a, std::uint32_t b) {
@@ -88,7 +101,6 @@ host_layout lay_out_host_pool(const std::vector<offload>& offloads, const std::v
     const std::size_t x = slot_bytes(sizes[a]), y = slot_bytes(sizes[b]);
     return life(a) != life(b) ? life(a) > life(b) : x > y;
   });
-  host_layout best;
   bool first = true;
   for (const std::vector<std::uint32_t>* order : {&arrival, &larger, &longer}) {
     host_layout l = place_first_fit(offloads, sizes, *order);

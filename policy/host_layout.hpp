@@ -19,7 +19,9 @@
 //   the smallest pool wins, the earlier order on a tie, stopping early at the lower bound.
 //   The pool never exceeds the slots' sum (the planner's bound, Note [Offload search]).
 // Limitations: first fit is a heuristic (the exact layout is NP-hard): the pool may
-//   exceed the most held at once. Placement is O(m^2) in the offloads per order.
+//   exceed the most held at once. Placement is O(m^2) in the offloads per order, except
+//   where all are held at one position (a forward's offloads fetched in the backward):
+//   then every order stacks them, and arrival order is taken in O(m log m).
 #pragma once
 
 #include <cstddef>

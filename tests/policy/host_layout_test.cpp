@@ -108,6 +108,13 @@ TEST(HostLayout, SlotsAreRoundedTo512AndShareBytesOnceOneIsBackBeforeTheOtherGoe
   EXPECT_EQ(meeting.pool_bytes, 2048u);
   EXPECT_EQ(meeting.most_held, 2048u);
   EXPECT_EQ(lay_out_host_pool(std::vector<offload>{}, std::vector<std::size_t>{}).pool_bytes, 0u);
+  // Nested around the turning point (a forward's offloads, fetched in the backward): all
+  // held at position 3, stacked in arrival order.
+  const host_layout nested =
+      lay_out_host_pool(offloads_of({{u, 1, 8}, {2 * u, 0, 9}, {600, 2, 7}}), {u, 2 * u, 600});
+  EXPECT_EQ(nested.offsets, (std::vector<std::size_t>{2 * u, 0, 3 * u}));
+  EXPECT_EQ(nested.pool_bytes, 3 * u + 1024);
+  EXPECT_EQ(nested.most_held, nested.pool_bytes);
 }
 
 TEST(HostLayout, FirstFitInArrivalOrderExceedsTheMostHeldTheLayoutDoesNotAndHostBytesIsThePool) {
@@ -149,7 +156,7 @@ TEST(HostLayout, APlanWhosePoolExceedsTheHostBudgetIsInvalidEvenIfTheMostHeldFit
 // the same layout every time.
 TEST(HostLayout, RandomLayoutsAreValidBoundedAndDeterministic) {
   std::mt19937 rng(20261202);
-  std::size_t below_arrival = 0;
+  std::size_t below_arrival = 0, all_at_once = 0;
   for (int trial = 0; trial < 500; ++trial) {
     const std::size_t m = 1 + rng() % 24;
     std::vector<offload> o(m);
@@ -176,12 +183,17 @@ TEST(HostLayout, RandomLayoutsAreValidBoundedAndDeterministic) {
     }
     EXPECT_GE(l.pool_bytes, l.most_held);
     EXPECT_LE(l.pool_bytes, sum);
-    const std::size_t arrival = place_first_fit(o, sizes, arrival_order(o)).pool_bytes;
-    EXPECT_LE(l.pool_bytes, arrival);
-    below_arrival += l.pool_bytes < arrival ? 1 : 0;
+    const host_layout arrival = place_first_fit(o, sizes, arrival_order(o));
+    EXPECT_LE(l.pool_bytes, arrival.pool_bytes);
+    below_arrival += l.pool_bytes < arrival.pool_bytes ? 1 : 0;
+    if (l.most_held == sum) {
+      EXPECT_EQ(l.offsets, arrival.offsets) << "all held at once: stacked in arrival order";
+      ++all_at_once;
+    }
     EXPECT_EQ(lay_out_host_pool(o, sizes).offsets, l.offsets);
   }
   EXPECT_GT(below_arrival, 0u) << "the other orders do better than arrival somewhere";
+  EXPECT_GT(all_at_once, 0u);
 }
 
 }  // namespace
