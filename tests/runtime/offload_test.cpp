@@ -2,7 +2,8 @@
 // device's copy engine: plans whose evictions are turned into offloads (engine_options::
 // amend_plan) train bit-identically within the budget; copies the device refuses, a host
 // pool over its budget, a divergence with copies in flight and a launch that writes an
-// offloaded buffer before the plan fetches it are all handled.
+// offloaded buffer before the plan fetches it are all handled; the host pool is the
+// plan's host layout (Note [Host pool layout]).
 #include <gtest/gtest.h>
 
 #include <algorithm>
