@@ -95,7 +95,7 @@ struct plan {
   std::size_t recomputed_launches = 0;
   // Filled by the simulator from the link model (zero without offloads):
   std::size_t offloaded_bytes = 0;   // device->host bytes per iteration (= fetched bytes)
-  std::size_t host_bytes = 0;        // peak of host memory the offloads hold at once
+  std::size_t host_bytes = 0;        // the host pool the offloads' slots take (host_layout.hpp)
   double link_busy_s = 0.0;          // both directions' copy time, summed
   double predicted_stall_s = 0.0;    // time launches wait for a copy (fetch late, or d2h late at release)
   double predicted_time_s = 0.0;     // launch costs + added_compute_s + predicted_stall_s

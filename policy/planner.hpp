@@ -62,7 +62,7 @@ class planner {
     // one is refused with a config_error. Plans minimise added time (recompute + stalls).
     offload_mode offload = offload_mode::off;
     link_model link{};                 // unusable link: no offload
-    std::size_t host_budget = 0;       // bytes of pinned host memory offloads may hold at once; 0: no bound
+    std::size_t host_budget = 0;       // bytes the offloads' pinned host pool may take; 0: no bound
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

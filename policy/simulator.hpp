@@ -56,7 +56,7 @@ struct simulation {
   // Offloads and time (Note [Link timeline]); the link fields are zero without offloads.
   std::size_t offloaded_buffers = 0;  // plan.offloads.size()
   std::size_t offloaded_bytes = 0;    // bytes copied to host per iteration (= bytes fetched back)
-  std::size_t host_bytes = 0;         // most host memory the offloads hold at once
+  std::size_t host_bytes = 0;         // the host pool the offloads' slots take (Note [Host pool layout])
   double link_busy_s = 0.0;           // copy time, both directions summed
   double predicted_stall_s = 0.0;     // time launches wait for a copy
   double predicted_time_s = 0.0;      // launch costs + added_compute_s + predicted_stall_s

@@ -17,16 +17,17 @@
 //   queue: a copy starts when it is queued and the copy before it is done; a fetch also
 //   not before its own device->host copy is done. A copy takes link_direction::copy_s of
 //   the buffer's size. Waits are stalls; predicted time = the sum of launch costs + added
-//   compute + stalls. Host memory: an offload holds round_up(size, 512) bytes of host
-//   memory from after evict_after to before restore_before, both included; host_bytes is
-//   the most held at once over the positions, and over a nonzero host budget the plan is
-//   invalid.
+//   compute + stalls. Host memory: host_bytes is the pool the runtime makes, laid out
+//   slot by slot as it will be (Note [Host pool layout]: each offload holds
+//   round_up(size, 512) over positions evict_after + 1 ..= restore_before); over a
+//   nonzero host budget the plan is invalid.
 // Limitations: streams that overlap in the trace are taken to run in sequence, so the
 //   predicted time is an upper bound where they did overlap.
 #include <algorithm>
 #include <numeric>
 #include <string>
 
+#include "policy/host_layout.hpp"
 #include "policy/simulator.hpp"
 
 namespace sublinear::policy {
@@ -160,27 +161,14 @@ bool simulator::link_timeline(const plan& p, simulation& out) const {
   }
   out.predicted_time_s = clock;
 
-  // Bytes over the link, and host memory held over positions evict_after+1 ..= restore_before.
-  std::vector<std::int64_t> held(n + 2, 0);
-  for (const offload& o : p.offloads) {
-    const std::size_t bytes = it.buffers[o.target].size;
-    out.offloaded_bytes += bytes;
-    const auto pinned = static_cast<std::int64_t>(round_up(bytes, unplanned_rounding));
-    held[static_cast<std::size_t>(o.evict_after) + 1] += pinned;
-    held[static_cast<std::size_t>(o.restore_before) + 1] -= pinned;
-  }
-  std::int64_t level = 0;
-  launch_id most_at = 0;
-  for (std::size_t i = 0; i <= n; ++i) {
-    level += held[i];
-    if (static_cast<std::size_t>(level) > out.host_bytes) {
-      out.host_bytes = static_cast<std::size_t>(level);
-      most_at = static_cast<launch_id>(i);
-    }
-  }
+  for (const offload& o : p.offloads) out.offloaded_bytes += it.buffers[o.target].size;
+  // Host memory: the pool the runtime makes, slot for slot (Note [Host pool layout]).
+  const host_layout pool = lay_out_host_pool(it, p.offloads);
+  out.host_bytes = pool.pool_bytes;
   if (host_budget_ != 0 && out.host_bytes > host_budget_) {
-    out.error = "the offloads hold " + std::to_string(out.host_bytes) + " bytes of host memory at once (before launch " +
-                std::to_string(most_at) + "), over the host budget of " + std::to_string(host_budget_) +
+    out.error = "the offloads' host pool takes " + std::to_string(out.host_bytes) + " bytes (" +
+                std::to_string(pool.most_held) + " held at once at most, before launch " +
+                std::to_string(pool.most_held_at) + "), over the host budget of " + std::to_string(host_budget_) +
                 " bytes (offload fewer buffers, or raise the host budget)";
     return false;
   }

@@ -14,9 +14,10 @@
 //   speed. At the ENTER of fetch_after + 1 the pages are mapped again at the same address
 //   and the host->device copy is queued behind the entering launch's stream; at the ENTER
 //   of restore_before that stream waits on the copy's event (the host does not). Each
-//   buffer has a slot in one host pool: slots are placed first-fit over the plan's
-//   [evict_after, restore_before] intervals, the pool is made once per plan and kept
-//   across iterations. The ENTER safety net also covers offloaded buffers: a launch (or
+//   buffer has a slot in one host pool, laid out by policy::lay_out_host_pool as the
+//   simulator's host_bytes counts it (Note [Host pool layout]: slots share bytes when one
+//   is back before the other goes out); the pool is made once per plan and kept across
+//   iterations. The ENTER safety net also covers offloaded buffers: a launch (or
 //   copy, set) touching one outside the plan makes its stream wait for the bytes first
 //   (safety_fetches), with the same trace rule for stray pointer words as evictions. A
 //   divergence brings every offloaded buffer back before the launch that diverged. A
@@ -26,6 +27,7 @@
 //   evictions wait for the block's own streams); a buffer the program frees while a copy
 //   of it is in flight makes the host wait for that copy.
 #include "common/text.hpp"
+#include "policy/host_layout.hpp"
 #include "runtime/detail/engine_impl.hpp"
 
 #include <algorithm>
@@ -45,7 +47,6 @@ namespace {
 using policy::buffer_id;
 using policy::launch_id;
 using policy::none;
-constexpr std::size_t slot_alignment = 512;
 }  // namespace
 
 // ---- the device's defaults: synchronous copies into pageable memory -----------------------
@@ -90,18 +91,7 @@ void engine::impl::index_offloads() {
   fetch_at.assign(n + 1, {});
   needed_at.assign(n + 1, {});
   offload_of.assign(g.buffers.size(), -1);
-  host_offset.assign(plan.offloads.size(), 0);
-  host_pool_bytes = 0;
-  std::vector<std::size_t> order(plan.offloads.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(),
-            [&](std::size_t x, std::size_t y) { return plan.offloads[x].evict_after < plan.offloads[y].evict_after; });
-  struct placed {
-    launch_id from, to;
-    std::size_t offset, bytes;
-  };
-  std::vector<placed> slots;
-  for (std::size_t i : order) {
+  for (std::size_t i = 0; i < plan.offloads.size(); ++i) {
     const policy::offload& o = plan.offloads[i];
     const bool ordered = o.target < g.buffers.size() && o.evict_after < o.release_before &&
                          o.release_before <= o.fetch_after + 1 && o.fetch_after < o.restore_before &&
@@ -110,19 +100,6 @@ void engine::impl::index_offloads() {
       throw error("sublinear: plan '" + plan.planner + "' has a malformed offload #" + std::to_string(i) +
                   " (buffer " + std::to_string(o.target) + ": its points must satisfy evict_after < release_before <= "
                   "fetch_after + 1 <= restore_before, and a buffer is the target of one eviction or offload)");
-    const std::size_t bytes = (g.buffers[o.target].size + slot_alignment - 1) / slot_alignment * slot_alignment;
-    std::vector<placed> overlapping;
-    for (const placed& p : slots)
-      if (p.from <= o.restore_before && o.evict_after <= p.to) overlapping.push_back(p);
-    std::sort(overlapping.begin(), overlapping.end(), [](const placed& x, const placed& y) { return x.offset < y.offset; });
-    std::size_t offset = 0;
-    for (const placed& p : overlapping) {
-      if (p.offset >= offset + bytes) break;
-      offset = std::max(offset, p.offset + p.bytes);
-    }
-    slots.push_back({o.evict_after, o.restore_before, offset, bytes});
-    host_offset[i] = offset;
-    host_pool_bytes = std::max(host_pool_bytes, offset + bytes);
     offload_of[o.target] = static_cast<std::int32_t>(i);
     buffer_evictable[o.target] = 1;
     copy_out_after[o.evict_after].push_back(i);
@@ -130,6 +107,10 @@ void engine::impl::index_offloads() {
     fetch_at[std::min<std::size_t>(o.fetch_after + 1, n)].push_back(i);
     needed_at[o.restore_before].push_back(i);
   }
+  // The slots as the simulator laid them out for host_bytes (Note [Host pool layout]).
+  policy::host_layout layout = policy::lay_out_host_pool(g, plan.offloads);
+  host_offset = std::move(layout.offsets);
+  host_pool_bytes = layout.pool_bytes;
 }
 
 void engine::impl::begin_offloads() {

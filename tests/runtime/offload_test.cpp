@@ -2,7 +2,8 @@
 // device's copy engine: plans whose evictions are turned into offloads (engine_options::
 // amend_plan) train bit-identically within the budget; copies the device refuses, a host
 // pool over its budget, a divergence with copies in flight and a launch that writes an
-// offloaded buffer before the plan fetches it are all handled.
+// offloaded buffer before the plan fetches it are all handled; the host pool is the
+// plan's host layout (Note [Host pool layout]).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "allocator/caching_allocator.hpp"
 #include "device/host/device.hpp"
 #include "device/host/host_vmm.hpp"
+#include "policy/host_layout.hpp"
 #include "runtime/host/host_runtime.hpp"
 #include "runtime/report/report.hpp"
 
@@ -281,6 +283,36 @@ TEST(Offload, AHostPoolOverTheHostBudgetMakesThePlanRecomputeAndSaysWhy) {
     evictions += it.evictions;
   }
   EXPECT_GT(evictions, 0u) << "the budget is met by recompute instead";
+}
+
+// The engine's pool is the plan's host layout (Note [Host pool layout]): for the planner's
+// own offloads it is the simulator's host_bytes, for offloads amended in afterwards the
+// same function's pool over them.
+TEST(Offload, TheEnginesHostPoolIsThePlansHostLayout) {
+  engine_options own = offload_options("0.5x");
+  own.config.offload = policy::offload_mode::only;
+  policy::plan planned;
+  own.amend_plan = [&planned](const policy::iteration&, policy::plan& p) { planned = p; };
+  const run r = train_both(own, 4, plain_steps);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_GT(planned.offloads.size(), 0u);
+  EXPECT_GT(planned.host_bytes, 0u);
+  EXPECT_EQ(r.link.host_bytes, planned.host_bytes);
+  EXPECT_EQ(r.report.plan.host_bytes, planned.host_bytes) << "the report shows the same pool";
+
+  engine_options amended = offload_options("0.5x");
+  policy::host_layout layout;
+  amended.amend_plan = [&layout](const policy::iteration& g, policy::plan& p) {
+    offload_everything(g, p);
+    layout = policy::lay_out_host_pool(g, p.offloads);
+  };
+  const run e = train_both(amended, 4, plain_steps);
+  ASSERT_EQ(e.plan_error, "");
+  EXPECT_EQ(e.with, e.without);
+  EXPECT_GT(e.link.offloads, 0u);
+  EXPECT_EQ(e.link.host_bytes, layout.pool_bytes);
+  EXPECT_GE(layout.pool_bytes, layout.most_held);
 }
 
 TEST(Offload, ADivergenceWithCopiesInFlightBringsEverythingBackAndTrainsExactly) {
