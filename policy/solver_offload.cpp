@@ -28,8 +28,9 @@
 //   actions (keep; offload over its hidden or its whole window; recompute) and keeps the
 //   change that lowers the simulated added time (compute + stalls). It starts from
 //   nothing, from the recompute-only plan at the budget, and from the recompute plans at
-//   budgets 5% to 120% larger: those keep more checkpoints and recompute shorter segments,
-//   and offloading the checkpoints then meets the budget (Note [Offloaded recipe inputs]).
+//   budgets 5%, 30% and 100% larger: those keep more checkpoints and recompute shorter
+//   segments, and offloading the checkpoints then meets the budget (Note [Offloaded
+//   recipe inputs]).
 //   The least added time wins, so with offload on a plan never adds more than without.
 // Limitations: greedy, so not optimal; only candidates (live across the turning point)
 //   are offloaded, once each; the improvement pass is bounded on large graphs; where no
@@ -430,7 +431,7 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     // segments; offloading those checkpoints may meet this budget for less.
     const std::size_t top = ctx.unplanned_peak();
     std::vector<std::uint8_t> last;
-    for (const double step : {0.05, 0.15, 0.3, 0.5, 0.8, 1.2}) {
+    for (const double step : {0.05, 0.3, 1.0}) {
       const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
       if (b >= top) break;
       std::optional<evaluation> seed = relaxed(b);
