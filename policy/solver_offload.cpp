@@ -126,24 +126,35 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
   }
 }
 
+namespace {
+
+// Calls read(x, t) for every buffer x a recipe of p reads in place, t its restore point.
+template <typename Read>
+void for_each_recipe_read(const iteration& it, const plan& p, Read&& read) {
+  const auto in = [](const std::vector<buffer_id>& v, buffer_id x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  for (const eviction& ev : p.evictions) {
+    for (launch_id l : ev.recipe) {
+      for (buffer_id x : it.launches[l].touched) {
+        if (x == ev.target || in(ev.temporaries, x) || in(ev.also_regenerates, x)) continue;  // rebuilt
+        read(x, ev.restore_before);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_request> requests) {
   if (requests.empty() || p.evictions.empty()) return;
   std::vector<std::uint32_t> request_of(it.buffers.size(), none);
   for (std::size_t j = 0; j < requests.size(); ++j) request_of[requests[j].target] = static_cast<std::uint32_t>(j);
-  for (const eviction& ev : p.evictions) {
-    const launch_id t = ev.restore_before;
-    for (launch_id l : ev.recipe) {
-      for (buffer_id x : it.launches[l].touched) {
-        const std::uint32_t j = request_of[x];
-        if (j == none || x == ev.target) continue;
-        offload_request& r = requests[j];
-        if (!(r.evict_after < t && t <= r.restore_before)) continue;
-        const auto in = [x](const std::vector<buffer_id>& v) { return std::find(v.begin(), v.end(), x) != v.end(); };
-        if (in(ev.temporaries) || in(ev.also_regenerates)) continue;  // rebuilt, not read in place
-        if (t - 1 > r.evict_after) r.restore_before = t - 1;
-      }
-    }
-  }
+  for_each_recipe_read(it, p, [&](buffer_id x, launch_id t) {
+    if (request_of[x] == none) return;
+    offload_request& r = requests[request_of[x]];
+    if (r.evict_after < t && t <= r.restore_before && t - 1 > r.evict_after) r.restore_before = t - 1;
+  });
 }
 
 namespace {
@@ -228,16 +239,10 @@ class offload_search {
   std::vector<launch_id> effective_restore(const plan& p) const {
     std::vector<launch_id> back(cs_.size());
     for (std::uint32_t c = 0; c < cs_.size(); ++c) back[c] = cs_[c].restore_before;
-    for (const eviction& ev : p.evictions) {
-      const launch_id t = ev.restore_before;
-      for (launch_id l : ev.recipe) {
-        for (buffer_id x : it_.launches[l].touched) {
-          const std::uint32_t c = cs_.index_of(x);
-          if (c == none || x == ev.target || !(cs_[c].evict_after < t && t <= back[c])) continue;
-          back[c] = t - 1;
-        }
-      }
-    }
+    for_each_recipe_read(it_, p, [&](buffer_id x, launch_id t) {
+      const std::uint32_t c = cs_.index_of(x);
+      if (c != none && cs_[c].evict_after < t && t <= back[c]) back[c] = t - 1;
+    });
     return back;
   }
 

@@ -121,7 +121,8 @@ TEST(OffloadRecipeInputs, PlannersMixBothActionsOnOneChain) {
     EXPECT_LE(r.peak, 1024 + 2 * big);
     ASSERT_EQ(p.offloads.size(), 1u);
     EXPECT_EQ(p.offloads[0].target, s.x);
-    const auto y = std::find_if(p.evictions.begin(), p.evictions.end(), [&](const eviction& e) { return e.target == s.y; });
+    const auto y =
+        std::find_if(p.evictions.begin(), p.evictions.end(), [&](const eviction& e) { return e.target == s.y; });
     ASSERT_NE(y, p.evictions.end());
     EXPECT_LT(p.offloads[0].restore_before, y->restore_before);
     EXPECT_EQ(r.added_compute_s, 1.0);
