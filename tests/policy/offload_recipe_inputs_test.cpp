@@ -42,13 +42,16 @@ chain make_chain() {
   return s;
 }
 
-link_model link_at(double bytes_per_s) {
-  link_model l;
-  l.to_host.bytes_per_s = bytes_per_s;
-  l.to_device.bytes_per_s = bytes_per_s;
-  return l;
+const link_model fast = test::link_at(2.0 * big);  // 0.5 s per copy
+
+// x over its own gap, restored before its own next use (L7).
+std::vector<offload_request> offload_x(const chain& s) {
+  std::vector<offload_request> requests(1);
+  requests[0].target = s.x;
+  requests[0].evict_after = 1;
+  requests[0].restore_before = 7;
+  return requests;
 }
-const link_model fast = link_at(2.0 * big);  // 0.5 s per copy
 
 eviction drop_y(const chain& s, launch_id restore_before) {
   eviction ev;
@@ -63,10 +66,7 @@ TEST(OffloadRecipeInputs, AnInputComesBackBeforeTheRecipeThatReadsIt) {
   const chain s = make_chain();
   plan p;
   p.evictions.push_back(drop_y(s, 6));
-  std::vector<offload_request> requests(1);
-  requests[0].target = s.x;
-  requests[0].evict_after = 1;
-  requests[0].restore_before = 7;  // x's own next use
+  std::vector<offload_request> requests = offload_x(s);
   fetch_before_recipes(s.it, p, requests);
   EXPECT_EQ(requests[0].restore_before, 5u) << "the recipe restoring y runs before L6 and reads x";
   place_offloads(s.it, fast, p, requests);
@@ -83,10 +83,7 @@ TEST(OffloadRecipeInputs, WithoutTheMoveTheSimulatorRefusesThePlan) {
   const chain s = make_chain();
   plan p;
   p.evictions.push_back(drop_y(s, 6));
-  std::vector<offload_request> requests(1);
-  requests[0].target = s.x;
-  requests[0].evict_after = 1;
-  requests[0].restore_before = 7;
+  std::vector<offload_request> requests = offload_x(s);
   place_offloads(s.it, fast, p, requests);
   const simulation r = simulate(s.it, p, fast);
   EXPECT_FALSE(r.valid);
@@ -97,10 +94,7 @@ TEST(OffloadRecipeInputs, ARecipeRightAfterTheLastUseLeavesNoGap) {
   const chain s = make_chain();
   plan p;
   p.evictions.push_back(drop_y(s, 2));  // restored before L2: x would have to be back by L1
-  std::vector<offload_request> requests(1);
-  requests[0].target = s.x;
-  requests[0].evict_after = 1;
-  requests[0].restore_before = 7;
+  std::vector<offload_request> requests = offload_x(s);
   fetch_before_recipes(s.it, p, requests);
   EXPECT_EQ(requests[0].restore_before, 7u) << "left as it was; the simulator refuses the plan";
 }

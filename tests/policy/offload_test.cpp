@@ -44,13 +44,7 @@ scenario make_scenario() {
   return s;
 }
 
-// Both directions at `bytes_per_s`, no latency.
-link_model link_at(double bytes_per_s) {
-  link_model l;
-  l.to_host.bytes_per_s = bytes_per_s;
-  l.to_device.bytes_per_s = bytes_per_s;
-  return l;
-}
+using test::link_at;
 const link_model fast = link_at(2.0 * big);  // 0.5 s per copy of a
 const link_model slow = link_at(big / 100.0);  // 100 s per copy of a
 

@@ -16,6 +16,14 @@
 
 namespace sublinear::policy::test {
 
+// A link with both directions at `bytes_per_s` and no latency.
+inline link_model link_at(double bytes_per_s) {
+  link_model l;
+  l.to_host.bytes_per_s = bytes_per_s;
+  l.to_device.bytes_per_s = bytes_per_s;
+  return l;
+}
+
 // Builds small iterations launch by launch. Buffers are persistent (allocated before the
 // iteration, never freed) or live over an explicit [alloc_at, free_at).
 class hand_iteration {
