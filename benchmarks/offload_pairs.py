@@ -8,9 +8,10 @@ Each demo run trains the baseline and the budgeted run in turns (Note [Paired ti
 baseline's same iteration. Figures, never assertions.
 
 Time predictions (Note [Predicted iteration time] in runtime/iteration_time.hpp), each over
-the measured planned iteration (medians over the planned iterations): predicted/measured,
-each iteration's prediction made before it ran; plan's/measured, the plan's own from the
-traced iteration; device/measured, the simulator's device time alone.
+the measured planned iteration: predicted/measured, each planned iteration's prediction,
+made before it ran, over its own time (the median of those ratios); plan's/measured and
+device/measured, over the median planned iteration: the plan's own prediction, from the
+traced iteration, and the simulator's device time alone.
 
     benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
                                 [--iterations 8] [--quick] [--json out.json]
@@ -73,7 +74,7 @@ def figures(d):
         "stall_ms": d.get("copy_stall_s", 0.0) * 1e3,
         "predicted_s": predicted,
         "measured_s": iter_s,
-        "pred_over_meas": predicted / iter_s if iter_s and predicted else None,
+        "pred_over_meas": d.get("predicted_over_measured") or None,
         "at_plan_over_meas": at_plan / iter_s if iter_s and at_plan else None,
         "device_over_meas": device / iter_s if iter_s and device else None,
         "recomputed": d.get("recomputed_launches", 0),

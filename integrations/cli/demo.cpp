@@ -264,6 +264,7 @@ struct budgeted_run {
   runtime::engine::plan_link link;  // the plan's offloads and the link it was made for
   runtime::engine::plan_time time;  // the plan's predicted iteration time (Note [Predicted iteration time])
   double predicted_s = 0.0;         // planned iterations: median of each one's prediction, made before it
+  double predicted_ratio = 0.0;     // planned iterations: median of each one's prediction over its time
   double offloaded_bytes = 0.0, fetched_bytes = 0.0;
   double link_busy_s = 0.0, copy_stall_s = 0.0, release_wait_s = 0.0;
 };
@@ -346,7 +347,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   const allocator::stats st = session.allocator().get_stats();
   out.segment_trims = st.segment_trims;
   out.trimmed_bytes = st.trimmed_bytes;
-  std::vector<double> times, predicted;
+  std::vector<double> times, predicted, predicted_ratio;
   for (std::size_t i = 0; i < out.reports.size(); ++i) {
     const auto& r = out.reports[i];
     out.evictions += r.evictions;
@@ -367,9 +368,12 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
     }
     if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
     if (r.predicted_s > 0.0) predicted.push_back(r.predicted_s);
+    if (r.predicted_s > 0.0 && i < out.figures.iterations.size() && out.figures.iterations[i].seconds > 0.0)
+      predicted_ratio.push_back(r.predicted_s / out.figures.iterations[i].seconds);
   }
   out.iter_s = median(std::move(times));
   out.predicted_s = median(std::move(predicted));
+  out.predicted_ratio = median(std::move(predicted_ratio));
   out.offloaded_bytes = median(std::move(offloaded));
   out.fetched_bytes = median(std::move(fetched));
   out.link_busy_s = median(std::move(busy));
@@ -493,9 +497,10 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"release_wait_s", num(b.release_wait_s)},
       {"predicted_link_busy_s", num(b.link.link_busy_s)},
       {"predicted_stall_s", num(b.link.predicted_stall_s)},
-      // Note [Predicted iteration time]: each planned iteration's prediction (median), the
+      // Each planned iteration's predicted time (median; Note [Predicted iteration time]), the
       // plan's own from the traced iteration, and the simulator's device time alone.
       {"predicted_iter_s", num(b.predicted_s)},
+      {"predicted_over_measured", num(b.predicted_ratio)},
       {"predicted_iter_at_plan_s", num(b.time.at_plan.predicted_s)},
       {"predicted_device_iter_s", num(b.link.predicted_device_s)},
       {"host_s_per_launch", num(b.time.next.host_s_per_launch)},

@@ -323,7 +323,7 @@ struct engine::impl {
   void build_plan_from_trace();
   void make_plan(std::size_t traced_peak);
   void index_plan();
-  // Note [Predicted iteration time]: the prediction for the plan (from the traced
+  // The prediction for the plan (Note [Predicted iteration time]: from the traced
   // iteration), and a finished steady iteration's measure for the next one.
   void predict_plan_time();
   void measure_host_cost();

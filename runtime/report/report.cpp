@@ -648,7 +648,7 @@ std::string render_text(const run_report& r, std::size_t top) {
   }
   if (!r.plan.offload_error.empty()) out << "  offload            off: " << r.plan.offload_error << "\n";
   if (r.plan.predicted_iteration_s > 0.0) {
-    // Note [Predicted iteration time]: the plan's prediction, then the planned iterations'.
+    // The plan's prediction, then the planned iterations' (Note [Predicted iteration time]).
     std::vector<double> active, predicted;
     for (const auto& it : r.iterations) {
       if (it.predicted_s <= 0.0 || it.diverged) continue;
