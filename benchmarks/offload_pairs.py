@@ -7,6 +7,12 @@ Each demo run trains the baseline and the budgeted run in turns (Note [Paired ti
 `time` is the median over planned iterations of the budgeted iteration's time over the
 baseline's same iteration. Figures, never assertions.
 
+Time predictions (Note [Predicted iteration time] in runtime/iteration_time.hpp), each over
+the measured planned iteration: predicted/measured, each planned iteration's prediction,
+made before it ran, over its own time (the median of those ratios); plan's/measured and
+device/measured, over the median planned iteration: the plan's own prediction, from the
+traced iteration, and the simulator's device time alone.
+
     benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
                                 [--iterations 8] [--quick] [--json out.json]
 """
@@ -56,8 +62,9 @@ def figures(d):
     if d.get("plan_error"):
         return {"error": d["plan_error"]}
     iter_s = d.get("iter_s") or 0.0
-    predicted = d.get("predicted_iter_s") or (
-        d.get("traced_compute_s", 0.0) + d.get("planned_recompute_s", 0.0) + d.get("predicted_stall_s", 0.0))
+    predicted = d.get("predicted_iter_s")
+    at_plan = d.get("predicted_iter_at_plan_s")
+    device = d.get("predicted_device_iter_s")
     return {
         "time": d.get("time_ratio"),
         "peak": d.get("peak_bytes", 0) / max(1, d.get("baseline_peak_bytes", 1)),
@@ -67,9 +74,9 @@ def figures(d):
         "stall_ms": d.get("copy_stall_s", 0.0) * 1e3,
         "predicted_s": predicted,
         "measured_s": iter_s,
-        # The planner's time is the traced launches' device time; the measured iteration
-        # also holds the host's own work (launch, interception, allocation).
-        "pred_over_meas": predicted / iter_s if iter_s else None,
+        "pred_over_meas": d.get("predicted_over_measured") or None,
+        "at_plan_over_meas": at_plan / iter_s if iter_s and at_plan else None,
+        "device_over_meas": device / iter_s if iter_s and device else None,
         "recomputed": d.get("recomputed_launches", 0),
         "identical": d.get("params_bit_identical"),
         "link": d.get("link_source", ""),
@@ -88,9 +95,9 @@ def main():
     cases = CASES[:1] if a.quick else CASES
     repeats = 1 if a.quick else a.repeats
     all_runs = {}
-    print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-22s %-9s" %
+    print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-9s" %
           ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "link busy share", "stall ms/iter",
-           "predicted/measured", "exact"))
+           "predicted/measured", "plan's/measured", "device/measured", "exact"))
     for name, args, target in cases:
         for mode in ("off", "auto"):
             runs = [figures(run_demo(a.sublinear, args, mode, a.iterations, a.policy)) for _ in range(repeats)]
@@ -100,11 +107,12 @@ def main():
                 why = next((r["error"] for r in runs if r and "error" in r), "failed")
                 print("%-22s %-8s %s" % (name, mode, why))
                 continue
-            print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-22s %-9s" % (
+            print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-9s" % (
                 name, mode, summary([r["time"] for r in ok], "%.2fx"), summary([r["peak"] for r in ok], "%.2fx"),
                 summary([r["offloaded_buffers"] for r in ok], "%d"), summary([r["link_mib"] for r in ok], "%.1f"),
                 summary([r["busy_share"] for r in ok], "%.2f"), summary([r["stall_ms"] for r in ok], "%.1f"),
-                summary([r["pred_over_meas"] for r in ok], "%.2f"), all(r["identical"] for r in ok)))
+                summary([r["pred_over_meas"] for r in ok], "%.2f"), summary([r["at_plan_over_meas"] for r in ok], "%.2f"),
+                summary([r["device_over_meas"] for r in ok], "%.2f"), all(r["identical"] for r in ok)))
         print("%-22s target: %s" % ("", target))
     if a.json:
         with open(a.json, "w") as f:

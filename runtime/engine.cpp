@@ -90,6 +90,9 @@ void engine::impl::begin_iteration() {
   current.index = iteration_index;
   current.state = st;
   current.budget = budget_bytes;
+  first_call_s = -1.0;
+  if (have_plan && (st == engine_state::validate || st == engine_state::steady))
+    current.predicted_s = plan_time.next.predicted_s;
   if (have_plan && (st == engine_state::validate || st == engine_state::steady)) {
     const auto& g = graph();
     addr.assign(g.buffers.size(), nullptr);
@@ -151,9 +154,12 @@ void engine::impl::end_iteration() {
   current.handoffs = static_cast<std::size_t>(s.handoffs - handoffs_at_begin);
   current.packed = static_cast<std::size_t>(s.pack_members - pack_members_at_begin);
   current.vmm_calls = static_cast<std::size_t>(vmm_calls(s) - vmm_calls_at_begin);
-  current.wall_s = dev.now_s() - iteration_started_s;
+  const double ended_s = dev.now_s();
+  current.wall_s = ended_s - iteration_started_s;
+  current.active_s = first_call_s < 0.0 ? 0.0 : ended_s - first_call_s;
   current.diverged = diverged;
   reports.push_back(current);
+  if (have_plan && st == engine_state::steady && !diverged && !current.budget_lifted) measure_host_cost();
   note(timeline_event::kind::iteration, iteration_started_s, current.peak_mapped, to_string(current.state));
   {
     char line[512];
@@ -486,10 +492,14 @@ namespace {
 //   allocator's VMM call counters over the iteration.
 // Limitations: two clock reads per hook are part of what is measured; time in CUPTI and
 //   the driver before the hook runs is not (the GPU suite measures it against a baseline).
+// It also marks the iteration's first call into the engine (Note [Predicted iteration
+// time] in iteration_time.hpp).
 class hook_clock {
  public:
-  hook_clock(replay_device& dev, iteration_report& it, bool launch = false)
-      : dev_(dev), it_(it), t0_(dev.now_s()), launch_(launch) {}
+  hook_clock(replay_device& dev, iteration_report& it, double& first_call_s, bool launch = false)
+      : dev_(dev), it_(it), t0_(dev.now_s()), launch_(launch) {
+    if (first_call_s < 0.0) first_call_s = t0_;
+  }
   ~hook_clock() {
     const double dt = dev_.now_s() - t0_;
     it_.engine_s += dt;
@@ -510,7 +520,7 @@ class hook_clock {
 void engine::before_launch(const launch_view& op) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
-  const hook_clock clock(impl_->dev, impl_->current, true);
+  const hook_clock clock(impl_->dev, impl_->current, impl_->first_call_s, true);
   ++impl_->current.launches;
   engine_scope scope;
   if (op.what != launch_view::kind::kernel) {
@@ -526,7 +536,7 @@ void engine::before_launch(const launch_view& op) {
 void engine::after_launch(const launch_view& op) {
   if (inside_engine || op.what != launch_view::kind::kernel) return;
   std::lock_guard lock(impl_->mutex);
-  const hook_clock clock(impl_->dev, impl_->current, true);
+  const hook_clock clock(impl_->dev, impl_->current, impl_->first_call_s, true);
   engine_scope scope;
   impl_->after(op);
 }
@@ -541,7 +551,7 @@ void engine::mark_iteration() {
 bool engine::place_evictable(std::size_t size, device::stream_handle) {
   if (inside_engine) return false;
   std::lock_guard lock(impl_->mutex);
-  const hook_clock clock(impl_->dev, impl_->current);
+  const hook_clock clock(impl_->dev, impl_->current, impl_->first_call_s);
   auto& m = *impl_;
   // Tracing (or diverged) under an absolute budget: whole pages, so that offloading gives
   // them back.
@@ -579,7 +589,7 @@ std::optional<allocator::pack_slot> engine::pack_slot_for(std::size_t size, devi
 void engine::on_allocate(void* ptr, std::size_t size, device::stream_handle stream, bool evictable) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
-  const hook_clock clock(impl_->dev, impl_->current);
+  const hook_clock clock(impl_->dev, impl_->current, impl_->first_call_s);
   auto& m = *impl_;
   m.flush_memory_op();
   if (m.opts.fill_fresh_blocks && !m.announcing_live_blocks && ptr != nullptr && size > 0 &&
@@ -616,7 +626,7 @@ void engine::on_allocate(void* ptr, std::size_t size, device::stream_handle stre
 void engine::on_free(void* ptr, std::size_t size, device::stream_handle) {
   if (inside_engine) return;
   std::lock_guard lock(impl_->mutex);
-  const hook_clock clock(impl_->dev, impl_->current);
+  const hook_clock clock(impl_->dev, impl_->current, impl_->first_call_s);
   auto& m = *impl_;
   m.flush_memory_op();
   if (m.opts.record_timeline) m.note_block(timeline_event::kind::release, m.dev.now_s(), ptr, size, {});
@@ -630,7 +640,7 @@ void engine::on_free(void* ptr, std::size_t size, device::stream_handle) {
 bool engine::defer_free(void* ptr, std::size_t, device::stream_handle) {
   if (inside_engine || !impl_->retaining.load(std::memory_order_relaxed)) return false;
   std::lock_guard lock(impl_->mutex);
-  const hook_clock clock(impl_->dev, impl_->current);
+  const hook_clock clock(impl_->dev, impl_->current, impl_->first_call_s);
   impl_->flush_memory_op();
   return impl_->hold(ptr);
 }
@@ -690,6 +700,11 @@ policy::cache_allowance_mode engine::plan_allowance() const {
 engine::plan_compute engine::planned_compute() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->have_plan ? impl_->plan_cost : plan_compute{};
+}
+
+engine::plan_time engine::predicted_time() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->have_plan ? impl_->plan_time : plan_time{};
 }
 
 }  // namespace sublinear::runtime

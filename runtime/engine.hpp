@@ -24,6 +24,7 @@
 #include "allocator/caching_allocator.hpp"
 #include "policy/planning_overhead.hpp"
 #include "runtime/engine_types.hpp"
+#include "runtime/iteration_time.hpp"
 
 namespace sublinear::tracer {
 class recorder;
@@ -84,12 +85,24 @@ class engine final : public allocator::allocation_observer {
     std::size_t host_bytes = 0;       // the host pool the plan's slots need
     double link_busy_s = 0.0;
     double predicted_stall_s = 0.0;
-    double predicted_time_s = 0.0;  // the simulator's iteration: traced launches, recompute, stalls
+    // The simulator's iteration, device time only: traced launches, recompute, stalls
+    // (the predicted iteration time adds the host's: predicted_time()).
+    double predicted_device_s = 0.0;
     double to_host_bytes_per_s = 0.0, to_device_bytes_per_s = 0.0;
     std::string source;   // where the bandwidth came from
     std::string refused;  // why offload is off for the run ("" if it is not)
   };
   [[nodiscard]] plan_link planned_link() const;
+  // The current plan's predicted iteration time (Note [Predicted iteration time] in
+  // iteration_time.hpp; all zero: no plan).
+  struct plan_time {
+    iteration_time at_plan;      // made with the plan, from the traced iteration
+    iteration_time next;         // for the next planned iteration, from the latest measure
+    host_cost_sample traced;     // the traced iteration the plan was made from
+    host_cost_sample measured;   // the iteration host_s_per_launch of `next` comes from
+    std::string measured_on;     // "traced iteration N", "planned iteration N" or "given"
+  };
+  [[nodiscard]] plan_time predicted_time() const;
   // The traced iteration's peak of mapped bytes the last plan's overhead was taken from
   // (Note [Planning overhead]; 0 before any). Under an absolute budget the traced
   // iterations offload, and this is the peak they would have mapped without it, not the

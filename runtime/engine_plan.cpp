@@ -64,6 +64,15 @@ void engine::impl::build_plan_from_trace() {
   ao.granularity = alloc.granularity();
   ao.known_writing_slots = earlier_writing_slots;
   an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
+  // The traced iteration just ended (Note [Predicted iteration time] in iteration_time.hpp).
+  plan_time = {};
+  if (!reports.empty()) {
+    plan_time.traced.active_s = reports.back().active_s;
+    plan_time.traced.launches = reports.back().launches;
+    plan_time.measured_on = "traced iteration " + std::to_string(reports.back().index);
+  }
+  for (const auto& l : an.graph.launches) plan_time.traced.device_s += l.cost_s;
+  plan_time.measured = plan_time.traced;
   const std::size_t traced_peak = std::max(alloc.get_stats().mapped_peak, unoffloaded_peak);
   planning_peak = traced_peak;
   log_info("traced iteration: " + std::to_string(an.graph.launches.size()) + " launches (" +
@@ -273,11 +282,38 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     return;
   }
   have_plan = true;
+  predict_plan_time();
   log_plan();
   log_info("plan '" + plan.planner + "': " + std::to_string(plan.evictions.size()) + " evictions, " +
            std::to_string(plan.offloads.size()) + " offloads, budget " +
            format_bytes(budget_bytes) + ", predicted peak " + format_bytes(plan.predicted_peak) +
            ", added compute " + std::to_string(plan.added_compute_s) + " s");
+}
+
+// Note [Predicted iteration time] in iteration_time.hpp. A plan made again (a validation
+// mismatch) keeps the latest measure: the host's cost per launch does not depend on it.
+void engine::impl::predict_plan_time() {
+  const bool given = opts.host_s_per_launch >= 0.0;
+  const auto per_launch = [&](const host_cost_sample& s) { return given ? opts.host_s_per_launch : host_s_per_launch(s); };
+  auto& t = plan_time;
+  if (given) t.measured_on = "given";
+  t.at_plan = predict_iteration_time(plan.predicted_time_s, per_launch(t.traced), t.traced.launches,
+                                     plan.recomputed_launches);
+  t.next = predict_iteration_time(plan.predicted_time_s, per_launch(t.measured), t.traced.launches,
+                                  plan.recomputed_launches);
+}
+
+// A steady iteration that ran the plan as it is: its device time is the traced launches',
+// its recipes' (recompute_s: their traced durations) and its copy stalls.
+void engine::impl::measure_host_cost() {
+  if (opts.host_s_per_launch >= 0.0) return;
+  auto& t = plan_time;
+  t.measured.active_s = current.active_s;
+  t.measured.device_s = t.traced.device_s + current.recompute_s + current.copy_stall_s;
+  t.measured.launches = current.launches + current.recomputed_launches;
+  t.measured_on = "planned iteration " + std::to_string(current.index);
+  t.next = predict_iteration_time(plan.predicted_time_s, host_s_per_launch(t.measured), t.traced.launches,
+                                  plan.recomputed_launches);
 }
 
 void engine::impl::index_plan() {

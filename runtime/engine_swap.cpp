@@ -416,7 +416,7 @@ engine::plan_link engine::planned_link() const {
   out.host_bytes = m.host_pool_bytes;
   out.link_busy_s = m.plan.link_busy_s;
   out.predicted_stall_s = m.plan.predicted_stall_s;
-  out.predicted_time_s = m.plan.predicted_time_s;
+  out.predicted_device_s = m.plan.predicted_time_s;
   return out;
 }
 

@@ -154,7 +154,10 @@ struct iteration_report {
   bool diverged = false;
   std::string divergence;           // why it diverged: the first event that differed from the trace
   std::size_t validation_mismatches = 0;
-  double wall_s = 0.0;
+  double wall_s = 0.0;              // from the previous iteration's end to this one's
+  // Note [Predicted iteration time] in runtime/iteration_time.hpp:
+  double active_s = 0.0;            // from its first call into the engine to its end (0: no call)
+  double predicted_s = 0.0;         // its time as predicted before it began (0: traced, or no plan)
 };
 
 // Per evicted buffer, over the whole run.
@@ -209,6 +212,9 @@ struct engine_options {
   // Tests only: multiplies the scaled cache allowance (0 keeps no cache at all back, so a
   // planned iteration runs out of room and the fallback shows).
   double scaled_cache_factor = 1.0;
+  // Tests only: the host's cost per launch in the predicted iteration time, instead of
+  // the one measured (Note [Predicted iteration time]); negative: measured.
+  double host_s_per_launch = -1.0;
   // Tests only: changes each plan made with offload allowed (SUBLINEAR_OFFLOAD not off, no
   // host pool refused), after the planner made it and before the engine indexes it (the
   // offload tests turn evictions into offloads with it).

@@ -262,6 +262,9 @@ struct budgeted_run {
   std::string report_error;                // SUBLINEAR_REPORT could not be written
   // Offload (docs/runtime.md, "Offload execution"): per planned iteration, medians.
   runtime::engine::plan_link link;  // the plan's offloads and the link it was made for
+  runtime::engine::plan_time time;  // the plan's predicted iteration time (Note [Predicted iteration time])
+  double predicted_s = 0.0;         // planned iterations: median of each one's prediction, made before it
+  double predicted_ratio = 0.0;     // planned iterations: median of each one's prediction over its time
   double offloaded_bytes = 0.0, fetched_bytes = 0.0;
   double link_busy_s = 0.0, copy_stall_s = 0.0, release_wait_s = 0.0;
 };
@@ -339,11 +342,12 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.plan_error = rt.get().plan_error();
   out.cache_allowance = policy::to_string(rt.get().plan_allowance());
   out.link = rt.get().planned_link();
+  out.time = rt.get().predicted_time();
   std::vector<double> offloaded, fetched, busy, stall, waited;
   const allocator::stats st = session.allocator().get_stats();
   out.segment_trims = st.segment_trims;
   out.trimmed_bytes = st.trimmed_bytes;
-  std::vector<double> times;
+  std::vector<double> times, predicted, predicted_ratio;
   for (std::size_t i = 0; i < out.reports.size(); ++i) {
     const auto& r = out.reports[i];
     out.evictions += r.evictions;
@@ -363,8 +367,13 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
       waited.push_back(r.release_wait_s);
     }
     if (i < out.figures.iterations.size()) times.push_back(out.figures.iterations[i].seconds);
+    if (r.predicted_s > 0.0) predicted.push_back(r.predicted_s);
+    if (r.predicted_s > 0.0 && i < out.figures.iterations.size() && out.figures.iterations[i].seconds > 0.0)
+      predicted_ratio.push_back(r.predicted_s / out.figures.iterations[i].seconds);
   }
   out.iter_s = median(std::move(times));
+  out.predicted_s = median(std::move(predicted));
+  out.predicted_ratio = median(std::move(predicted_ratio));
   out.offloaded_bytes = median(std::move(offloaded));
   out.fetched_bytes = median(std::move(fetched));
   out.link_busy_s = median(std::move(busy));
@@ -410,6 +419,10 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("peak mapped (planned iterations)", bytes(b.peak));
   row("  against the baseline peak", ratio(static_cast<double>(b.peak), static_cast<double>(baseline.peak_mapped_bytes())));
   row("iteration time (planned, median)", seconds(b.iter_s));
+  if (b.predicted_s > 0.0) {
+    row("  predicted (before each ran)", seconds(b.predicted_s));
+    row("  predicted by the plan (traced)", seconds(b.time.at_plan.predicted_s));
+  }
   row("  against the baseline time", ratio(b.time_ratio, 1.0));
   if (b.link.offloads > 0 || b.offloaded_bytes > 0) {
     row("offloaded buffers (the plan)", std::to_string(b.link.offloads));
@@ -484,7 +497,15 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"release_wait_s", num(b.release_wait_s)},
       {"predicted_link_busy_s", num(b.link.link_busy_s)},
       {"predicted_stall_s", num(b.link.predicted_stall_s)},
-      {"predicted_iter_s", num(b.link.predicted_time_s)},
+      // Each planned iteration's predicted time (median; Note [Predicted iteration time]), the
+      // plan's own from the traced iteration, and the simulator's device time alone.
+      {"predicted_iter_s", num(b.predicted_s)},
+      {"predicted_over_measured", num(b.predicted_ratio)},
+      {"predicted_iter_at_plan_s", num(b.time.at_plan.predicted_s)},
+      {"predicted_device_iter_s", num(b.link.predicted_device_s)},
+      {"host_s_per_launch", num(b.time.next.host_s_per_launch)},
+      {"traced_host_s_per_launch", num(b.time.at_plan.host_s_per_launch)},
+      {"predicted_launches", std::to_string(b.time.next.launches)},
       {"link_to_host_bytes_per_s", num(b.link.to_host_bytes_per_s)},
       {"link_to_device_bytes_per_s", num(b.link.to_device_bytes_per_s)},
       {"link_source", wl::json_string(b.link.source)},

@@ -77,6 +77,7 @@ struct engine::impl {
   std::size_t traced_iterations = 0;  // in the current TRACE phase
   std::size_t iteration_index = 0;
   double iteration_started_s = 0.0;
+  double first_call_s = -1.0;  // this iteration's first call into the engine (-1: none yet)
 
   // ---- the plan -----------------------------------------------------------------------
   bool have_plan = false;
@@ -196,6 +197,7 @@ struct engine::impl {
   std::size_t planning_peak = 0;             // the last traced iteration's, for the overhead
   std::size_t plan_mapped_peak = 0;          // what the last make_plan took the overhead from
   engine::plan_compute plan_cost;            // the current plan's added compute and its floor
+  engine::plan_time plan_time;               // Note [Predicted iteration time] in iteration_time.hpp
 
   // ---- offload execution (Note [Offload execution] in runtime/engine_swap.cpp) -------------
   enum class swap_state : std::uint8_t { resident, copying_out, on_host, fetching };
@@ -321,6 +323,10 @@ struct engine::impl {
   void build_plan_from_trace();
   void make_plan(std::size_t traced_peak);
   void index_plan();
+  // The prediction for the plan (Note [Predicted iteration time]: from the traced
+  // iteration), and a finished steady iteration's measure for the next one.
+  void predict_plan_time();
+  void measure_host_cost();
 
   // ---- iteration boundaries, retention, divergence, interception (runtime/engine.cpp) ----
   void begin_iteration();

@@ -127,6 +127,14 @@ std::vector<report_event> thin_timeline(const std::vector<timeline_event>& timel
   return out;
 }
 
+// 0 when empty; the mean of the middle two for an even count.
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 run_report make_report(const settings& config, const report_metadata& meta, plan_summary plan,
@@ -169,6 +177,13 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.link_to_device_bytes_per_s = pl.to_device_bytes_per_s;
   plan.link_source = pl.source;
   plan.offload_error = pl.refused;
+  const engine::plan_time pt = e.predicted_time();
+  plan.predicted_device_s = pt.at_plan.device_s;
+  plan.host_s_per_launch = pt.at_plan.host_s_per_launch;
+  plan.predicted_launches = pt.at_plan.launches;
+  plan.predicted_iteration_s = pt.at_plan.predicted_s;
+  plan.traced_active_s = pt.traced.active_s;
+  plan.traced_launches = pt.traced.launches;
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
 
@@ -260,6 +275,12 @@ std::string to_json(const run_report& r) {
   w.member("link_to_device_bytes_per_s", r.plan.link_to_device_bytes_per_s);
   w.member("link_source", r.plan.link_source);
   w.member("offload_error", r.plan.offload_error);
+  w.member("predicted_device_s", r.plan.predicted_device_s);
+  w.member("host_s_per_launch", r.plan.host_s_per_launch);
+  w.member("predicted_launches", r.plan.predicted_launches);
+  w.member("predicted_iteration_s", r.plan.predicted_iteration_s);
+  w.member("traced_active_s", r.plan.traced_active_s);
+  w.member("traced_launches", r.plan.traced_launches);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -332,6 +353,8 @@ std::string to_json(const run_report& r) {
     w.member("launch_hook_ns", it.launches == 0 ? 0.0 : it.launch_hooks_s * 1e9 / static_cast<double>(it.launches));
     w.member("vmm_calls", it.vmm_calls);
     w.member("wall_s", it.wall_s);
+    w.member("active_s", it.active_s);
+    w.member("predicted_s", it.predicted_s);
     w.end_object();
   }
   w.end_array();
@@ -448,6 +471,12 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.link_to_device_bytes_per_s = seconds_or_zero("link_to_device_bytes_per_s");
   if (const json::value* v = plan.find("link_source")) r.plan.link_source = v->as_string();
   if (const json::value* v = plan.find("offload_error")) r.plan.offload_error = v->as_string();
+  r.plan.predicted_device_s = seconds_or_zero("predicted_device_s");
+  r.plan.host_s_per_launch = seconds_or_zero("host_s_per_launch");
+  r.plan.predicted_launches = size_or(plan, "predicted_launches");
+  r.plan.predicted_iteration_s = seconds_or_zero("predicted_iteration_s");
+  r.plan.traced_active_s = seconds_or_zero("traced_active_s");
+  r.plan.traced_launches = size_or(plan, "traced_launches");
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};
@@ -498,6 +527,8 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     if (const json::value* h = it.find("launch_hooks_s")) ir.launch_hooks_s = h->as_number();
     ir.vmm_calls = size_or(it, "vmm_calls");
     ir.wall_s = it.at("wall_s").as_number();
+    ir.active_s = number_or_zero("active_s");  // optional, with predicted_s
+    ir.predicted_s = number_or_zero("predicted_s");
     r.iterations.push_back(ir);
   }
   for (const auto& e : doc.at("evictions").as_array()) {
@@ -616,6 +647,25 @@ std::string render_text(const run_report& r, std::size_t top) {
     out << line;
   }
   if (!r.plan.offload_error.empty()) out << "  offload            off: " << r.plan.offload_error << "\n";
+  if (r.plan.predicted_iteration_s > 0.0) {
+    // The plan's prediction, then the planned iterations' (Note [Predicted iteration time]).
+    std::vector<double> active, predicted;
+    for (const auto& it : r.iterations) {
+      if (it.predicted_s <= 0.0 || it.diverged) continue;
+      active.push_back(it.active_s);
+      predicted.push_back(it.predicted_s);
+    }
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "  predicted time     %s per iteration: %s on the device (the simulator) + %zu launches x "
+                  "%.1f us on the host (the traced iteration's)\n",
+                  text::seconds(r.plan.predicted_iteration_s).c_str(), text::seconds(r.plan.predicted_device_s).c_str(),
+                  r.plan.predicted_launches, r.plan.host_s_per_launch * 1e6);
+    out << line;
+    if (!active.empty())
+      out << "  measured time      " << text::seconds(median_of(active)) << " per planned iteration (median), "
+          << text::seconds(median_of(predicted)) << " predicted before each (median)\n";
+  }
   if (t.planned_iterations > 0) {
     out << "  budgeted peak      " << format_bytes(t.budgeted_peak) << " mapped over " << t.planned_iterations
         << " planned iterations, " << (t.within_budget ? "within the budget" : "ABOVE THE BUDGET") << "\n";

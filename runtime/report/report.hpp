@@ -65,6 +65,16 @@ struct plan_summary {
   double link_to_device_bytes_per_s = 0.0;
   std::string link_source{};             // configured, measured, SUBLINEAR_LINK_BANDWIDTH, synchronous
   std::string offload_error{};           // why offload is off ("" when it is not refused)
+  // The plan's predicted iteration time (Note [Predicted iteration time] in
+  // runtime/iteration_time.hpp; 0 in older reports): the simulator's device time, the
+  // host's cost per launch measured on the traced iteration, the launches a planned
+  // iteration runs (traced and replayed) and their sum; the traced iteration's measure.
+  double predicted_device_s = 0.0;
+  double host_s_per_launch = 0.0;
+  std::size_t predicted_launches = 0;
+  double predicted_iteration_s = 0.0;
+  double traced_active_s = 0.0;
+  std::size_t traced_launches = 0;
 };
 
 // A run of the same workload without sublinear's budget, when the caller knows one.

@@ -54,6 +54,12 @@ std::string_view report_schema() {
         "link_to_device_bytes_per_s": {"type": "number", "minimum": 0, "description": "The host->device bandwidth the plan was made for; 0 without a link; absent in older reports."},
         "link_source": {"type": "string", "description": "Where the link's bandwidth came from: configured (the host copy engine's default), measured (at start, on CUDA), SUBLINEAR_LINK_BANDWIDTH, or synchronous (no copy engine); absent in older reports."},
         "offload_error": {"type": "string", "description": "Why offload was turned off for the run (a host pool over SUBLINEAR_HOST_BUDGET or not to be had); empty otherwise; absent in older reports."},
+        "predicted_device_s": {"$ref": "#/$defs/seconds", "description": "The simulator's iteration under the plan, device time only: the traced launches' durations, the recipes' and the predicted copy stalls (Note [Link timeline] in policy/simulator_offload.cpp); 0 without a plan; absent in older reports (read as 0)."},
+        "host_s_per_launch": {"$ref": "#/$defs/seconds", "description": "The host's cost per launch measured on the traced iteration the plan was made from: (traced_active_s less the traced durations) / traced_launches, at least 0 (Note [Predicted iteration time] in runtime/iteration_time.hpp); absent in older reports (read as 0)."},
+        "predicted_launches": {"$ref": "#/$defs/count", "description": "Launches a planned iteration runs: the traced iteration's intercepted launches plus the plan's replayed ones; absent in older reports (read as 0)."},
+        "predicted_iteration_s": {"$ref": "#/$defs/seconds", "description": "The plan's predicted iteration time: predicted_device_s + host_s_per_launch x predicted_launches; 0 without a plan; absent in older reports (read as 0). Each planned iteration's own prediction is its predicted_s."},
+        "traced_active_s": {"$ref": "#/$defs/seconds", "description": "The traced iteration's active_s, that host_s_per_launch comes from; absent in older reports (read as 0)."},
+        "traced_launches": {"$ref": "#/$defs/count", "description": "The traced iteration's intercepted launches, copies and sets; absent in older reports (read as 0)."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },
@@ -132,7 +138,9 @@ std::string_view report_schema() {
           "launch_hooks_s": {"$ref": "#/$defs/seconds", "description": "Host time inside the engine's launch ENTER and EXIT hooks in this iteration. Absent in older reports."},
           "launch_hook_ns": {"type": "number", "minimum": 0, "description": "Host nanoseconds inside the engine's launch ENTER and EXIT hooks per intercepted launch (recipes and stalls included): the engine's share of the interception cost. Absent in older reports."},
           "vmm_calls": {"$ref": "#/$defs/count", "description": "The allocator's VMM calls in this iteration (create, map, set access, unmap, release). Absent in older reports."},
-          "wall_s": {"$ref": "#/$defs/seconds"}
+          "wall_s": {"$ref": "#/$defs/seconds", "description": "Host time from the previous iteration's end to this one's."},
+          "active_s": {"$ref": "#/$defs/seconds", "description": "Host time from the iteration's first call into the engine (an allocation or a launch) to its end: wall_s less the program's time before it (a data loader, a paired twin's turn); 0 when it made none. Absent in older reports (read as 0)."},
+          "predicted_s": {"$ref": "#/$defs/seconds", "description": "The iteration's time as predicted before it began: the plan's device time + the host's cost per launch, from the last steady iteration that ran the plan undiverged, or the traced iteration before any (Note [Predicted iteration time] in runtime/iteration_time.hpp); 0 for traced iterations and without a plan. Compare with active_s. Absent in older reports (read as 0)."}
         }
       }
     },

@@ -389,7 +389,7 @@ TEST(Offload, ThePlannersOwnOffloadsRunAndItsPredictedTimeIsReportedBesideTheMea
   ASSERT_EQ(r.plan_error, "");
   EXPECT_EQ(r.with, r.without);
   EXPECT_GT(r.link.offloads, 0u) << "no recompute: the plan offloads";
-  EXPECT_GT(r.link.predicted_time_s, 0.0) << "the simulator predicts the plan's iteration";
+  EXPECT_GT(r.link.predicted_device_s, 0.0) << "the simulator predicts the plan's iteration";
   std::vector<double> walls;
   for (const auto& it : r.reports) {
     if (it.state == engine_state::trace) continue;
@@ -400,10 +400,10 @@ TEST(Offload, ThePlannersOwnOffloadsRunAndItsPredictedTimeIsReportedBesideTheMea
   ASSERT_FALSE(walls.empty());
   std::sort(walls.begin(), walls.end());
   const double measured = walls[walls.size() / 2];
-  ::testing::Test::RecordProperty("predicted_iteration_s", std::to_string(r.link.predicted_time_s));
+  ::testing::Test::RecordProperty("predicted_iteration_s", std::to_string(r.link.predicted_device_s));
   ::testing::Test::RecordProperty("measured_iteration_s", std::to_string(measured));
   std::printf("predicted iteration %.4f s (traced launch costs, stalls), measured %.4f s (median of %zu)\n",
-              r.link.predicted_time_s, measured, walls.size());
+              r.link.predicted_device_s, measured, walls.size());
 }
 
 TEST(Offload, ReportsShowTheCopiesTheLinkAndTheCopyStream) {

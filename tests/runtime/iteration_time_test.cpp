@@ -1,0 +1,271 @@
+// The predicted iteration time (Note [Predicted iteration time] in runtime/iteration_time.hpp):
+// its arithmetic, the launches the engine counts for it, the measure each planned iteration's
+// prediction comes from (an iteration before it, never itself), active_s leaving out the time
+// before an iteration's first call, and the report carrying it all. No wall-time thresholds:
+// every check recomputes a figure from the reported ones or uses an injected cost.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "device/host/device.hpp"
+#include "device/host/host_vmm.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "runtime/iteration_time.hpp"
+#include "runtime/report/report.hpp"
+
+namespace sublinear::runtime {
+namespace {
+
+TEST(IterationTime, HostCostPerLaunchIsTheUnexplainedTimeOverTheLaunches) {
+  EXPECT_EQ(host_s_per_launch({0.75, 0.25, 4}), 0.125);
+  EXPECT_EQ(host_s_per_launch({0.25, 0.75, 4}), 0.0) << "a device-bound iteration hides the host's work";
+  EXPECT_EQ(host_s_per_launch({0.75, 0.25, 0}), 0.0) << "no launches, no cost per launch";
+}
+
+TEST(IterationTime, ThePredictionAddsTheHostCostOfTracedAndReplayedLaunches) {
+  const iteration_time t = predict_iteration_time(0.5, 0.125, 6, 2);
+  EXPECT_EQ(t.device_s, 0.5);
+  EXPECT_EQ(t.host_s_per_launch, 0.125);
+  EXPECT_EQ(t.launches, 8u);
+  EXPECT_EQ(t.host_s, 1.0);
+  EXPECT_EQ(t.predicted_s, 1.5);
+}
+
+// ---- the engine --------------------------------------------------------------------------------
+struct fill_params {
+  float* out;
+  std::int64_t n;
+};
+void fill_body(const device::host::launch_config&, const fill_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = 0.5f + static_cast<float>(i % 5);
+}
+struct step_params {
+  float* out;
+  const float* in;
+  std::int64_t n;
+};
+void step_body(const device::host::launch_config&, const step_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * 0.75f + 1.0f;
+}
+struct sum_params {
+  float* acc;
+  const float* in;
+  std::int64_t n;
+};
+void sum_body(const device::host::launch_config&, const sum_params& p) {
+  for (std::int64_t i = 0; i < p.n; ++i) p.acc[i % 64] += p.in[i] * 0.001f;
+}
+const device::host::kernel& fill_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<fill_params, fill_body>(
+      "test_time_fill", {SUBLINEAR_PARAM(fill_params, out), SUBLINEAR_PARAM(fill_params, n)});
+  return k;
+}
+const device::host::kernel& step_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<step_params, step_body>(
+      "test_time_step",
+      {SUBLINEAR_PARAM(step_params, out), SUBLINEAR_PARAM(step_params, in), SUBLINEAR_PARAM(step_params, n)});
+  return k;
+}
+const device::host::kernel& sum_kernel() {
+  static const device::host::kernel& k = device::host::register_kernel<sum_params, sum_body>(
+      "test_time_sum", {SUBLINEAR_PARAM(sum_params, acc), SUBLINEAR_PARAM(sum_params, in), SUBLINEAR_PARAM(sum_params, n)});
+  return k;
+}
+
+constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations
+constexpr int kLayers = 16;
+constexpr std::size_t kLaunches = 2 * kLayers;  // a fill, 15 steps, 16 sums
+
+// A chain whose backward reads the forward's activations in reverse, under the engine.
+struct chain {
+  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
+  device::host::device dev;
+  allocator::caching_allocator alloc{vmm, dev, options()};
+  float* acc = nullptr;
+  std::unique_ptr<host_runtime> rt;
+
+  static allocator::options options() {
+    allocator::options o;
+    o.small_size = 64 * 1024;
+    o.small_segment = 256 * 1024;
+    o.min_large_alloc = 1 << 20;
+    o.large_segment = 2 << 20;
+    o.round_large = 64 * 1024;
+    return o;
+  }
+  explicit chain(engine_options o) {
+    acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
+    dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
+    dev.synchronize();
+    rt = std::make_unique<host_runtime>(dev, alloc, std::move(o));
+  }
+  ~chain() {
+    dev.synchronize();
+    rt.reset();
+    alloc.deallocate(acc);
+  }
+  void iteration() {
+    std::vector<float*> acts;
+    acts.push_back(static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr)));
+    fill_params fp{acts.back(), kFloats};
+    dev.launch(fill_kernel(), {}, nullptr, &fp);
+    for (int l = 1; l < kLayers; ++l) {
+      auto* next = static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr));
+      step_params sp{next, acts.back(), kFloats};
+      dev.launch(step_kernel(), {}, nullptr, &sp);
+      acts.push_back(next);
+    }
+    for (int l = kLayers - 1; l >= 0; --l) {
+      sum_params ap{acc, acts[static_cast<std::size_t>(l)], kFloats};
+      dev.launch(sum_kernel(), {}, nullptr, &ap);
+      alloc.deallocate(acts[static_cast<std::size_t>(l)]);
+    }
+    dev.synchronize();
+  }
+};
+
+engine_options recompute_options() {
+  engine_options o;
+  o.config.budget = policy::parse_budget("0.5x");
+  o.config.policy = "greedy";
+  o.config.validate = validate_mode::first;
+  o.config.offload = policy::offload_mode::off;
+  o.config.log = log_level::error;
+  o.device_capacity = std::size_t{256} << 20;
+  return o;
+}
+
+struct outcome {
+  std::vector<iteration_report> reports;
+  engine::plan_time time;
+  engine::plan_link link;
+  engine::plan_compute compute;
+  std::size_t replayed = 0;
+  run_report report;
+};
+
+outcome train(engine_options o, int iterations, double pause_before_s = 0.0) {
+  outcome out;
+  chain c(o);
+  for (int it = 0; it < iterations; ++it) {
+    if (pause_before_s > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(pause_before_s));
+    c.iteration();
+    c.rt->mark_iteration();
+  }
+  const engine& e = c.rt->get();
+  out.reports = e.iterations();
+  out.time = e.predicted_time();
+  out.link = e.planned_link();
+  out.compute = e.planned_compute();
+  out.replayed = e.planned_recomputed_launches();
+  EXPECT_EQ(e.plan_error(), "");
+  report_metadata meta;
+  meta.model = "chain";
+  out.report = make_report(e, o.config, meta);
+  return out;
+}
+
+TEST(IterationTime, AnInjectedHostCostGivesEveryPlannedIterationDeviceTimePlusItsLaunches) {
+  engine_options o = recompute_options();
+  o.host_s_per_launch = 0.25;
+  const outcome r = train(o, 6);
+  ASSERT_GT(r.replayed, 0u) << "the plan recomputes";
+  const engine::plan_time& t = r.time;
+  EXPECT_EQ(t.measured_on, "given");
+  EXPECT_EQ(t.traced.launches, kLaunches);
+  EXPECT_EQ(t.at_plan.launches, kLaunches + r.replayed) << "traced launches and replayed ones";
+  EXPECT_EQ(t.at_plan.device_s, r.link.predicted_device_s);
+  EXPECT_GT(t.at_plan.device_s, 0.0);
+  EXPECT_EQ(t.at_plan.predicted_s, r.link.predicted_device_s + 0.25 * static_cast<double>(kLaunches + r.replayed));
+  EXPECT_EQ(t.next.predicted_s, t.at_plan.predicted_s) << "an injected cost is never measured over";
+  ASSERT_EQ(r.reports.size(), 6u);
+  for (const auto& it : r.reports) {
+    SCOPED_TRACE(it.index);
+    if (it.state == engine_state::trace) {
+      EXPECT_EQ(it.predicted_s, 0.0);
+      continue;
+    }
+    EXPECT_FALSE(it.diverged) << it.divergence;
+    EXPECT_EQ(it.predicted_s, t.at_plan.predicted_s);
+    EXPECT_EQ(it.launches + it.recomputed_launches, t.at_plan.launches) << "the iteration ran what was predicted";
+  }
+}
+
+// Each planned iteration's prediction recomputed from what the iterations before it reported.
+TEST(IterationTime, EachPlannedIterationIsPredictedFromAnIterationBeforeIt) {
+  const outcome r = train(recompute_options(), 7);
+  const engine::plan_time& t = r.time;
+  ASSERT_EQ(r.reports.size(), 7u);
+  const iteration_report& traced = r.reports[1];  // two traced iterations; the plan is made from the last
+  ASSERT_EQ(traced.state, engine_state::trace);
+  EXPECT_EQ(t.traced.active_s, traced.active_s);
+  EXPECT_EQ(t.traced.launches, traced.launches);
+  EXPECT_EQ(t.traced.device_s, r.compute.traced_s);
+  const double device_s = r.link.predicted_device_s;
+  const std::size_t launches = traced.launches + r.replayed;
+  EXPECT_EQ(t.at_plan.predicted_s,
+            predict_iteration_time(device_s, host_s_per_launch(t.traced), traced.launches, r.replayed).predicted_s);
+  const iteration_report* measured = nullptr;  // the last steady iteration before the one predicted
+  for (const auto& it : r.reports) {
+    if (it.state == engine_state::trace) continue;
+    SCOPED_TRACE(it.index);
+    ASSERT_FALSE(it.diverged) << it.divergence;
+    if (measured == nullptr) {
+      EXPECT_EQ(it.predicted_s, t.at_plan.predicted_s) << "no steady iteration yet: the traced one's measure";
+    } else {
+      const host_cost_sample s{measured->active_s, t.traced.device_s + measured->recompute_s + measured->copy_stall_s,
+                               measured->launches + measured->recomputed_launches};
+      EXPECT_EQ(it.predicted_s, predict_iteration_time(device_s, host_s_per_launch(s), traced.launches, r.replayed).predicted_s);
+      EXPECT_EQ(measured->launches + measured->recomputed_launches, launches);
+    }
+    if (it.state == engine_state::steady) measured = &it;
+  }
+  ASSERT_NE(measured, nullptr);
+  EXPECT_EQ(t.measured_on, "planned iteration " + std::to_string(measured->index));
+}
+
+TEST(IterationTime, ActiveTimeLeavesOutWhatTheProgramDidBeforeItsFirstCall) {
+  const double pause_s = 0.02;
+  const outcome r = train(recompute_options(), 4, pause_s);
+  for (const auto& it : r.reports) {
+    SCOPED_TRACE(it.index);
+    EXPECT_GT(it.active_s, 0.0);
+    EXPECT_GE(it.wall_s - it.active_s, pause_s) << "the pause before the first allocation is not the iteration's";
+  }
+}
+
+TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
+  const outcome r = train(recompute_options(), 5);
+  const run_report& rep = r.report;
+  EXPECT_EQ(rep.plan.predicted_device_s, r.time.at_plan.device_s);
+  EXPECT_EQ(rep.plan.host_s_per_launch, r.time.at_plan.host_s_per_launch);
+  EXPECT_EQ(rep.plan.predicted_launches, r.time.at_plan.launches);
+  EXPECT_EQ(rep.plan.predicted_iteration_s, r.time.at_plan.predicted_s);
+  EXPECT_EQ(rep.plan.traced_active_s, r.time.traced.active_s);
+  EXPECT_EQ(rep.plan.traced_launches, r.time.traced.launches);
+  const run_report back = parse_report(to_json(rep));
+  EXPECT_EQ(back.plan.predicted_device_s, rep.plan.predicted_device_s);
+  EXPECT_EQ(back.plan.host_s_per_launch, rep.plan.host_s_per_launch);
+  EXPECT_EQ(back.plan.predicted_launches, rep.plan.predicted_launches);
+  EXPECT_EQ(back.plan.predicted_iteration_s, rep.plan.predicted_iteration_s);
+  EXPECT_EQ(back.plan.traced_active_s, rep.plan.traced_active_s);
+  EXPECT_EQ(back.plan.traced_launches, rep.plan.traced_launches);
+  ASSERT_EQ(back.iterations.size(), rep.iterations.size());
+  for (std::size_t i = 0; i < rep.iterations.size(); ++i) {
+    EXPECT_EQ(back.iterations[i].active_s, rep.iterations[i].active_s);
+    EXPECT_EQ(back.iterations[i].predicted_s, rep.iterations[i].predicted_s);
+  }
+  const std::string text = render_text(back, 5);
+  EXPECT_NE(text.find("predicted time"), std::string::npos) << text;
+  EXPECT_NE(text.find(std::to_string(rep.plan.predicted_launches) + " launches x"), std::string::npos) << text;
+  EXPECT_NE(text.find("predicted before each"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace sublinear::runtime
