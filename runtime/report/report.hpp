@@ -58,7 +58,7 @@ struct plan_summary {
   // simulator predicts them, and the link the plan was made for (0 / "" in older reports).
   std::size_t offloads = 0;
   std::size_t offloaded_bytes = 0;       // each way, per iteration
-  std::size_t host_bytes = 0;            // host memory the offloads hold at once (the pool)
+  std::size_t host_bytes = 0;            // the pinned host pool the offloads' slots take
   double link_busy_s = 0.0;
   double predicted_stall_s = 0.0;
   double link_to_host_bytes_per_s = 0.0;

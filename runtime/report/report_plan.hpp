@@ -110,7 +110,7 @@ struct plan_preview_row {
   bool offload_unsupported = false;    // offload only, and this planner does not offload
   std::size_t offloaded_buffers = 0;
   std::size_t offloaded_bytes = 0;     // bytes over the link per iteration, each way
-  std::size_t host_bytes = 0;          // most host memory held at once
+  std::size_t host_bytes = 0;          // the pinned host pool the offloads' slots take
   double link_busy_s = 0.0;            // both directions
   double predicted_stall_s = 0.0;
   double predicted_time_s = 0.0;       // launch costs + added compute + stalls

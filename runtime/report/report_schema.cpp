@@ -47,7 +47,7 @@ std::string_view report_schema() {
         "traced_compute_s": {"$ref": "#/$defs/seconds", "description": "The traced iteration's compute (the sum of its launches' traced durations); 0 without a plan; absent in older reports (read as 0)."},
         "offloads": {"$ref": "#/$defs/count", "description": "Buffers the plan copies to host memory and back each iteration (docs/runtime.md, Offload execution); absent in older reports (read as 0)."},
         "offloaded_bytes": {"$ref": "#/$defs/bytes", "description": "Bytes the plan sends over the link each way per iteration; absent in older reports (read as 0)."},
-        "host_bytes": {"$ref": "#/$defs/bytes", "description": "Host memory the plan's offloads hold at once (the pinned pool); absent in older reports (read as 0)."},
+        "host_bytes": {"$ref": "#/$defs/bytes", "description": "The pinned host pool the plan's offload slots take (policy/host_layout.hpp); absent in older reports (read as 0)."},
         "link_busy_s": {"$ref": "#/$defs/seconds", "description": "The simulator's copy time per iteration, both directions; absent in older reports (read as 0)."},
         "predicted_stall_s": {"$ref": "#/$defs/seconds", "description": "The simulator's time consumers wait for fetches per iteration; absent in older reports (read as 0)."},
         "link_to_host_bytes_per_s": {"type": "number", "minimum": 0, "description": "The device->host bandwidth the plan was made for; 0 without a link; absent in older reports."},
