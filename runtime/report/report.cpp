@@ -628,8 +628,16 @@ std::string render_text(const run_report& r, std::size_t top) {
   }
   if (r.baseline) out << "  baseline peak      " << format_bytes(r.baseline->peak_mapped) << " mapped (run without a budget)\n";
   if (t.traced_peak > 0) out << "  traced peak        " << format_bytes(t.traced_peak) << " mapped (traced iterations)\n";
-  if (t.offloads > 0)
-    out << "  offloaded          " << t.offloads << " blocks (" << format_bytes(t.offloaded_bytes)
+  // Only the traced iterations' offloads (Note [Offloading the traced iteration]); the
+  // plan's own appear on the link lines below.
+  std::size_t traced_offloads = 0, traced_offloaded_bytes = 0;
+  for (const auto& it : r.iterations) {
+    if (it.state != engine_state::trace) continue;
+    traced_offloads = saturating_add(traced_offloads, it.offloads);
+    traced_offloaded_bytes = saturating_add(traced_offloaded_bytes, it.offloaded_bytes);
+  }
+  if (traced_offloads > 0)
+    out << "  offloaded          " << traced_offloads << " blocks (" << format_bytes(traced_offloaded_bytes)
         << ") to host memory while tracing under the budget\n";
   if (t.fetches > 0 || r.plan.offloads > 0) {
     char line[400];

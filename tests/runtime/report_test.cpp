@@ -842,6 +842,18 @@ TEST(ReportJson, OffloadPrefetchValveAndKeptResidentCountsRoundTrip) {
   EXPECT_NE(text.find("allocator          4 waits for a stream to make room, 9 chunks taken"), std::string::npos) << text;
 }
 
+TEST(TextReport, OffloadsWhileTracingCountTracedIterationsOnly) {
+  run_report r = offloading_report(4u << 20);
+  r.iterations[2].offloads = 40;  // the plan's own offloads in the steady iteration
+  r.iterations[2].offloaded_bytes = std::size_t{40} << 20;
+  EXPECT_NE(render_text(r).find("offloaded          6 blocks"), std::string::npos) << render_text(r);
+  for (std::size_t i = 0; i < 2; ++i) {
+    r.iterations[i].offloads = 0;
+    r.iterations[i].offloaded_bytes = 0;
+  }
+  EXPECT_EQ(render_text(r).find("while tracing"), std::string::npos) << render_text(r);
+}
+
 TEST(ReportJson, ADivergenceKeepsItsReasonThroughJsonAndText) {
   run_report r = offloading_report(4u << 20);
   r.iterations[2].diverged = true;
