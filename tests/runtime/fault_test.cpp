@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chain_kernels.hpp"
 #include "allocator/caching_allocator.hpp"
 #include "device/host/device.hpp"
 #include "device/host/host_vmm.hpp"
@@ -186,18 +187,9 @@ class exhaustible_vmm final : public device::vmm {
 struct chain_model {
   exhaustible_vmm vmm;
   device::host::device dev;
-  allocator::caching_allocator alloc{vmm, dev, host_options()};
+  allocator::caching_allocator alloc{vmm, dev, test::small_page_options()};
 
   // PyTorch's size classes scaled to a small host model (64 KiB pages).
-  static allocator::options host_options() {
-    allocator::options o;
-    o.small_size = 64 * 1024;
-    o.small_segment = 256 * 1024;
-    o.min_large_alloc = 1 << 20;
-    o.large_segment = 2 << 20;
-    o.round_large = 64 * 1024;
-    return o;
-  }
   float* counter = nullptr;
   float* acc = nullptr;
   // Every third activation (1, 4, 7, ...) is written through a pointer the tracer cannot

@@ -18,9 +18,19 @@
 #include "runtime/host/host_runtime.hpp"
 #include "runtime/iteration_time.hpp"
 #include "runtime/report/report.hpp"
+#include "chain_kernels.hpp"
 
 namespace sublinear::runtime {
 namespace {
+
+using test::accumulate_kernel;
+using test::accumulate_params;
+using test::fill_kernel;
+using test::fill_params;
+using test::scale_kernel;
+using test::scale_params;
+using test::small_page_options;
+
 
 TEST(IterationTime, HostCostPerLaunchIsTheUnexplainedTimeOverTheLaunches) {
   EXPECT_EQ(host_s_per_launch({0.75, 0.25, 4}), 0.125);
@@ -38,46 +48,6 @@ TEST(IterationTime, ThePredictionAddsTheHostCostOfTracedAndReplayedLaunches) {
 }
 
 // ---- the engine --------------------------------------------------------------------------------
-struct fill_params {
-  float* out;
-  std::int64_t n;
-};
-void fill_body(const device::host::launch_config&, const fill_params& p) {
-  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = 0.5f + static_cast<float>(i % 5);
-}
-struct step_params {
-  float* out;
-  const float* in;
-  std::int64_t n;
-};
-void step_body(const device::host::launch_config&, const step_params& p) {
-  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * 0.75f + 1.0f;
-}
-struct sum_params {
-  float* acc;
-  const float* in;
-  std::int64_t n;
-};
-void sum_body(const device::host::launch_config&, const sum_params& p) {
-  for (std::int64_t i = 0; i < p.n; ++i) p.acc[i % 64] += p.in[i] * 0.001f;
-}
-const device::host::kernel& fill_kernel() {
-  static const device::host::kernel& k = device::host::register_kernel<fill_params, fill_body>(
-      "test_time_fill", {SUBLINEAR_PARAM(fill_params, out), SUBLINEAR_PARAM(fill_params, n)});
-  return k;
-}
-const device::host::kernel& step_kernel() {
-  static const device::host::kernel& k = device::host::register_kernel<step_params, step_body>(
-      "test_time_step",
-      {SUBLINEAR_PARAM(step_params, out), SUBLINEAR_PARAM(step_params, in), SUBLINEAR_PARAM(step_params, n)});
-  return k;
-}
-const device::host::kernel& sum_kernel() {
-  static const device::host::kernel& k = device::host::register_kernel<sum_params, sum_body>(
-      "test_time_sum", {SUBLINEAR_PARAM(sum_params, acc), SUBLINEAR_PARAM(sum_params, in), SUBLINEAR_PARAM(sum_params, n)});
-  return k;
-}
-
 constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations
 constexpr int kLayers = 16;
 constexpr std::size_t kLaunches = 2 * kLayers;  // a fill, 15 steps, 16 sums
@@ -86,19 +56,10 @@ constexpr std::size_t kLaunches = 2 * kLayers;  // a fill, 15 steps, 16 sums
 struct chain {
   device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
   device::host::device dev;
-  allocator::caching_allocator alloc{vmm, dev, options()};
+  allocator::caching_allocator alloc{vmm, dev, small_page_options()};
   float* acc = nullptr;
   std::unique_ptr<host_runtime> rt;
 
-  static allocator::options options() {
-    allocator::options o;
-    o.small_size = 64 * 1024;
-    o.small_segment = 256 * 1024;
-    o.min_large_alloc = 1 << 20;
-    o.large_segment = 2 << 20;
-    o.round_large = 64 * 1024;
-    return o;
-  }
   explicit chain(engine_options o) {
     acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
     dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
@@ -113,17 +74,17 @@ struct chain {
   void iteration() {
     std::vector<float*> acts;
     acts.push_back(static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr)));
-    fill_params fp{acts.back(), kFloats};
+    fill_params fp{acts.back(), kFloats, 0.5f};
     dev.launch(fill_kernel(), {}, nullptr, &fp);
     for (int l = 1; l < kLayers; ++l) {
       auto* next = static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr));
-      step_params sp{next, acts.back(), kFloats};
-      dev.launch(step_kernel(), {}, nullptr, &sp);
+      scale_params sp{next, acts.back(), kFloats, 0.75f};
+      dev.launch(scale_kernel(), {}, nullptr, &sp);
       acts.push_back(next);
     }
     for (int l = kLayers - 1; l >= 0; --l) {
-      sum_params ap{acc, acts[static_cast<std::size_t>(l)], kFloats};
-      dev.launch(sum_kernel(), {}, nullptr, &ap);
+      accumulate_params ap{acc, acts[static_cast<std::size_t>(l)], kFloats};
+      dev.launch(accumulate_kernel(), {}, nullptr, &ap);
       alloc.deallocate(acts[static_cast<std::size_t>(l)]);
     }
     dev.synchronize();

@@ -21,54 +21,19 @@
 #include "policy/host_layout.hpp"
 #include "runtime/host/host_runtime.hpp"
 #include "runtime/report/report.hpp"
+#include "chain_kernels.hpp"
 
 namespace sublinear::runtime {
 namespace {
 
-// ---- test kernels ----------------------------------------------------------------------------
-struct fill_params {
-  float* out;
-  std::int64_t n;
-  float value;
-};
-void fill_body(const device::host::launch_config&, const fill_params& p) {
-  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.value + static_cast<float>(i % 7);
-}
-struct scale_params {
-  float* out;
-  const float* in;
-  std::int64_t n;
-  float factor;
-};
-void scale_body(const device::host::launch_config&, const scale_params& p) {
-  for (std::int64_t i = 0; i < p.n; ++i) p.out[i] = p.in[i] * p.factor + 1.0f;
-}
-struct accumulate_params {
-  float* acc;
-  const float* in;
-  std::int64_t n;
-};
-void accumulate_body(const device::host::launch_config&, const accumulate_params& p) {
-  for (std::int64_t i = 0; i < p.n; ++i) p.acc[i % 64] += p.in[i] * 0.001f;
-}
-const device::host::kernel& fill_kernel() {
-  static const device::host::kernel& k = device::host::register_kernel<fill_params, fill_body>(
-      "test_offload_fill",
-      {SUBLINEAR_PARAM(fill_params, out), SUBLINEAR_PARAM(fill_params, n), SUBLINEAR_PARAM(fill_params, value)});
-  return k;
-}
-const device::host::kernel& scale_kernel() {
-  static const device::host::kernel& k = device::host::register_kernel<scale_params, scale_body>(
-      "test_offload_scale", {SUBLINEAR_PARAM(scale_params, out), SUBLINEAR_PARAM(scale_params, in),
-                             SUBLINEAR_PARAM(scale_params, n), SUBLINEAR_PARAM(scale_params, factor)});
-  return k;
-}
-const device::host::kernel& accumulate_kernel() {
-  static const device::host::kernel& k = device::host::register_kernel<accumulate_params, accumulate_body>(
-      "test_offload_accumulate", {SUBLINEAR_PARAM(accumulate_params, acc), SUBLINEAR_PARAM(accumulate_params, in),
-                                  SUBLINEAR_PARAM(accumulate_params, n)});
-  return k;
-}
+using test::accumulate_kernel;
+using test::accumulate_params;
+using test::fill_kernel;
+using test::fill_params;
+using test::scale_kernel;
+using test::scale_params;
+using test::small_page_options;
+
 
 constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations: whole 64 KiB pages
 
@@ -77,20 +42,11 @@ constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations: whole 64 Ki
 struct chain {
   device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
   device::host::device dev;
-  allocator::caching_allocator alloc{vmm, dev, options()};
+  allocator::caching_allocator alloc{vmm, dev, small_page_options()};
   float* acc = nullptr;
   float* scratch = nullptr;  // allocated before the engine starts: a launch into it allocates nothing
   bool rewrite_in_backward = false;
 
-  static allocator::options options() {
-    allocator::options o;
-    o.small_size = 64 * 1024;
-    o.small_segment = 256 * 1024;
-    o.min_large_alloc = 1 << 20;
-    o.large_segment = 2 << 20;
-    o.round_large = 64 * 1024;
-    return o;
-  }
   chain() {
     acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
     scratch = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));

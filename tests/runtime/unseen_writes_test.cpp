@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "chain_kernels.hpp"
 #include "allocator/caching_allocator.hpp"
 #include "device/host/device.hpp"
 #include "device/host/host_vmm.hpp"
@@ -198,21 +199,12 @@ float spread_for(int iteration) { return iteration < 4 ? 1.0f : 20.0f; }
 struct chain {
   device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
   device::host::device dev;
-  allocator::caching_allocator alloc{vmm, dev, host_options()};
+  allocator::caching_allocator alloc{vmm, dev, test::small_page_options()};
   float* acc = nullptr;
   float* flag = nullptr;
   float* loss_scale = nullptr;
   float* gain = nullptr;
 
-  static allocator::options host_options() {
-    allocator::options o;
-    o.small_size = 64 * 1024;
-    o.small_segment = 256 * 1024;
-    o.min_large_alloc = 1 << 20;
-    o.large_segment = 2 << 20;
-    o.round_large = 64 * 1024;
-    return o;
-  }
 
   chain() {
     acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
