@@ -276,22 +276,58 @@ double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
 // Note [Offload floor]
 // Rationale: with offload, a buffer can be out during t at no compute; what bounds it is
 //   the link: every buffer out by offload during t went to host memory before t started
-//   and comes back after t ends.
-// Approach: at position t, X bytes out by offload cross the link both ways, at least
-//   X * r bytes of copies (r: the least ratio of size to footprint among the buffers
-//   offloadable at t). Before t the iteration runs for S(t) (the costs of launches 0..t-1)
-//   plus what the plan adds before t, so that added part is at least X*r/to_host - S(t);
-//   after t likewise with to_device and A(t) (launches after t). Added time is at least
-//   the larger of the recompute needed for the rest of the deficit (the knapsack of Note
-//   [Recompute floor], solved for every remainder) and the sum of those two link terms,
-//   minimised over X. Buffers whose writers cannot be replayed count as offloadable, and
-//   X is at most the host budget.
-// Limitations: copy latency, contention with copies for other positions, and that a copy
-//   to host cannot start before its buffer's last use are not counted, so the bound is
-//   loose where buffers are last used just before t or many small copies queue.
-double link_time(double bytes, const link_model& link, double before, double after) {
-  return std::max(0.0, bytes / link.to_host.bytes_per_s - before) + std::max(0.0, bytes / link.to_device.bytes_per_s - after);
-}
+//   and comes back after t ends, and each copy has its own window.
+// Approach: a buffer offloadable at t can start its copy to host only when its last use
+//   before t ends (ready) and must be back when its first use after t starts (due). Out
+//   of the iteration's own time, the copies to host of the chosen buffers with ready >= a
+//   must fit between a and t, so the plan adds at least (their copy time - (S(t) - a))
+//   before t, for every a; likewise the copies back with due <= d after t. For X
+//   footprint bytes over the link, copy time at least X * r / bandwidth (r: the least
+//   ratio of size to footprint among the offloadable) plus one latency per nonempty
+//   window; taking the earliest-ready (latest-due) buffers first makes every window's
+//   share the least at once, so each direction's excess is a prefix maximum
+//   (link_excess). Added time is at least the larger of the recompute needed for the rest
+//   of the deficit (the knapsack of Note [Recompute floor], solved for every remainder)
+//   and the sum of both directions' excess, minimised over X. Buffers whose writers
+//   cannot be replayed count as offloadable, and X is at most the host budget.
+// Limitations: the two directions may pick different buffers; contention with copies for
+//   other positions and all but one latency per window are not counted, so the bound is
+//   loose where many small copies queue.
+struct link_window {
+  double slack = 0.0;     // compute time between the copy's window edge and t
+  std::size_t bytes = 0;  // footprint
+};
+
+// One direction's least excess over its windows, for X footprint bytes over the link.
+class link_excess {
+ public:
+  link_excess(std::vector<link_window>& windows, const link_direction& link, double ratio)
+      : per_byte_(ratio / link.bytes_per_s) {
+    std::sort(windows.begin(), windows.end(), [](const link_window& a, const link_window& b) { return a.slack > b.slack; });
+    before_.reserve(windows.size());
+    best_.reserve(windows.size());
+    std::size_t taken = 0;
+    double best = -infinite;
+    for (const link_window& w : windows) {
+      // Window of the buffers from this one on: (X - taken) bytes, at least one copy.
+      best = std::max(best, link.latency_s - w.slack - per_byte_ * static_cast<double>(taken));
+      before_.push_back(taken);
+      best_.push_back(best);
+      taken += w.bytes;
+    }
+  }
+  [[nodiscard]] double at(std::size_t bytes) const {
+    if (bytes == 0 || before_.empty()) return 0.0;
+    // The windows that hold some of the first `bytes`: those with before_ < bytes.
+    const auto k = static_cast<std::size_t>(std::lower_bound(before_.begin(), before_.end(), bytes) - before_.begin());
+    return std::max(0.0, per_byte_ * static_cast<double>(bytes) + best_[k - 1]);
+  }
+
+ private:
+  double per_byte_;
+  std::vector<std::size_t> before_;  // footprint of the windows before each
+  std::vector<double> best_;         // prefix maximum of latency - slack - per_byte * before
+};
 
 }  // namespace
 
@@ -343,6 +379,7 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
   std::vector<std::uint32_t> input_index(it.buffers.size(), 0);
   std::uint32_t epoch = 0;
   std::vector<std::vector<option>> groups;
+  std::vector<link_window> to_host_windows, to_device_windows;
   double floor = -1.0;
   for (const auto& [need_bytes, t] : deficits) {
     ++out.examined;
@@ -352,6 +389,8 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
     std::size_t offloadable = 0;     // bytes that could be out by offload (not free ones)
     std::size_t offload_only = 0;    // of those, bytes whose writers cannot be replayed
     double link_ratio = 1.0;         // least size / footprint among the offloadable
+    to_host_windows.clear();
+    to_device_windows.clear();
     for (buffer_id b : evictable) {
       const buffer& buf = it.buffers[b];
       if (!(buf.alloc_at < t && t + 1 < buf.free_at)) continue;
@@ -369,6 +408,12 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       if (offload && bytes > 0) {
         offloadable += bytes;
         link_ratio = std::min(link_ratio, static_cast<double>(buf.size) / static_cast<double>(bytes));
+        // Ready when its last use before t ends; due when its next use after t starts.
+        const auto last = std::lower_bound(buf.users.begin(), buf.users.end(), t);
+        const std::size_t ready = last == buf.users.begin() ? buf.alloc_at : *std::prev(last) + 1;
+        const std::size_t due = df.next_use_after(b, t);
+        to_host_windows.push_back({cost_before[t] - cost_before[ready], bytes});
+        to_device_windows.push_back({cost_before[std::min(due, n)] - cost_before[t + 1], bytes});
         if (!replayable) offload_only += bytes;
       }
       if (!replayable) continue;
@@ -447,14 +492,13 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
         // w units recomputed, the rest offloaded (see Note [Offload floor]).
         const std::size_t units = (rest + unit - 1) / unit;
         const std::vector<double> best = cover_all(groups, units);
-        const double before = cost_before[t];
-        const double after = cost_before[n] - cost_before[t + 1];
+        const link_excess to_host(to_host_windows, options.link.to_host, link_ratio);
+        const link_excess to_device(to_device_windows, options.link.to_device, link_ratio);
         cost = infinite;
         for (std::size_t w = 0; w <= units; ++w) {
           const std::size_t by_link = rest > w * unit ? rest - w * unit : 0;
           if (by_link > offloadable) continue;
-          const double moved = static_cast<double>(by_link) * link_ratio;
-          cost = std::min(cost, std::max(best[w], link_time(moved, options.link, before, after)));
+          cost = std::min(cost, std::max(best[w], to_host.at(by_link) + to_device.at(by_link)));
         }
       } else {
         // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "policy/planner_detail.hpp"
+#include "policy/simulator.hpp"
 
 namespace sublinear::policy::oracle {
 
@@ -16,7 +17,22 @@ action_oracle_result solve_actions(const iteration& it, std::size_t budget, cons
   planner::context ctx(it, false, true, off);
   const std::size_t k = ctx.candidates().size();
   if (k > options.max_candidates) return out;
-  // Per candidate: 0 keep, 1 drop, 2 offload over the hidden window, 3 over its whole gap.
+  // Per candidate: 0 keep, 1 drop, 2 offload over the hidden window, 3 over its whole gap,
+  // 4 over the hidden window widened to the launches in its gap where the unplanned
+  // iteration is over the budget.
+  constexpr unsigned choices = 5;
+  std::vector<launch_id> over_lo(k, none), over_hi(k, none);
+  {
+    const std::vector<std::size_t> during = simulator(it).timeline(plan{});
+    for (std::size_t c = 0; c < k; ++c) {
+      const candidate& cd = ctx.candidates()[c];
+      for (launch_id t = cd.evict_after + 1; t < cd.restore_before && t < during.size(); ++t) {
+        if (during[t] <= budget) continue;
+        if (over_lo[c] == none) over_lo[c] = t;
+        over_hi[c] = t;
+      }
+    }
+  }
   std::vector<unsigned> digit(k, 0);
   std::vector<action> actions(k, action::keep);
   std::vector<launch_id> lo(k, none), hi(k, none);
@@ -38,11 +54,18 @@ action_oracle_result solve_actions(const iteration& it, std::size_t budget, cons
           actions[c] = action::offload;
           usable = usable && off.mode != offload_mode::off;
           break;
-        default:
+        case 3:
           actions[c] = action::offload;
           usable = usable && off.mode != offload_mode::off;
           lo[c] = cd.evict_after + 1;
           hi[c] = cd.restore_before - 1;
+          break;
+        default:
+          actions[c] = action::offload;
+          // No deficit in its gap: the same plans as choice 2.
+          usable = usable && off.mode != offload_mode::off && over_lo[c] != none;
+          lo[c] = over_lo[c];
+          hi[c] = over_hi[c];
           break;
       }
     }
@@ -56,7 +79,7 @@ action_oracle_result solve_actions(const iteration& it, std::size_t budget, cons
       }
     }
     std::size_t c = 0;
-    while (c < k && ++digit[c] == 4) digit[c++] = 0;
+    while (c < k && ++digit[c] == choices) digit[c++] = 0;
     if (c == k) break;
   }
   out.outcome = found ? action_oracle_result::status::optimal : action_oracle_result::status::infeasible;

@@ -6,12 +6,13 @@
 //   objective has stalls, which depend on the link's queues, and a linear model of them
 //   would be an approximation of its own. On a few candidates enumeration is exact.
 // Approach: each candidate is kept, dropped (as in its drop set's plan, Note [Drop sets])
-//   or offloaded over one of two windows: the one the link hides (Note [Offload
-//   placement]) or its whole gap. Every combination is built and simulated with the
-//   link; the least added time (recompute + stalls) within the budget and the host
-//   budget wins. 4^k plans for k candidates.
-// Limitations: exact over that plan space only (one gap per candidate, those two windows,
-//   no multi-pass recomputation); beyond max_candidates it declines.
+//   or offloaded over one of three windows: the one the link hides (Note [Offload
+//   placement]), that one widened to the launches of its gap where the unplanned
+//   iteration is over the budget, or its whole gap. Every combination is built and
+//   simulated with the link; the least added time (recompute + stalls) within the budget
+//   and the host budget wins. Up to 5^k plans for k candidates.
+// Limitations: exact over that plan space only (one gap per candidate, those windows, no
+//   multi-pass recomputation); beyond max_candidates it declines.
 #pragma once
 
 #include <cstddef>

@@ -343,7 +343,8 @@ TEST(OffloadFloor, HiddenCopiesLowerTheFloorToZero) {
   const recompute_floor f = floor_with(s.it, without_a, fast);
   EXPECT_TRUE(f.feasible);
   EXPECT_EQ(f.added_s, 0.0);
-  // A link too slow to hide 64 KiB in 12 s before L3 and 2 s after: recompute is cheaper.
+  // A link too slow to hide 64 KiB in the 1 s between a's last use and L3, or in the 1 s
+  // between L3 and a's next use: recompute is cheaper.
   EXPECT_EQ(floor_with(s.it, without_a, slow).added_s, 10.0);
   // No host memory for a: recompute only.
   EXPECT_EQ(floor_with(s.it, without_a, fast, 4096).added_s, 10.0);
@@ -364,11 +365,12 @@ TEST(OffloadFloor, LinkTermBoundsTheStallsOfTheBestPlan) {
   EXPECT_EQ(find_recompute_floor(it, budget).added_s, 1.0);
   it.launches[0].cost_s = 100.0;
   EXPECT_EQ(find_recompute_floor(it, budget).added_s, 100.0);
-  // 64 KiB at 16 KiB/s: 4 s each way; 101 s of launches before L2 and 1 s after. The
-  // floor does not count that the copy to host waits for L1 (Note [Offload floor]).
+  // 64 KiB at 16 KiB/s: 4 s each way. The copy to host cannot start before L1 ends, right
+  // before L2, and the copy back must be done when L3 starts, right after L2: 4 s of
+  // stalls on each side (Note [Offload floor]).
   const recompute_floor f = floor_with(it, budget, link_at(big / 4.0));
   EXPECT_TRUE(f.feasible);
-  EXPECT_EQ(f.added_s, 4.0 - 1.0);
+  EXPECT_EQ(f.added_s, 8.0);
   // The best plan: a copied out after L1 (101..105), so L2 waits 4 s to release it, and
   // fetched after L2 (106..110), so L3 waits 4 s: 8 s, below the 100 s recompute.
   const oracle::action_oracle_result best =
@@ -379,6 +381,39 @@ TEST(OffloadFloor, LinkTermBoundsTheStallsOfTheBestPlan) {
   const plan p = make_planner("greedy")->make_plan(it, budget, with(offload_mode::on, link_at(big / 4.0)));
   EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 8.0);
   EXPECT_EQ(p.predicted_time_s, 103.0 + 8.0);
+}
+
+TEST(OffloadFloor, EachCopyHasItsOwnWindowAndLatency) {
+  // a is ready 110 s before L3 (its last use, L0, ends then), b right before it (L2 reads
+  // it); both are next used by L4, right after L3. One of them must be out during L3.
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 5);
+  const buffer_id b = h.transient(big, 1, 5);
+  const buffer_id c = h.transient(big, 3, 4);
+  h.launch({P}, {a}, 100.0);
+  h.launch({P}, {b}, 100.0);
+  h.launch({b}, {}, 10.0);
+  h.launch({P}, {c}, 1.0);
+  h.launch({a, b}, {}, 1.0);
+  const iteration it = h.finish(3);
+  const std::size_t budget = 512 + 2 * big;
+  EXPECT_EQ(find_recompute_floor(it, budget).added_s, 100.0);  // recompute only
+  link_model link = link_at(big / 4.0);
+  link.to_host.latency_s = link.to_device.latency_s = 1.0;  // 5 s per copy
+  // a goes out in its 110 s window; coming back, no buffer has any slack: 4 s + 1 s of
+  // latency. Bytes against the whole iteration's time, without latency, gave 3 s.
+  const recompute_floor f = floor_with(it, budget, link);
+  EXPECT_TRUE(f.feasible);
+  EXPECT_EQ(f.at, 3u);
+  EXPECT_EQ(f.added_s, 5.0);
+  const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  EXPECT_EQ(best.added_time_s, 5.0);
+  ASSERT_EQ(best.best.offloads.size(), 1u);
+  EXPECT_EQ(best.best.offloads[0].target, a);
+  const plan p = make_planner("greedy")->make_plan(it, budget, with(offload_mode::on, link));
+  EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 5.0);
 }
 
 iteration small_dag(std::uint64_t seed, std::size_t layers) {
