@@ -106,7 +106,7 @@ const std::vector<entry>& entries() {
          }
        }},
       {{"SUBLINEAR_HOST_BUDGET", "", "bytes with a unit (16GiB, 512MiB, 1048576)",
-        "Pinned host memory the offloads' pool may take (docs/policy.md \"Host pool layout\"); empty means half the host's "
+        "Pinned host memory the offloads' pool may take (docs/offload.md, \"The host pool layout\"); empty means half the host's "
         "physical memory.", false},
        [](settings& s, const std::string& n, const std::string& v) {
          std::size_t bytes = 0;

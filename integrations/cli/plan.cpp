@@ -70,7 +70,7 @@ std::string help_text() {
          "                        only (no recompute); offloading needs --link-bandwidth\n"
          "  --link-bandwidth GBPS the device-host link in GB/s (10^9 bytes/s): one figure for both\n"
          "                        directions, or two separated by a comma (to host, to the device);\n"
-         "                        a trace does not record it (docs/policy.md, \"Offload\")\n"
+         "                        a trace does not record it (docs/offload.md)\n"
          "  --host-budget BYTES   pinned host pool the offloads may take (default: no bound)\n"
          "  --json PATH           also write the figures as JSON (evictions included)\n"
          "\n"

@@ -16,6 +16,7 @@
 //   library directory relative to this program, or ../lib/, as the build tree, the Python
 //   package and `cmake --install` lay it out); on a machine without it the command says
 //   where it looked and how to get it.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -208,6 +209,58 @@ std::string find_library(const std::string& given) {
               "(cmake --install), or name it with --library PATH.");
 }
 
+// Note [Log file check]
+// Rationale: the runtime opens SUBLINEAR_LOG's file when the engine starts, inside COMMAND:
+//   a path it cannot open is a config error there, after COMMAND has started (for a
+//   training script, after its imports and data loading).
+// Approach: open the file for appending, as the runtime will (created if missing, removed
+//   again if this made it, so the check leaves nothing behind), and turn a failure into a
+//   config error naming the path, the reason and the fix. O_NONBLOCK: a FIFO without a
+//   reader fails with ENXIO here instead of blocking; that is left to COMMAND.
+// Limitations: a file that becomes unwritable between the check and COMMAND's start is
+//   still reported by the runtime, in COMMAND.
+void check_log_file(const std::string& path) {
+  if (path.empty()) return;
+  const bool existed = ::access(path.c_str(), F_OK) == 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd >= 0) {
+    ::close(fd);
+    if (!existed) ::unlink(path.c_str());
+    return;
+  }
+  const int err = errno;
+  if (err == ENXIO) return;
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string problem, fix;
+  switch (err) {
+    case ENOENT:
+      problem = "its directory " + dir + " does not exist";
+      fix = "create it (mkdir -p " + dir + ")";
+      break;
+    case EACCES:
+    case EPERM:
+      problem = existed ? "the file is not writable" : "its directory " + dir + " is not writable";
+      fix = existed ? "make it writable" : "make the directory writable";
+      break;
+    case EISDIR:
+      problem = "it is a directory";
+      fix = "name a file in it (" + path + (path.ends_with("/") ? "" : "/") + "sublinear.log)";
+      break;
+    case ENOTDIR:
+      problem = "a part of " + dir + " is not a directory";
+      break;
+    case EROFS:
+      problem = "its file system is read-only";
+      break;
+    default:
+      problem = "the file cannot be opened";
+  }
+  throw config_error("SUBLINEAR_LOG: cannot open the log file " + path + " for appending: " + problem + " (" +
+                     std::strerror(err) + "); " + (fix.empty() ? "" : fix + ", ") +
+                     "give another path, or leave out ':PATH' to log to stderr");
+}
+
 }  // namespace
 
 int run_main(std::span<const std::string_view> args) {
@@ -235,6 +288,8 @@ int run_main(std::span<const std::string_view> args) {
     (void)runtime::compose_run_environment(inherited, o.settings, kLibraryName);
     library = find_library(o.library);
     env = runtime::compose_run_environment(inherited, o.settings, library);
+    // What COMMAND would fail on at its start, before it starts (Note [Log file check]).
+    if (!o.print_env) check_log_file(env.effective.log_file);
   } catch (const config_error& e) {
     std::string why = e.what();
     if (why.rfind("sublinear: ", 0) == 0) why = why.substr(11);  // main() names the command already

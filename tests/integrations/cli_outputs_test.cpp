@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iterator>
 #include <string>
@@ -155,6 +156,42 @@ TEST_F(CliOutputs, DemoFailsWhenItsReportOrFiguresCannotBeWritten) {
   EXPECT_NE(r.err.find("cannot write " + full + ": No space left on device"), std::string::npos) << r.err;
   EXPECT_EQ(r.out.find("figures written to"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::is_symlink(full));
+}
+
+// The numbers after each `"key": ` in `json`, in order, from `from` on.
+std::vector<double> numbers_after(const std::string& json, const std::string& key, std::size_t from = 0) {
+  std::vector<double> out;
+  const std::string needle = "\"" + key + "\": ";
+  for (std::size_t at = json.find(needle, from); at != std::string::npos; at = json.find(needle, at + 1))
+    out.push_back(std::stod(json.substr(at + needle.size())));
+  return out;
+}
+
+// The demo's iteration time is the steady iterations' median; the validating iteration,
+// which hashes every regenerated buffer, is its own figure.
+TEST_F(CliOutputs, DemoIterationTimeIsTheMedianOfTheSteadyIterationsAlone) {
+  const std::string path = (dir_ / "demo.json").string();
+  const child_result r =
+      run_child({cli(), "demo", "--model", "lstm", "--budget", "0.5x", "--policy", "chain", "--iterations", "6",
+                 "--json", path},
+                clean_env({"SUBLINEAR_TRACE_ITERATIONS=2", "SUBLINEAR_VALIDATE=first"}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string j = slurp(path);
+  ASSERT_NE(j.find("\"plan_error\": \"\""), std::string::npos) << "the demo must plan:\n" << j;
+  const auto rows = j.find("\"per_iteration\"");
+  ASSERT_NE(rows, std::string::npos) << j;
+  // Iterations 1-2 traced, 3 validating, 4-6 steady.
+  const std::vector<double> each = numbers_after(j, "sublinear_iter_s", rows);
+  ASSERT_EQ(each.size(), 6u) << j;
+  std::vector<double> steady(each.begin() + 3, each.end());
+  std::sort(steady.begin(), steady.end());
+  const std::vector<double> iter_s = numbers_after(j, "iter_s"), validate_s = numbers_after(j, "validate_iter_s");
+  ASSERT_EQ(iter_s.size(), 1u) << j;
+  ASSERT_EQ(validate_s.size(), 1u) << j;
+  EXPECT_NEAR(iter_s[0], steady[1], 1e-6 * steady[1]) << j;
+  EXPECT_NEAR(validate_s[0], each[2], 1e-6 * each[2]) << j;
+  EXPECT_NE(r.out.find("iteration time (steady, median)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validating iteration (median)"), std::string::npos) << r.out;
 }
 
 TEST_F(CliOutputs, PlanTakesAllInAListOfPlannersOnce) {

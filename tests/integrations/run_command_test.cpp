@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -229,6 +230,56 @@ TEST(RunCommand, ACommandThatDoesNotExistIsReportedAs127) {
   const child_result r = run_child({cli(), "run", "--", "/nonexistent/program"}, clean_env());
   EXPECT_EQ(r.exit_code, 127);
   EXPECT_NE(r.err.find("cannot run '/nonexistent/program'"), std::string::npos) << r.err;
+}
+
+// Note [Log file check]: a SUBLINEAR_LOG path the runtime could not open stops the run
+// before the command starts, with the config errors' exit status.
+TEST(RunCommand, ALogPathInAMissingDirectoryStopsBeforeTheCommandRuns) {
+  REQUIRE_BUILT();
+  const std::string dir = ::testing::TempDir() + "/sublinear-no-such-dir-" + std::to_string(::getpid());
+  const std::string path = dir + "/run.log";
+  const child_result r =
+      run_child({cli(), "run", "--log", "info:" + path, "--", "/bin/sh", "-c", "echo ran"}, clean_env());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "") << "the command must not run";
+  EXPECT_NE(r.err.find("SUBLINEAR_LOG: cannot open the log file " + path), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("its directory " + dir + " does not exist"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("mkdir -p " + dir), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("leave out ':PATH'"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, ALogPathThatIsADirectoryOrUnwritableStopsBeforeTheCommandRuns) {
+  REQUIRE_BUILT();
+  const std::string dir = ::testing::TempDir() + "/sublinear-log-dir-" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0) << dir;
+  child_result r = run_child({cli(), "run", "--", "/bin/sh", "-c", "echo ran"}, clean_env({"SUBLINEAR_LOG=info:" + dir}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.out, "") << "the command must not run";
+  EXPECT_NE(r.err.find("cannot open the log file " + dir + " for appending: it is a directory"), std::string::npos)
+      << r.err;
+  if (::geteuid() != 0) {  // root writes anywhere
+    ASSERT_EQ(::chmod(dir.c_str(), 0500), 0);
+    r = run_child({cli(), "run", "--log", "info:" + dir + "/run.log", "--", "/bin/sh", "-c", "echo ran"}, clean_env());
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.out, "") << "the command must not run";
+    EXPECT_NE(r.err.find("its directory " + dir + " is not writable"), std::string::npos) << r.err;
+    ::chmod(dir.c_str(), 0700);
+  }
+  ::rmdir(dir.c_str());
+}
+
+TEST(RunCommand, AWritableLogPathLetsTheCommandRunAndTheCheckLeavesNoFile) {
+  REQUIRE_BUILT();
+  const std::string path = ::testing::TempDir() + "/sublinear-run-" + std::to_string(::getpid()) + ".log";
+  ::unlink(path.c_str());
+  const child_result r =
+      run_child({cli(), "run", "--log", "warn:" + path, "--", "/bin/sh", "-c", "echo ran; exit 3"}, clean_env());
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.out, "ran\n");
+  EXPECT_EQ(r.err.find("SUBLINEAR_LOG"), std::string::npos) << r.err;
+  // The shell never starts the engine, so only the check could have made the file.
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << path << " was left behind";
+  ::unlink(path.c_str());
 }
 
 // ---- `sublinear plan` and `sublinear report` on input they must refuse ------------------------------

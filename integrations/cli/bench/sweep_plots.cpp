@@ -73,6 +73,16 @@ std::vector<double> nice_ticks(double lo, double hi, bool log_axis) {
   return t;
 }
 
+// The margin right of the plot that holds the legend: `min_margin`, or wider where a name
+// would run past the image's edge. A name starts `text_offset` right of the plot; SVG has
+// no text metrics, so its width is estimated at 6.5 px a character (12 px Helvetica
+// averages about 6: the estimate errs wide), with 12 px to spare.
+double legend_margin(const std::vector<svg_series>& series, double min_margin, double text_offset) {
+  std::size_t longest = 0;
+  for (const auto& s : series) longest = std::max(longest, s.name.size());
+  return std::max(min_margin, text_offset + 6.5 * static_cast<double>(longest) + 12.0);
+}
+
 // The root, the background and the titles every chart starts with.
 svg_document start_chart(double w, double h, const std::string& title, const std::string& subtitle) {
   svg_document doc(w, h, {{"font-family", "Helvetica, Arial, sans-serif"}, {"font-size", 12}});
@@ -82,8 +92,10 @@ svg_document start_chart(double w, double h, const std::string& title, const std
 }
 
 std::string render_chart(const svg_chart& c) {
-  const double w = 760, h = 420, left = 72, right = 250, top = 58, bottom = 56;
-  const svg_box plot{left, top, w - left - right, h - top - bottom};
+  // The plot keeps its size; the image widens where the legend needs it.
+  const double h = 420, left = 72, top = 58, bottom = 56, plot_w = 438;
+  const double right = legend_margin(c.series, 250, 42), w = left + plot_w + right;
+  const svg_box plot{left, top, plot_w, h - top - bottom};
   double x0 = std::numeric_limits<double>::max(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const auto& s : c.series) {
     for (auto [x, y] : s.points) {
@@ -156,8 +168,9 @@ std::string render_chart(const svg_chart& c) {
 // Grouped bars: one group per category, one bar per series (values in percent).
 std::string render_bars(const std::string& title, const std::string& subtitle, const std::string& y_label,
                         const std::vector<std::string>& categories, const std::vector<svg_series>& series) {
-  const double w = 760, h = 420, left = 64, right = 230, top = 58, bottom = 56;
-  const svg_box plot{left, top, w - left - right, h - top - bottom};
+  const double h = 420, left = 64, top = 58, bottom = 56, plot_w = 466;
+  const double right = legend_margin(series, 230, 38), w = left + plot_w + right;
+  const svg_box plot{left, top, plot_w, h - top - bottom};
   double y1 = 100.0;
   for (const auto& s : series)
     for (auto [x, y] : s.points) y1 = std::max(y1, y);
