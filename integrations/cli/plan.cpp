@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "runtime/report/report.hpp"
@@ -33,7 +35,8 @@ std::string planner_list() {
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
          "                      [--mapped-peak BYTES] [--no-packs] [--evictions] [--json PATH]\n"
-         "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--host-budget BYTES]\n"
+         "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--link-latency MS[,MS]]\n"
+         "                      [--host-budget BYTES]\n"
          "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
          "                      `sublinear plan --model x --help`, docs/preview.md)\n"
          "\n"
@@ -71,6 +74,8 @@ std::string help_text() {
          "  --link-bandwidth GBPS the device-host link in GB/s (10^9 bytes/s): one figure for both\n"
          "                        directions, or two separated by a comma (to host, to the device);\n"
          "                        a trace does not record it (docs/offload.md)\n"
+         "  --link-latency MS     fixed cost of each copy in milliseconds (default 0), one figure\n"
+         "                        or two as above; the host device's own link takes 4.5 ms\n"
          "  --host-budget BYTES   pinned host pool the offloads may take (default: no bound)\n"
          "  --json PATH           also write the figures as JSON (evictions included)\n"
          "\n"
@@ -96,11 +101,12 @@ std::size_t parse_bytes(std::string_view flag, std::string_view text) {
   return spec.bytes;
 }
 
-// --link-bandwidth: "G" or "G,H" in GB/s, each a positive finite number.
-policy::link_model parse_link(std::string_view text) {
+// "A" or "A,B" (to host, to the device): each a finite number, in (0, 1e6] for a
+// bandwidth or [0, 1e6] for a latency; returns them times `scale`.
+std::pair<double, double> parse_link_pair(std::string_view flag, std::string_view text, bool zero_ok, double scale,
+                                          std::string_view what) {
   const auto fail = [&]() {
-    bad("--link-bandwidth needs GB/s as a positive number, or two separated by a comma (to host, to the device), "
-        "for example 32 or 50,45; got " +
+    bad(std::string(flag) + " needs " + std::string(what) + ", or two separated by a comma (to host, to the device); got " +
         quote_bounded(text));
   };
   const auto one = [&](std::string_view part) -> double {
@@ -110,14 +116,12 @@ policy::link_model parse_link(std::string_view text) {
     const std::string s(part);
     char* end = nullptr;
     const double v = std::strtod(s.c_str(), &end);
-    if (end != s.c_str() + s.size() || !(v > 0.0) || !std::isfinite(v) || v > 1e6) fail();
-    return v * 1e9;
+    if (end != s.c_str() + s.size() || !std::isfinite(v) || v > 1e6 || v < 0.0 || (v == 0.0 && !zero_ok)) fail();
+    return v * scale;
   };
-  policy::link_model link;
   const std::size_t comma = text.find(',');
-  link.to_host.bytes_per_s = one(text.substr(0, comma));
-  link.to_device.bytes_per_s = comma == std::string_view::npos ? link.to_host.bytes_per_s : one(text.substr(comma + 1));
-  return link;
+  const double first = one(text.substr(0, comma));
+  return {first, comma == std::string_view::npos ? first : one(text.substr(comma + 1))};
 }
 
 struct plan_options {
@@ -132,6 +136,7 @@ plan_options parse(std::span<const std::string_view> args) {
   std::string policies = "all";
   std::optional<std::string> budget;
   bool offload_given = false;
+  bool latency_given = false;
   for (arg_reader r(args, &bad); r.next();) {
     const std::string_view flag = r.flag();
     const auto next = [&] { return r.value(); };
@@ -162,7 +167,12 @@ plan_options parse(std::span<const std::string_view> args) {
       }
       offload_given = true;
     } else if (flag == "--link-bandwidth") {
-      o.preview.link = parse_link(next());
+      std::tie(o.preview.link.to_host.bytes_per_s, o.preview.link.to_device.bytes_per_s) =
+          parse_link_pair(flag, next(), false, 1e9, "GB/s as a positive number, for example 32 or 50,45");
+    } else if (flag == "--link-latency") {
+      std::tie(o.preview.link.to_host.latency_s, o.preview.link.to_device.latency_s) =
+          parse_link_pair(flag, next(), true, 1e-3, "milliseconds per copy, 0 or more, for example 0.01 or 4.5");
+      latency_given = true;
     } else if (flag == "--host-budget") {
       o.preview.host_budget = parse_bytes(flag, next());
     } else if (flag == "--json") {
@@ -171,8 +181,11 @@ plan_options parse(std::span<const std::string_view> args) {
     } else {
       bad("unknown argument " + quote_bounded(r.raw()) +
           "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, "
-          "--evictions, --json, --offload, --link-bandwidth, --host-budget");
+          "--evictions, --json, --offload, --link-bandwidth, --link-latency, --host-budget");
     }
+  }
+  if (latency_given && !o.preview.link.usable()) {
+    bad("--link-latency needs --link-bandwidth GB/s too: a link is its bandwidth and its latency per copy");
   }
   if (o.preview.offload == policy::offload_mode::only && !o.preview.link.usable()) {
     bad("--offload only needs --link-bandwidth GB/s: a trace does not record the link (or use --offload auto or off)");

@@ -434,7 +434,12 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
   if (p.offload) {
     out << "\noffload: " << (p.offload_mode == policy::offload_mode::only ? "only (no recompute)" : "auto")
         << ", link " << gbps(p.link.to_host.bytes_per_s) << " to host, " << gbps(p.link.to_device.bytes_per_s)
-        << " to the device, host budget "
+        << " to the device";
+    if (p.link.to_host.latency_s > 0.0 || p.link.to_device.latency_s > 0.0) {
+      out << ", " << text::seconds(p.link.to_host.latency_s) << " and " << text::seconds(p.link.to_device.latency_s)
+          << " per copy";
+    }
+    out << ", host budget "
         << (p.host_budget == 0 ? std::string("unbounded") : format_bytes(p.host_budget));
   }
   out << "\nbudget: " << format_bytes(p.budget) << " (" << p.budget_text << ")";
@@ -574,6 +579,8 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("mode", std::string(!p.offload ? "off" : p.offload_mode == policy::offload_mode::only ? "only" : "auto"));
   w.member("to_host_bytes_per_s", p.link.to_host.bytes_per_s);
   w.member("to_device_bytes_per_s", p.link.to_device.bytes_per_s);
+  w.member("to_host_latency_s", p.link.to_host.latency_s);
+  w.member("to_device_latency_s", p.link.to_device.latency_s);
   w.member("host_budget_bytes", p.host_budget);
   w.key("floor_s");
   if (p.offload) {
