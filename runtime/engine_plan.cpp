@@ -68,6 +68,7 @@ void engine::impl::build_plan_from_trace() {
   plan_time = {};
   if (!reports.empty()) {
     plan_time.traced.active_s = reports.back().active_s;
+    plan_time.traced.observation_s = reports.back().observation_s;
     plan_time.traced.launches = reports.back().launches;
     plan_time.measured_on = "traced iteration " + std::to_string(reports.back().index);
   }

@@ -7,7 +7,7 @@ namespace sublinear::runtime {
 
 double host_s_per_launch(const host_cost_sample& s) noexcept {
   if (s.launches == 0) return 0.0;
-  return std::max(0.0, s.active_s - s.device_s) / static_cast<double>(s.launches);
+  return std::max(0.0, s.active_s - s.device_s - s.observation_s) / static_cast<double>(s.launches);
 }
 
 iteration_time predict_iteration_time(double device_s, double per_launch, std::size_t traced_launches,

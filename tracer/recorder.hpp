@@ -116,6 +116,12 @@ class recorder final : public allocator::allocation_observer {
   void set_writes(std::uint64_t seq, std::span<const std::uint64_t> block_bases,
                   std::span<const std::uint64_t> fresh = {});
 
+  // Time the collectors spent observing launches' writes (hashing the blocks each touches,
+  // before and after it, where that work runs in line with the launches): work a traced
+  // iteration does and a planned one does not (Note [Predicted iteration time]).
+  void add_observation_ns(std::uint64_t ns) noexcept { observation_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t observation_ns() const noexcept { return observation_ns_.load(std::memory_order_relaxed); }
+
   // ---- pointer scan against the live blocks, now ----
   void scan(std::span<const std::byte> params, std::vector<scan_hit>& out) const;
   // The distinct live blocks `params` points into, in address order.
@@ -142,6 +148,7 @@ class recorder final : public allocator::allocation_observer {
   recorder_options options_;
   std::atomic<bool> recording_{false};
   std::atomic<allocation_observer*> next_{nullptr};
+  std::atomic<std::uint64_t> observation_ns_{0};
 };
 
 // The process's default recorder, for the C marker below: a resettable reference, not a

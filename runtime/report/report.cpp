@@ -183,6 +183,7 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.predicted_launches = pt.at_plan.launches;
   plan.predicted_iteration_s = pt.at_plan.predicted_s;
   plan.traced_active_s = pt.traced.active_s;
+  plan.traced_observation_s = pt.traced.observation_s;
   plan.traced_launches = pt.traced.launches;
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
@@ -280,6 +281,7 @@ std::string to_json(const run_report& r) {
   w.member("predicted_launches", r.plan.predicted_launches);
   w.member("predicted_iteration_s", r.plan.predicted_iteration_s);
   w.member("traced_active_s", r.plan.traced_active_s);
+  w.member("traced_observation_s", r.plan.traced_observation_s);
   w.member("traced_launches", r.plan.traced_launches);
   w.member("error", r.plan.error);
   w.end_object();
@@ -476,6 +478,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.predicted_launches = size_or(plan, "predicted_launches");
   r.plan.predicted_iteration_s = seconds_or_zero("predicted_iteration_s");
   r.plan.traced_active_s = seconds_or_zero("traced_active_s");
+  r.plan.traced_observation_s = seconds_or_zero("traced_observation_s");
   r.plan.traced_launches = size_or(plan, "traced_launches");
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {

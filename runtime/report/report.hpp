@@ -74,6 +74,7 @@ struct plan_summary {
   std::size_t predicted_launches = 0;
   double predicted_iteration_s = 0.0;
   double traced_active_s = 0.0;
+  double traced_observation_s = 0.0;  // of that, the tracer's write observation
   std::size_t traced_launches = 0;
 };
 

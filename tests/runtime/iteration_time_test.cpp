@@ -36,6 +36,7 @@ TEST(IterationTime, HostCostPerLaunchIsTheUnexplainedTimeOverTheLaunches) {
   EXPECT_EQ(host_s_per_launch({0.75, 0.25, 4}), 0.125);
   EXPECT_EQ(host_s_per_launch({0.25, 0.75, 4}), 0.0) << "a device-bound iteration hides the host's work";
   EXPECT_EQ(host_s_per_launch({0.75, 0.25, 0}), 0.0) << "no launches, no cost per launch";
+  EXPECT_EQ(host_s_per_launch({1.25, 0.25, 4, 0.5}), 0.125) << "the tracer's hashing is not the host's cost per launch";
 }
 
 TEST(IterationTime, ThePredictionAddsTheHostCostOfTracedAndReplayedLaunches) {
@@ -167,6 +168,10 @@ TEST(IterationTime, EachPlannedIterationIsPredictedFromAnIterationBeforeIt) {
   ASSERT_EQ(traced.state, engine_state::trace);
   EXPECT_EQ(t.traced.active_s, traced.active_s);
   EXPECT_EQ(t.traced.launches, traced.launches);
+  // The traced iterations hash what each launch touches; the planned ones do not.
+  EXPECT_EQ(t.traced.observation_s, traced.observation_s);
+  EXPECT_GT(traced.observation_s, 0.0);
+  EXPECT_LT(traced.observation_s, traced.active_s);
   EXPECT_EQ(t.traced.device_s, r.compute.traced_s);
   const double device_s = r.link.predicted_device_s;
   const std::size_t launches = traced.launches + r.replayed;
@@ -177,6 +182,7 @@ TEST(IterationTime, EachPlannedIterationIsPredictedFromAnIterationBeforeIt) {
     if (it.state == engine_state::trace) continue;
     SCOPED_TRACE(it.index);
     ASSERT_FALSE(it.diverged) << it.divergence;
+    EXPECT_EQ(it.observation_s, 0.0);
     if (measured == nullptr) {
       EXPECT_EQ(it.predicted_s, t.at_plan.predicted_s) << "no steady iteration yet: the traced one's measure";
     } else {
@@ -209,6 +215,8 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(rep.plan.predicted_launches, r.time.at_plan.launches);
   EXPECT_EQ(rep.plan.predicted_iteration_s, r.time.at_plan.predicted_s);
   EXPECT_EQ(rep.plan.traced_active_s, r.time.traced.active_s);
+  EXPECT_EQ(rep.plan.traced_observation_s, r.time.traced.observation_s);
+  EXPECT_GT(rep.plan.traced_observation_s, 0.0);
   EXPECT_EQ(rep.plan.traced_launches, r.time.traced.launches);
   const run_report back = parse_report(to_json(rep));
   EXPECT_EQ(back.plan.predicted_device_s, rep.plan.predicted_device_s);
@@ -216,6 +224,7 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(back.plan.predicted_launches, rep.plan.predicted_launches);
   EXPECT_EQ(back.plan.predicted_iteration_s, rep.plan.predicted_iteration_s);
   EXPECT_EQ(back.plan.traced_active_s, rep.plan.traced_active_s);
+  EXPECT_EQ(back.plan.traced_observation_s, rep.plan.traced_observation_s);
   EXPECT_EQ(back.plan.traced_launches, rep.plan.traced_launches);
   ASSERT_EQ(back.iterations.size(), rep.iterations.size());
   for (std::size_t i = 0; i < rep.iterations.size(); ++i) {

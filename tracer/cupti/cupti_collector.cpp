@@ -496,6 +496,7 @@ struct cupti_collector::impl {
     o.fresh.assign(o.blocks.size(), 0);
     if (!o.blocks.empty()) {
       synchronize_for_observation();
+      const std::uint64_t hashing = now_ns();
       const std::uint64_t e = epoch.load(std::memory_order_relaxed);
       for (std::size_t i = 0; i < o.blocks.size(); ++i) {
         std::uint64_t h = 0;
@@ -506,6 +507,7 @@ struct cupti_collector::impl {
         }
         o.before.push_back(h);
       }
+      rec.add_observation_ns(now_ns() - hashing);
     }
     o.open = true;
   }
@@ -522,6 +524,7 @@ struct cupti_collector::impl {
     std::vector<std::uint64_t> written, untouched;
     if (!o.blocks.empty()) {
       synchronize_for_observation();
+      const std::uint64_t hashing = now_ns();
       const std::uint64_t e = epoch.load(std::memory_order_relaxed);
       for (std::size_t i = 0; i < o.blocks.size(); ++i) {
         const std::uint64_t after = device_hash(o.blocks[i]);
@@ -532,6 +535,7 @@ struct cupti_collector::impl {
         }
         kept.keep(o.blocks[i], e, after);
       }
+      rec.add_observation_ns(now_ns() - hashing);
     }
     rec.set_writes(seq, written, untouched);
     observed.fetch_add(1, std::memory_order_relaxed);

@@ -42,6 +42,7 @@ struct probe {
   std::uint64_t t0 = 0;
 
   void begin() {
+    const std::uint64_t entered = observe ? now_ns() : 0;
     if (observe) {
       before.clear();
       before.reserve(blocks.size());
@@ -65,6 +66,7 @@ struct probe {
       hashed->fetch_add(blocks.size() - reused_here, std::memory_order_relaxed);
     }
     t0 = now_ns();
+    if (observe) rec->add_observation_ns(t0 - entered);
   }
   void end() {
     const std::uint64_t t1 = now_ns();
@@ -81,6 +83,7 @@ struct probe {
         if (kept != nullptr) kept->keep(blocks[i], epoch, after);
       }
       rec->set_writes(seq, written, untouched);
+      rec->add_observation_ns(now_ns() - t1);
     }
   }
 };
