@@ -13,14 +13,16 @@
 //   every offload with restore_before = i; then launch i runs for its cost_s. After launch
 //   i ends, the device->host copies of the offloads with evict_after = i join their queue
 //   (deadline order: release_before, then plan order), then the host->device copies of
-//   those with fetch_after = i (restore_before, then plan order). Each direction is a FIFO
-//   queue: a copy starts when it is queued and the copy before it is done; a fetch also
-//   not before its own device->host copy is done. A copy takes link_direction::copy_s of
-//   the buffer's size. Waits are stalls; predicted time = the sum of launch costs + added
-//   compute + stalls. Host memory: host_bytes is the pool the runtime makes, laid out
-//   slot by slot as it will be (Note [Host pool layout]: each offload holds
-//   round_up(size, 512) over positions evict_after + 1 ..= restore_before); over a
-//   nonzero host budget the plan is invalid.
+//   those with fetch_after = i (restore_before, then plan order); the runtime queues them
+//   so (Note [Offload execution]). Each direction is a FIFO queue: a copy starts when it
+//   is queued and the copy before it is done; a fetch also not before its own
+//   device->host copy is done. The last of the copies queued at one launch ends at the
+//   same time in any order, so deadline order brings the earlier-needed ones forward at
+//   no cost to the last. A copy takes link_direction::copy_s of the buffer's size. Waits
+//   are stalls; predicted time = the sum of launch costs + added compute + stalls. Host
+//   memory: host_bytes is the pool the runtime makes, laid out slot by slot as it will
+//   be (Note [Host pool layout]: each offload holds round_up(size, 512) over positions
+//   evict_after + 1 ..= restore_before); over a nonzero host budget the plan is invalid.
 // Limitations: streams that overlap in the trace are taken to run in sequence, so the
 //   predicted time is an upper bound where they did overlap.
 #include <algorithm>

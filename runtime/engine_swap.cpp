@@ -13,16 +13,18 @@
 //   host (release_wait_s), so the mapped bytes the simulator predicts hold at any link
 //   speed. At the ENTER of fetch_after + 1 the pages are mapped again at the same address
 //   and the host->device copy is queued behind the entering launch's stream; at the ENTER
-//   of restore_before that stream waits on the copy's event (the host does not). Each
-//   buffer has a slot in one host pool, laid out by policy::lay_out_host_pool as the
-//   simulator's host_bytes counts it (Note [Host pool layout]: slots share bytes when one
-//   is back before the other goes out); the pool is made once per plan and kept across
-//   iterations. The ENTER safety net also covers offloaded buffers: a launch (or
-//   copy, set) touching one outside the plan makes its stream wait for the bytes first
-//   (safety_fetches), with the same trace rule for stray pointer words as evictions. A
-//   divergence brings every offloaded buffer back before the launch that diverged. A
-//   copy the device refuses leaves the buffer resident (out) or is replaced by a
-//   synchronous upload (in), counted in failed_copies.
+//   of restore_before that stream waits on the copy's event (the host does not). Copies
+//   queued at one point go in the simulator's order (Note [Link timeline]): by deadline
+//   (release_before out, restore_before in), then plan order. Each buffer has a slot in
+//   one host pool, laid out by policy::lay_out_host_pool as the simulator's host_bytes
+//   counts it (Note [Host pool layout]: slots share bytes when one is back before the
+//   other goes out); the pool is made once per plan and kept across iterations. The
+//   ENTER safety net also covers offloaded buffers: a launch (or copy, set) touching one
+//   outside the plan makes its stream wait for the bytes first (safety_fetches), with the
+//   same trace rule for stray pointer words as evictions. A divergence brings every
+//   offloaded buffer back before the launch that diverged. A copy the device refuses
+//   leaves the buffer resident (out) or is replaced by a synchronous upload (in), both
+//   counted in failed_copies.
 // Limitations: the device->host copy follows the producing launch's stream only (as
 //   evictions wait for the block's own streams); a buffer the program frees while a copy
 //   of it is in flight makes the host wait for that copy.
@@ -107,6 +109,15 @@ void engine::impl::index_offloads() {
     fetch_at[std::min<std::size_t>(o.fetch_after + 1, n)].push_back(i);
     needed_at[o.restore_before].push_back(i);
   }
+  // Each copy stream is a FIFO: the copies queued at one launch go in the order the
+  // simulator gives them (Note [Link timeline]): deadline first, then plan order.
+  const auto by_deadline = [&](std::vector<std::size_t>& at, auto deadline) {
+    std::stable_sort(at.begin(), at.end(), [&](std::size_t a, std::size_t b) {
+      return deadline(plan.offloads[a]) < deadline(plan.offloads[b]);
+    });
+  };
+  for (auto& at : copy_out_after) by_deadline(at, [](const policy::offload& o) { return o.release_before; });
+  for (auto& at : fetch_at) by_deadline(at, [](const policy::offload& o) { return o.restore_before; });
   // The slots as the simulator laid them out for host_bytes (Note [Host pool layout]).
   policy::host_layout layout = policy::lay_out_host_pool(g, plan.offloads);
   host_offset = std::move(layout.offsets);

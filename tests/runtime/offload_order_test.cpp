@@ -1,0 +1,203 @@
+// The order of the copies the engine queues at one point (Note [Offload execution]) is
+// the simulator's (Note [Link timeline]): each copy stream is a FIFO, so copies queued
+// together run in that order, and the stalls the plan predicts hold only if the runtime
+// queues them as the simulator modelled. Two offloads are copied out after the same
+// launch and fetched after the same launch, listed in the plan in the opposite order of
+// their deadlines (release_before, restore_before). The engine notes each copy in its
+// timeline as it queues it on the copy stream, so the timeline's order is the stream's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocator/caching_allocator.hpp"
+#include "device/host/device.hpp"
+#include "device/host/host_vmm.hpp"
+#include "policy/simulator.hpp"
+#include "runtime/host/host_runtime.hpp"
+#include "chain_kernels.hpp"
+
+namespace sublinear::runtime {
+namespace {
+
+using test::accumulate_kernel;
+using test::accumulate_params;
+using test::fill_kernel;
+using test::fill_params;
+using test::small_page_options;
+
+constexpr std::int64_t kSmall = 64 * 1024;  // floats: 256 KiB, whole 64 KiB pages
+constexpr std::int64_t kLarge = 128 * 1024;  // 512 KiB
+constexpr std::size_t kSmallBytes = kSmall * sizeof(float);
+constexpr std::size_t kLargeBytes = kLarge * sizeof(float);
+constexpr int kPadding = 4;
+
+// One iteration: fill S, fill L, kPadding launches touching neither, then S's consumer,
+// then L's.
+struct two_buffers {
+  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
+  device::host::device dev;
+  allocator::caching_allocator alloc{vmm, dev, small_page_options()};
+  float* acc = nullptr;
+  float* scratch = nullptr;
+
+  two_buffers() {
+    acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
+    scratch = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
+    dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
+    dev.synchronize();
+  }
+  ~two_buffers() {
+    dev.synchronize();
+    alloc.deallocate(acc);
+    alloc.deallocate(scratch);
+  }
+  void iteration() {
+    auto* s = static_cast<float*>(alloc.allocate(kSmallBytes, nullptr));
+    auto* l = static_cast<float*>(alloc.allocate(kLargeBytes, nullptr));
+    fill_params fs{s, kSmall, 0.25f};
+    dev.launch(fill_kernel(), {}, nullptr, &fs);
+    fill_params fl{l, kLarge, 0.75f};
+    dev.launch(fill_kernel(), {}, nullptr, &fl);
+    for (int k = 0; k < kPadding; ++k) {
+      fill_params fp{scratch, 64, static_cast<float>(k)};
+      dev.launch(fill_kernel(), {}, nullptr, &fp);
+    }
+    accumulate_params as{acc, s, kSmall};
+    dev.launch(accumulate_kernel(), {}, nullptr, &as);
+    alloc.deallocate(s);
+    accumulate_params al{acc, l, kLarge};
+    dev.launch(accumulate_kernel(), {}, nullptr, &al);
+    alloc.deallocate(l);
+    dev.synchronize();
+  }
+  std::vector<float> result() {
+    dev.synchronize();
+    std::vector<float> out(64);
+    std::memcpy(out.data(), acc, 64 * sizeof(float));
+    return out;
+  }
+};
+
+constexpr double kLinkBytesPerS = 4e9;
+
+struct amended {
+  policy::plan plan;
+  policy::simulation simulated;
+};
+
+// Replaces the plan by two offloads, L listed first: both copied out after L's fill, S
+// released first; both fetched after the last padding launch, S restored first.
+void offload_both(const policy::iteration& g, policy::plan& p, amended& out) {
+  policy::buffer_id s = policy::none, l = policy::none;
+  for (policy::buffer_id b = 0; b < g.buffers.size(); ++b) {
+    if (g.buffers[b].persistent()) continue;
+    if (g.buffers[b].size == kSmallBytes) s = b;
+    if (g.buffers[b].size == kLargeBytes) l = b;
+  }
+  ASSERT_NE(s, policy::none);
+  ASSERT_NE(l, policy::none);
+  const policy::launch_id fill_l = g.buffers[l].users.front();
+  const policy::launch_id use_s = g.buffers[s].users.back();
+  const policy::launch_id use_l = g.buffers[l].users.back();
+  ASSERT_EQ(use_s, fill_l + kPadding + 1);
+  ASSERT_EQ(use_l, use_s + 1);
+  const policy::launch_id fetch = use_s - 1;
+  p.evictions.clear();
+  p.retentions.clear();
+  p.packs.clear();
+  p.recomputed_launches = 0;
+  p.added_compute_s = 0.0;
+  p.offloads = {
+      {l, fill_l, fill_l + 2, fetch, use_l},  // target, evict_after, release_before, fetch_after, restore_before
+      {s, fill_l, fill_l + 1, fetch, use_s},
+  };
+  policy::link_model link;
+  link.to_host = {kLinkBytesPerS, 0.0};
+  link.to_device = {kLinkBytesPerS, 0.0};
+  out.plan = p;
+  out.simulated = policy::simulate(g, p, link);
+}
+
+struct queued {
+  std::vector<std::size_t> out, in;  // bytes of each copy, in the order the engine queued them
+};
+
+TEST(OffloadOrder, CopiesQueuedAtOneLaunchGoInTheSimulatorsDeadlineOrder) {
+  engine_options o;
+  o.config.budget = policy::parse_budget("2x");  // over the traced peak: the plan is the two offloads
+  o.config.policy = "greedy";
+  o.config.validate = validate_mode::first;
+  o.config.multi_pass = false;
+  o.config.log = log_level::error;
+  o.device_capacity = std::size_t{256} << 20;
+  o.record_timeline = true;
+  amended a;
+  o.amend_plan = [&a](const policy::iteration& g, policy::plan& p) { offload_both(g, p, a); };
+
+  std::vector<float> without, with;
+  std::vector<iteration_report> reports;
+  std::string plan_error;
+  std::vector<queued> by_iteration(1);
+  {
+    two_buffers c;
+    for (int it = 0; it < 5; ++it) c.iteration();
+    without = c.result();
+  }
+  {
+    two_buffers c;
+    host_runtime rt(c.dev, c.alloc, o);
+    rt.replay_device().set_link({kLinkBytesPerS, 0.0}, {kLinkBytesPerS, 0.0}, "test");
+    for (int it = 0; it < 5; ++it) {
+      c.iteration();
+      rt.mark_iteration();
+    }
+    with = c.result();
+    reports = rt.get().iterations();
+    plan_error = rt.get().plan_error();
+    for (const timeline_event& e : rt.get().timeline()) {
+      if (e.what == timeline_event::kind::iteration) by_iteration.emplace_back();
+      if (e.what == timeline_event::kind::offload) by_iteration.back().out.push_back(e.bytes);
+      if (e.what == timeline_event::kind::fetch) by_iteration.back().in.push_back(e.bytes);
+    }
+  }
+  EXPECT_EQ(with, without);
+  ASSERT_EQ(plan_error, "");
+  ASSERT_EQ(a.plan.offloads.size(), 2u) << "the plan was amended";
+  ASSERT_TRUE(a.simulated.valid) << a.simulated.error;
+
+  // The simulator's order: by when each copy starts on its direction of the link.
+  const auto order = [&](auto start) {
+    std::vector<std::size_t> idx{0, 1};
+    std::sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) {
+      return start(a.simulated.copies[x]) < start(a.simulated.copies[y]);
+    });
+    std::vector<std::size_t> bytes;
+    for (std::size_t j : idx) bytes.push_back(j == 0 ? kLargeBytes : kSmallBytes);
+    return bytes;
+  };
+  const std::vector<std::size_t> simulated_out = order([](const policy::offload_times& t) { return t.to_host_start; });
+  const std::vector<std::size_t> simulated_in = order([](const policy::offload_times& t) { return t.to_device_start; });
+  const std::vector<std::size_t> deadline_order{kSmallBytes, kLargeBytes};  // S's deadlines are the earlier
+  EXPECT_EQ(simulated_out, deadline_order) << "the simulator copies out by release_before, not plan order";
+  EXPECT_EQ(simulated_in, deadline_order) << "and fetches by restore_before";
+
+  std::size_t planned = 0;
+  for (std::size_t i = 0; i < reports.size() && i < by_iteration.size(); ++i) {
+    if (reports[i].state == engine_state::trace) continue;
+    SCOPED_TRACE(i);
+    ++planned;
+    EXPECT_FALSE(reports[i].diverged) << reports[i].divergence;
+    EXPECT_EQ(reports[i].offloads, 2u);
+    EXPECT_EQ(reports[i].fetches, 2u);
+    EXPECT_EQ(by_iteration[i].out, simulated_out) << "the copy stream gets the copies out in the simulator's order";
+    EXPECT_EQ(by_iteration[i].in, simulated_in) << "and the fetches";
+  }
+  EXPECT_GE(planned, 2u);
+}
+
+}  // namespace
+}  // namespace sublinear::runtime
