@@ -358,6 +358,7 @@ void engine::impl::before(const launch_view& op) {
     release_held(pos);
     offloads_before(op.stream);  // Note [Offload execution]
     for (std::size_t i : restore_at[pos]) regenerate(i, op.stream);
+    fetches_needed(op.stream);  // after the recipes, as Note [Link timeline] orders them
     if (opts.prefetch_launches > 0) prefetch(op.stream);
   }
   static const bool debug_launches = std::getenv("SUBLINEAR_DEBUG_LAUNCHES") != nullptr;

@@ -13,7 +13,8 @@
 //   host (release_wait_s), so the mapped bytes the simulator predicts hold at any link
 //   speed. At the ENTER of fetch_after + 1 the pages are mapped again at the same address
 //   and the host->device copy is queued behind the entering launch's stream; at the ENTER
-//   of restore_before that stream waits on the copy's event (the host does not). Copies
+//   of restore_before, after the recipes restoring there are queued (the simulator's
+//   order), that stream waits on the copy's event (the host does not). Copies
 //   queued at one point go in the simulator's order (Note [Link timeline]): by deadline
 //   (release_before out, restore_before in), then plan order. Each buffer has a slot in
 //   one host pool, laid out by policy::lay_out_host_pool as the simulator's host_bytes
@@ -298,6 +299,11 @@ void engine::impl::offloads_before(device::stream_handle stream) {
     release_offloaded(i);
   }
   for (std::size_t i : fetch_at[pos]) fetch(i, stream);
+}
+
+// After the recipes restoring at this launch: its stream waits for the fetches it needs.
+void engine::impl::fetches_needed(device::stream_handle stream) {
+  if (plan.offloads.empty() || pos >= needed_at.size()) return;
   for (std::size_t i : needed_at[pos]) bring_in(i, stream);
 }
 

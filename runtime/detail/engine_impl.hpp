@@ -227,6 +227,7 @@ struct engine::impl {
   void fetch(std::size_t i, device::stream_handle stream);
   void bring_in(std::size_t i, device::stream_handle stream);
   void offloads_before(device::stream_handle stream);
+  void fetches_needed(device::stream_handle stream);
   void fetch_touched(const launch_view& op);
   void fetch_everything(device::stream_handle stream);
   void drop_offload(buffer_id b);

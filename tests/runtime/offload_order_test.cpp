@@ -199,5 +199,102 @@ TEST(OffloadOrder, CopiesQueuedAtOneLaunchGoInTheSimulatorsDeadlineOrder) {
   EXPECT_GE(planned, 2u);
 }
 
+
+// Replaces the plan by an eviction of S (its fill replayed) and an offload of L, both
+// restoring before S's consumer: the simulator runs the recipe, then waits for the fetch.
+void recompute_and_offload(const policy::iteration& g, policy::plan& p, amended& out) {
+  policy::buffer_id s = policy::none, l = policy::none;
+  for (policy::buffer_id b = 0; b < g.buffers.size(); ++b) {
+    if (g.buffers[b].persistent()) continue;
+    if (g.buffers[b].size == kSmallBytes) s = b;
+    if (g.buffers[b].size == kLargeBytes) l = b;
+  }
+  ASSERT_NE(s, policy::none);
+  ASSERT_NE(l, policy::none);
+  const policy::launch_id fill_s = g.buffers[s].users.front();
+  const policy::launch_id fill_l = g.buffers[l].users.front();
+  const policy::launch_id use_s = g.buffers[s].users.back();
+  p.evictions.clear();
+  p.retentions.clear();
+  p.packs.clear();
+  policy::eviction ev;
+  ev.target = s;
+  ev.evict_after = fill_s;
+  ev.restore_before = use_s;
+  ev.recipe = {fill_s};
+  p.evictions = {ev};
+  p.offloads = {{l, fill_l, fill_l + 1, use_s - 1, use_s}};
+  policy::link_model link;
+  link.to_host = {kLinkBytesPerS, 0.0};
+  link.to_device = {kLinkBytesPerS, 0.0};
+  out.plan = p;
+  out.simulated = policy::simulate(g, p, link);
+}
+
+// Before a launch, the simulator runs the recipes restoring there and then waits for the
+// fetches restoring there; the engine queues them in that order, so the stream's wait for
+// a fetch does not hold up the recipes queued with it.
+TEST(OffloadOrder, RecipesRestoringAtALaunchAreQueuedBeforeItsFetchWait) {
+  engine_options o;
+  o.config.budget = policy::parse_budget("2x");
+  o.config.policy = "greedy";
+  o.config.validate = validate_mode::first;
+  o.config.multi_pass = false;
+  o.config.log = log_level::error;
+  o.device_capacity = std::size_t{256} << 20;
+  o.record_timeline = true;
+  amended a;
+  o.amend_plan = [&a](const policy::iteration& g, policy::plan& p) { recompute_and_offload(g, p, a); };
+
+  std::vector<float> without, with;
+  std::vector<iteration_report> reports;
+  std::vector<timeline_event> timeline;
+  {
+    two_buffers c;
+    for (int it = 0; it < 5; ++it) c.iteration();
+    without = c.result();
+  }
+  {
+    two_buffers c;
+    host_runtime rt(c.dev, c.alloc, o);
+    rt.replay_device().set_link({kLinkBytesPerS, 0.0}, {kLinkBytesPerS, 0.0}, "test");
+    for (int it = 0; it < 5; ++it) {
+      c.iteration();
+      rt.mark_iteration();
+    }
+    with = c.result();
+    reports = rt.get().iterations();
+    ASSERT_EQ(rt.get().plan_error(), "");
+    timeline = rt.get().timeline();
+  }
+  EXPECT_EQ(with, without);
+  ASSERT_EQ(a.plan.offloads.size(), 1u) << "the plan was amended";
+  ASSERT_TRUE(a.simulated.valid) << a.simulated.error;
+  EXPECT_EQ(a.simulated.recomputed_launches, 1u);
+
+  // Per iteration: when the recipe was queued (its event's end) and when the stream was
+  // made to wait for the fetch (the fetch event's end).
+  std::size_t index = 0, checked = 0;
+  double recipe_queued = -1.0, fetch_waited = -1.0;
+  for (const timeline_event& e : timeline) {
+    if (e.what == timeline_event::kind::regenerate) recipe_queued = e.end_s;
+    if (e.what == timeline_event::kind::fetch) fetch_waited = e.end_s;
+    if (e.what != timeline_event::kind::iteration) continue;
+    if (index < reports.size() && reports[index].state != engine_state::trace) {
+      SCOPED_TRACE(index);
+      EXPECT_FALSE(reports[index].diverged) << reports[index].divergence;
+      EXPECT_EQ(reports[index].recomputed_launches, 1u);
+      EXPECT_EQ(reports[index].fetches, 1u);
+      ASSERT_GE(recipe_queued, 0.0);
+      ASSERT_GE(fetch_waited, 0.0);
+      EXPECT_LE(recipe_queued, fetch_waited) << "the fetch wait came before the recipe";
+      ++checked;
+    }
+    ++index;
+    recipe_queued = fetch_waited = -1.0;
+  }
+  EXPECT_GE(checked, 2u);
+}
+
 }  // namespace
 }  // namespace sublinear::runtime
