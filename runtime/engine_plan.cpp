@@ -312,6 +312,7 @@ void engine::impl::measure_host_cost() {
   t.measured.active_s = current.active_s;
   t.measured.device_s = t.traced.device_s + current.recompute_s + current.copy_stall_s;
   t.measured.launches = current.launches + current.recomputed_launches;
+  t.measured.observation_s = current.observation_s;
   t.measured_on = "planned iteration " + std::to_string(current.index);
   t.next = predict_iteration_time(plan.predicted_time_s, host_s_per_launch(t.measured), t.traced.launches,
                                   plan.recomputed_launches);
