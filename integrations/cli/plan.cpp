@@ -104,10 +104,10 @@ std::size_t parse_bytes(std::string_view flag, std::string_view text) {
 // "A" or "A,B" (to host, to the device): each a finite number, in (0, 1e6] for a
 // bandwidth or [0, 1e6] for a latency; returns them times `scale`.
 std::pair<double, double> parse_link_pair(std::string_view flag, std::string_view text, bool zero_ok, double scale,
-                                          std::string_view what) {
+                                          std::string_view what, std::string_view example) {
   const auto fail = [&]() {
-    bad(std::string(flag) + " needs " + std::string(what) + ", or two separated by a comma (to host, to the device); got " +
-        quote_bounded(text));
+    bad(std::string(flag) + " needs " + std::string(what) + ", or two separated by a comma (to host, to the device), " +
+        "for example " + std::string(example) + "; got " + quote_bounded(text));
   };
   const auto one = [&](std::string_view part) -> double {
     if (part.empty() || part.size() > 32) fail();
@@ -168,10 +168,10 @@ plan_options parse(std::span<const std::string_view> args) {
       offload_given = true;
     } else if (flag == "--link-bandwidth") {
       std::tie(o.preview.link.to_host.bytes_per_s, o.preview.link.to_device.bytes_per_s) =
-          parse_link_pair(flag, next(), false, 1e9, "GB/s as a positive number, for example 32 or 50,45");
+          parse_link_pair(flag, next(), false, 1e9, "GB/s as a positive number", "32 or 50,45");
     } else if (flag == "--link-latency") {
       std::tie(o.preview.link.to_host.latency_s, o.preview.link.to_device.latency_s) =
-          parse_link_pair(flag, next(), true, 1e-3, "milliseconds per copy, 0 or more, for example 0.01 or 4.5");
+          parse_link_pair(flag, next(), true, 1e-3, "milliseconds per copy, 0 or more", "0.01 or 4.5,4");
       latency_given = true;
     } else if (flag == "--host-budget") {
       o.preview.host_budget = parse_bytes(flag, next());

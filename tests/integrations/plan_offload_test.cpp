@@ -50,6 +50,17 @@ TEST_F(PlanOffload, OnlyListsEachOffloadAndNoRecompute) {
   EXPECT_EQ(r.out.find("replays "), std::string::npos) << r.out;  // nothing recomputed
 }
 
+TEST_F(PlanOffload, TheLatencyPerCopyIsPartOfTheLink) {
+  const std::string path = ::testing::TempDir() + "/plan_latency_" + std::to_string(::getpid()) + ".json";
+  const child_result r = plan({"--policy", "greedy", "--link-bandwidth", "50", "--link-latency", "4.5,0.5", "--json", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string json = slurp(path);
+  std::remove(path.c_str());
+  EXPECT_NE(r.out.find("50 GB/s to the device, 4.50 ms and 500.0 us per copy"), std::string::npos) << r.out;
+  EXPECT_NE(json.find("\"to_host_latency_s\": 0.0045"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"to_device_latency_s\": 5e-04"), std::string::npos) << json;
+}
+
 TEST_F(PlanOffload, WithoutALinkNothingIsOffloadedAndTheTableIsUnchanged) {
   const child_result r = plan({"--policy", "greedy"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -83,6 +94,9 @@ TEST_F(PlanOffload, BadValuesNameTheProblemAndTheFix) {
       {{"--link-bandwidth", "32,"}, "for example 32 or 50,45; got '32,'"},
       {{"--link-bandwidth", "1e3"}, "got '1e3'"},
       {{"--link-bandwidth", "5", "--host-budget", "10%"}, "--host-budget needs bytes"},
+      {{"--link-bandwidth", "5", "--link-latency", "-1"}, "--link-latency needs milliseconds per copy, 0 or more"},
+      {{"--link-bandwidth", "5", "--link-latency", "4,x"}, "for example 0.01 or 4.5,4; got '4,x'"},
+      {{"--link-latency", "4.5"}, "--link-latency needs --link-bandwidth GB/s too"},
   };
   for (const auto& c : cases) {
     const child_result r = plan(c.args);
