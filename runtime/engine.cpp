@@ -158,7 +158,7 @@ void engine::impl::end_iteration() {
   const double ended_s = dev.now_s();
   current.wall_s = ended_s - iteration_started_s;
   current.active_s = first_call_s < 0.0 ? 0.0 : ended_s - first_call_s;
-  current.observation_s = static_cast<double>(rec.observation_ns() - observation_ns_at_begin) * 1e-9;
+  current.observation_s += static_cast<double>(rec.observation_ns() - observation_ns_at_begin) * 1e-9;
   current.diverged = diverged;
   reports.push_back(current);
   if (have_plan && st == engine_state::steady && !diverged && !current.budget_lifted) measure_host_cost();
@@ -597,7 +597,12 @@ void engine::on_allocate(void* ptr, std::size_t size, device::stream_handle stre
   m.flush_memory_op();
   if (m.opts.fill_fresh_blocks && !m.announcing_live_blocks && ptr != nullptr && size > 0 &&
       m.st == engine_state::trace) {
+    // The fill waits for its stream: drained first, the clock counts the fill alone
+    // (Note [Predicted iteration time]).
+    m.dev.fill(ptr, tracer::fresh_fill_byte, 0, stream);
+    const double t0 = m.dev.now_s();
     m.dev.fill(ptr, tracer::fresh_fill_byte, size, stream);  // Note [Filled fresh blocks]
+    m.current.observation_s += m.dev.now_s() - t0;
   }
   // Under an absolute budget every live block is known, so that a diverged iteration can
   // offload too (Note [Offloading the traced iteration]).

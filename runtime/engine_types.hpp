@@ -157,7 +157,8 @@ struct iteration_report {
   double wall_s = 0.0;              // from the previous iteration's end to this one's
   // Note [Predicted iteration time] in runtime/iteration_time.hpp:
   double active_s = 0.0;            // from its first call into the engine to its end (0: no call)
-  double observation_s = 0.0;       // of that, the tracer's write observation (hashing around launches; traced only)
+  double observation_s = 0.0;       // of that, write observation: hashing around launches, filling fresh blocks
+                                    // (traced iterations only)
   double predicted_s = 0.0;         // its time as predicted before it began (0: traced, or no plan)
 };
 

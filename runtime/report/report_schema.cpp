@@ -59,7 +59,7 @@ std::string_view report_schema() {
         "predicted_launches": {"$ref": "#/$defs/count", "description": "Launches a planned iteration runs: the traced iteration's intercepted launches plus the plan's replayed ones; absent in older reports (read as 0)."},
         "predicted_iteration_s": {"$ref": "#/$defs/seconds", "description": "The plan's predicted iteration time: predicted_device_s + host_s_per_launch x predicted_launches; 0 without a plan; absent in older reports (read as 0). Each planned iteration's own prediction is its predicted_s."},
         "traced_active_s": {"$ref": "#/$defs/seconds", "description": "The traced iteration's active_s, that host_s_per_launch comes from; absent in older reports (read as 0)."},
-        "traced_observation_s": {"$ref": "#/$defs/seconds", "description": "Of traced_active_s, the tracer's write observation (hashing the blocks each launch touches), which a planned iteration does not do; absent in older reports (read as 0)."},
+        "traced_observation_s": {"$ref": "#/$defs/seconds", "description": "Of traced_active_s, the write observation (hashing the blocks each launch touches, filling fresh blocks), which a planned iteration does not do; absent in older reports (read as 0)."},
         "traced_launches": {"$ref": "#/$defs/count", "description": "The traced iteration's intercepted launches, copies and sets; absent in older reports (read as 0)."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
