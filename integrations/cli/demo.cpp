@@ -246,7 +246,7 @@ struct budgeted_run {
   std::size_t peak = 0;   // over the planned iterations
   double iter_s = 0.0;    // median over the steady planned iterations (0: none ran)
   double validate_iter_s = 0.0;  // median over the validating ones (the first planned, by default)
-  double time_ratio = 0.0;  // median over the planned iterations of this run's / the baseline's same iteration
+  double time_ratio = 0.0;  // median over the steady iterations of this run's / the baseline's same iteration
   std::vector<std::vector<float>> params;
   std::size_t evictions = 0;
   std::size_t recomputed = 0;
@@ -264,8 +264,8 @@ struct budgeted_run {
   // Offload (docs/runtime.md, "Offload execution"): per planned iteration, medians.
   runtime::engine::plan_link link;  // the plan's offloads and the link it was made for
   runtime::engine::plan_time time;  // the plan's predicted iteration time (Note [Predicted iteration time])
-  double predicted_s = 0.0;         // planned iterations: median of each one's prediction, made before it
-  double predicted_ratio = 0.0;     // planned iterations: median of each one's prediction over its time
+  double predicted_s = 0.0;         // steady iterations: median of each one's prediction, made before it
+  double predicted_ratio = 0.0;     // steady iterations: median of each one's prediction over its time
   double offloaded_bytes = 0.0, fetched_bytes = 0.0;
   double link_busy_s = 0.0, copy_stall_s = 0.0, release_wait_s = 0.0;
 };
@@ -374,6 +374,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
       if (r.state == runtime::engine_state::steady) times.push_back(s);
       if (r.state == runtime::engine_state::validate) validate_times.push_back(s);
     }
+    if (r.state != runtime::engine_state::steady) continue;
     if (r.predicted_s > 0.0) predicted.push_back(r.predicted_s);
     if (r.predicted_s > 0.0 && i < out.figures.iterations.size() && out.figures.iterations[i].seconds > 0.0)
       predicted_ratio.push_back(r.predicted_s / out.figures.iterations[i].seconds);
@@ -571,7 +572,7 @@ int demo_main(std::span<const std::string_view> args) {
     budgeted.bit_identical = budgeted.params == base.params;
     std::vector<double> ratios;
     for (std::size_t i = 0; i < budgeted.reports.size(); ++i) {
-      if (budgeted.reports[i].state == runtime::engine_state::trace) continue;
+      if (budgeted.reports[i].state != runtime::engine_state::steady) continue;  // as iter_s
       const auto& b = base.figures.iterations;
       const auto& s = budgeted.figures.iterations;
       if (i < b.size() && i < s.size() && b[i].seconds > 0.0) ratios.push_back(s[i].seconds / b[i].seconds);
