@@ -1,12 +1,16 @@
-// Host kernels and allocator options for the runtime tests that train a chain of
-// activations under the engine (offload_test, iteration_time_test, and the allocator
-// options for fault_test, launch_kinds_test and unseen_writes_test).
+// Host kernels, allocator options and a device rig for the runtime tests that train a
+// chain of activations under the engine (offload_test, offload_order_test,
+// iteration_time_test, and the allocator options for fault_test, launch_kinds_test and
+// unseen_writes_test).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "allocator/caching_allocator.hpp"
 #include "device/host/device.hpp"
+#include "device/host/host_vmm.hpp"
 
 namespace sublinear::runtime::test {
 
@@ -67,5 +71,36 @@ inline const device::host::kernel& accumulate_kernel() {
                                 SUBLINEAR_PARAM(accumulate_params, n)});
   return k;
 }
+
+// A host device with 64 KiB pages, its allocator, and two 64-float blocks allocated before
+// any engine starts: `acc`, zeroed, that the backward sums into (the training's result),
+// and `scratch`, that launches may write without allocating.
+struct accumulator_rig {
+  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
+  device::host::device dev;
+  allocator::caching_allocator alloc{vmm, dev, small_page_options()};
+  float* acc = nullptr;
+  float* scratch = nullptr;
+
+  accumulator_rig() {
+    acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
+    scratch = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
+    dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
+    dev.synchronize();
+  }
+  ~accumulator_rig() {
+    dev.synchronize();
+    alloc.deallocate(acc);
+    alloc.deallocate(scratch);
+  }
+  accumulator_rig(const accumulator_rig&) = delete;
+  accumulator_rig& operator=(const accumulator_rig&) = delete;
+  std::vector<float> result() {
+    dev.synchronize();
+    std::vector<float> out(64);
+    std::memcpy(out.data(), acc, 64 * sizeof(float));
+    return out;
+  }
+};
 
 }  // namespace sublinear::runtime::test

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +28,6 @@ using test::accumulate_kernel;
 using test::accumulate_params;
 using test::fill_kernel;
 using test::fill_params;
-using test::small_page_options;
 
 constexpr std::int64_t kSmall = 64 * 1024;  // floats: 256 KiB, whole 64 KiB pages
 constexpr std::int64_t kLarge = 128 * 1024;  // 512 KiB
@@ -37,24 +37,7 @@ constexpr int kPadding = 4;
 
 // One iteration: fill S, fill L, kPadding launches touching neither, then S's consumer,
 // then L's.
-struct two_buffers {
-  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
-  device::host::device dev;
-  allocator::caching_allocator alloc{vmm, dev, small_page_options()};
-  float* acc = nullptr;
-  float* scratch = nullptr;
-
-  two_buffers() {
-    acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
-    scratch = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
-    dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
-    dev.synchronize();
-  }
-  ~two_buffers() {
-    dev.synchronize();
-    alloc.deallocate(acc);
-    alloc.deallocate(scratch);
-  }
+struct two_buffers : test::accumulator_rig {
   void iteration() {
     auto* s = static_cast<float*>(alloc.allocate(kSmallBytes, nullptr));
     auto* l = static_cast<float*>(alloc.allocate(kLargeBytes, nullptr));
@@ -74,12 +57,6 @@ struct two_buffers {
     alloc.deallocate(l);
     dev.synchronize();
   }
-  std::vector<float> result() {
-    dev.synchronize();
-    std::vector<float> out(64);
-    std::memcpy(out.data(), acc, 64 * sizeof(float));
-    return out;
-  }
 };
 
 constexpr double kLinkBytesPerS = 4e9;
@@ -89,15 +66,70 @@ struct amended {
   policy::simulation simulated;
 };
 
+// The traced iteration's S and L (none if not found).
+struct small_and_large {
+  policy::buffer_id s = policy::none, l = policy::none;
+};
+small_and_large find_buffers(const policy::iteration& g) {
+  small_and_large f;
+  for (policy::buffer_id b = 0; b < g.buffers.size(); ++b) {
+    if (g.buffers[b].persistent()) continue;
+    if (g.buffers[b].size == kSmallBytes) f.s = b;
+    if (g.buffers[b].size == kLargeBytes) f.l = b;
+  }
+  return f;
+}
+
+// Keeps the amended plan and simulates it over the link the engine is given.
+void keep_simulated(const policy::iteration& g, const policy::plan& p, amended& out) {
+  policy::link_model link;
+  link.to_host = {kLinkBytesPerS, 0.0};
+  link.to_device = {kLinkBytesPerS, 0.0};
+  out.plan = p;
+  out.simulated = policy::simulate(g, p, link);
+}
+
+// Trains five iterations without and with the engine under the amended plan.
+struct outcome {
+  std::vector<float> without, with;
+  std::vector<iteration_report> reports;
+  std::vector<timeline_event> timeline;
+  std::string plan_error;
+};
+outcome train(const std::function<void(const policy::iteration&, policy::plan&)>& amend) {
+  engine_options o;
+  o.config.budget = policy::parse_budget("2x");  // over the traced peak: the plan is the amended one
+  o.config.policy = "greedy";
+  o.config.validate = validate_mode::first;
+  o.config.multi_pass = false;
+  o.config.log = log_level::error;
+  o.device_capacity = std::size_t{256} << 20;
+  o.record_timeline = true;
+  o.amend_plan = amend;
+  outcome r;
+  {
+    two_buffers c;
+    for (int it = 0; it < 5; ++it) c.iteration();
+    r.without = c.result();
+  }
+  two_buffers c;
+  host_runtime rt(c.dev, c.alloc, o);
+  rt.replay_device().set_link({kLinkBytesPerS, 0.0}, {kLinkBytesPerS, 0.0}, "test");
+  for (int it = 0; it < 5; ++it) {
+    c.iteration();
+    rt.mark_iteration();
+  }
+  r.with = c.result();
+  r.reports = rt.get().iterations();
+  r.plan_error = rt.get().plan_error();
+  r.timeline = rt.get().timeline();
+  return r;
+}
+
 // Replaces the plan by two offloads, L listed first: both copied out after L's fill, S
 // released first; both fetched after the last padding launch, S restored first.
 void offload_both(const policy::iteration& g, policy::plan& p, amended& out) {
-  policy::buffer_id s = policy::none, l = policy::none;
-  for (policy::buffer_id b = 0; b < g.buffers.size(); ++b) {
-    if (g.buffers[b].persistent()) continue;
-    if (g.buffers[b].size == kSmallBytes) s = b;
-    if (g.buffers[b].size == kLargeBytes) l = b;
-  }
+  const auto [s, l] = find_buffers(g);
   ASSERT_NE(s, policy::none);
   ASSERT_NE(l, policy::none);
   const policy::launch_id fill_l = g.buffers[l].users.front();
@@ -115,11 +147,7 @@ void offload_both(const policy::iteration& g, policy::plan& p, amended& out) {
       {l, fill_l, fill_l + 2, fetch, use_l},  // target, evict_after, release_before, fetch_after, restore_before
       {s, fill_l, fill_l + 1, fetch, use_s},
   };
-  policy::link_model link;
-  link.to_host = {kLinkBytesPerS, 0.0};
-  link.to_device = {kLinkBytesPerS, 0.0};
-  out.plan = p;
-  out.simulated = policy::simulate(g, p, link);
+  keep_simulated(g, p, out);
 }
 
 struct queued {
@@ -127,45 +155,17 @@ struct queued {
 };
 
 TEST(OffloadOrder, CopiesQueuedAtOneLaunchGoInTheSimulatorsDeadlineOrder) {
-  engine_options o;
-  o.config.budget = policy::parse_budget("2x");  // over the traced peak: the plan is the two offloads
-  o.config.policy = "greedy";
-  o.config.validate = validate_mode::first;
-  o.config.multi_pass = false;
-  o.config.log = log_level::error;
-  o.device_capacity = std::size_t{256} << 20;
-  o.record_timeline = true;
   amended a;
-  o.amend_plan = [&a](const policy::iteration& g, policy::plan& p) { offload_both(g, p, a); };
-
-  std::vector<float> without, with;
-  std::vector<iteration_report> reports;
-  std::string plan_error;
+  const outcome r = train([&a](const policy::iteration& g, policy::plan& p) { offload_both(g, p, a); });
   std::vector<queued> by_iteration(1);
-  {
-    two_buffers c;
-    for (int it = 0; it < 5; ++it) c.iteration();
-    without = c.result();
+  for (const timeline_event& e : r.timeline) {
+    if (e.what == timeline_event::kind::iteration) by_iteration.emplace_back();
+    if (e.what == timeline_event::kind::offload) by_iteration.back().out.push_back(e.bytes);
+    if (e.what == timeline_event::kind::fetch) by_iteration.back().in.push_back(e.bytes);
   }
-  {
-    two_buffers c;
-    host_runtime rt(c.dev, c.alloc, o);
-    rt.replay_device().set_link({kLinkBytesPerS, 0.0}, {kLinkBytesPerS, 0.0}, "test");
-    for (int it = 0; it < 5; ++it) {
-      c.iteration();
-      rt.mark_iteration();
-    }
-    with = c.result();
-    reports = rt.get().iterations();
-    plan_error = rt.get().plan_error();
-    for (const timeline_event& e : rt.get().timeline()) {
-      if (e.what == timeline_event::kind::iteration) by_iteration.emplace_back();
-      if (e.what == timeline_event::kind::offload) by_iteration.back().out.push_back(e.bytes);
-      if (e.what == timeline_event::kind::fetch) by_iteration.back().in.push_back(e.bytes);
-    }
-  }
-  EXPECT_EQ(with, without);
-  ASSERT_EQ(plan_error, "");
+  const std::vector<iteration_report>& reports = r.reports;
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.plan_error, "");
   ASSERT_EQ(a.plan.offloads.size(), 2u) << "the plan was amended";
   ASSERT_TRUE(a.simulated.valid) << a.simulated.error;
 
@@ -203,12 +203,7 @@ TEST(OffloadOrder, CopiesQueuedAtOneLaunchGoInTheSimulatorsDeadlineOrder) {
 // Replaces the plan by an eviction of S (its fill replayed) and an offload of L, both
 // restoring before S's consumer: the simulator runs the recipe, then waits for the fetch.
 void recompute_and_offload(const policy::iteration& g, policy::plan& p, amended& out) {
-  policy::buffer_id s = policy::none, l = policy::none;
-  for (policy::buffer_id b = 0; b < g.buffers.size(); ++b) {
-    if (g.buffers[b].persistent()) continue;
-    if (g.buffers[b].size == kSmallBytes) s = b;
-    if (g.buffers[b].size == kLargeBytes) l = b;
-  }
+  const auto [s, l] = find_buffers(g);
   ASSERT_NE(s, policy::none);
   ASSERT_NE(l, policy::none);
   const policy::launch_id fill_s = g.buffers[s].users.front();
@@ -224,50 +219,18 @@ void recompute_and_offload(const policy::iteration& g, policy::plan& p, amended&
   ev.recipe = {fill_s};
   p.evictions = {ev};
   p.offloads = {{l, fill_l, fill_l + 1, use_s - 1, use_s}};
-  policy::link_model link;
-  link.to_host = {kLinkBytesPerS, 0.0};
-  link.to_device = {kLinkBytesPerS, 0.0};
-  out.plan = p;
-  out.simulated = policy::simulate(g, p, link);
+  keep_simulated(g, p, out);
 }
 
 // Before a launch, the simulator runs the recipes restoring there and then waits for the
 // fetches restoring there; the engine queues them in that order, so the stream's wait for
 // a fetch does not hold up the recipes queued with it.
 TEST(OffloadOrder, RecipesRestoringAtALaunchAreQueuedBeforeItsFetchWait) {
-  engine_options o;
-  o.config.budget = policy::parse_budget("2x");
-  o.config.policy = "greedy";
-  o.config.validate = validate_mode::first;
-  o.config.multi_pass = false;
-  o.config.log = log_level::error;
-  o.device_capacity = std::size_t{256} << 20;
-  o.record_timeline = true;
   amended a;
-  o.amend_plan = [&a](const policy::iteration& g, policy::plan& p) { recompute_and_offload(g, p, a); };
-
-  std::vector<float> without, with;
-  std::vector<iteration_report> reports;
-  std::vector<timeline_event> timeline;
-  {
-    two_buffers c;
-    for (int it = 0; it < 5; ++it) c.iteration();
-    without = c.result();
-  }
-  {
-    two_buffers c;
-    host_runtime rt(c.dev, c.alloc, o);
-    rt.replay_device().set_link({kLinkBytesPerS, 0.0}, {kLinkBytesPerS, 0.0}, "test");
-    for (int it = 0; it < 5; ++it) {
-      c.iteration();
-      rt.mark_iteration();
-    }
-    with = c.result();
-    reports = rt.get().iterations();
-    ASSERT_EQ(rt.get().plan_error(), "");
-    timeline = rt.get().timeline();
-  }
-  EXPECT_EQ(with, without);
+  const outcome r = train([&a](const policy::iteration& g, policy::plan& p) { recompute_and_offload(g, p, a); });
+  const std::vector<iteration_report>& reports = r.reports;
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.plan_error, "");
   ASSERT_EQ(a.plan.offloads.size(), 1u) << "the plan was amended";
   ASSERT_TRUE(a.simulated.valid) << a.simulated.error;
   EXPECT_EQ(a.simulated.recomputed_launches, 1u);
@@ -276,7 +239,7 @@ TEST(OffloadOrder, RecipesRestoringAtALaunchAreQueuedBeforeItsFetchWait) {
   // made to wait for the fetch (the fetch event's end).
   std::size_t index = 0, checked = 0;
   double recipe_queued = -1.0, fetch_waited = -1.0;
-  for (const timeline_event& e : timeline) {
+  for (const timeline_event& e : r.timeline) {
     if (e.what == timeline_event::kind::regenerate) recipe_queued = e.end_s;
     if (e.what == timeline_event::kind::fetch) fetch_waited = e.end_s;
     if (e.what != timeline_event::kind::iteration) continue;

@@ -32,32 +32,15 @@ using test::fill_kernel;
 using test::fill_params;
 using test::scale_kernel;
 using test::scale_params;
-using test::small_page_options;
 
 
 constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations: whole 64 KiB pages
 
 // A chain: the forward allocates `layers` activations, the backward reads them in reverse
 // (optionally rewriting each in place first: a write to a buffer the plan offloaded).
-struct chain {
-  device::host_vmm vmm{device::host_vmm_options{64 * 1024, std::size_t{256} << 20}};
-  device::host::device dev;
-  allocator::caching_allocator alloc{vmm, dev, small_page_options()};
-  float* acc = nullptr;
-  float* scratch = nullptr;  // allocated before the engine starts: a launch into it allocates nothing
+struct chain : test::accumulator_rig {
   bool rewrite_in_backward = false;
 
-  chain() {
-    acc = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
-    scratch = static_cast<float*>(alloc.allocate(64 * sizeof(float), nullptr));
-    dev.memset_async(acc, 0, 64 * sizeof(float), nullptr);
-    dev.synchronize();
-  }
-  ~chain() {
-    dev.synchronize();
-    alloc.deallocate(acc);
-    alloc.deallocate(scratch);
-  }
   void iteration(int layers, const std::function<void(int)>& during_backward = {}) {
     std::vector<float*> acts;
     auto* first = static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr));
@@ -82,12 +65,6 @@ struct chain {
       alloc.deallocate(a);
     }
     dev.synchronize();
-  }
-  std::vector<float> result() {
-    dev.synchronize();
-    std::vector<float> out(64);
-    std::memcpy(out.data(), acc, 64 * sizeof(float));
-    return out;
   }
 };
 
