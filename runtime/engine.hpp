@@ -115,6 +115,8 @@ class engine final : public allocator::allocation_observer {
     double added_s = 0.0;   // the plan's added compute per iteration (traced durations)
     double floor_s = 0.0;   // the recompute floor at the planner's share of the budget
                             // (Note [Recompute floor] in policy/recompute_floor.hpp)
+    bool floor_with_offload = false;  // floor_s bounds added time over plans that may also
+                                      // offload (Note [Offload floor]), not compute
     double traced_s = 0.0;  // the traced iteration's compute
   };
   [[nodiscard]] plan_compute planned_compute() const;

@@ -235,6 +235,7 @@ void engine::impl::make_plan(std::size_t traced_peak) {
       po.offload != policy::offload_mode::off && policy::make_planner(opts.config.policy)->offloads()) {
     fo.link = po.link;  // a floor of added time over plans that may also offload (planners that do)
     fo.host_budget = po.host_budget;
+    plan_cost.floor_with_offload = fo.link.usable();
   }
   const policy::recompute_floor floor =
       policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0, fo);

@@ -421,7 +421,8 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
       return std::string(buf);
     };
     row("planned recompute (traced time)", share(b.plan_cost.added_s));
-    row("  recompute floor (no plan less)", share(b.plan_cost.floor_s));
+    row(b.plan_cost.floor_with_offload ? "  offload floor (no plan less)" : "  recompute floor (no plan less)",
+        share(b.plan_cost.floor_s));
   }
   if (b.cache_allowance == "scaled") row("allocator's cache allowance", "scaled");
   if (b.budget_lifted > 0) row("iterations that ran over (lifted)", std::to_string(b.budget_lifted));
@@ -432,7 +433,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
     row("  predicted (before each ran)", seconds(b.predicted_s));
     row("  predicted by the plan (traced)", seconds(b.time.at_plan.predicted_s));
   }
-  row("  against the baseline time", ratio(b.time_ratio, 1.0));
+  row("  against the baseline time", b.time_ratio > 0.0 ? ratio(b.time_ratio, 1.0) : std::string("none ran"));
   if (b.validate_iter_s > 0.0) row("  validating iteration (median)", seconds(b.validate_iter_s));
   if (b.link.offloads > 0 || b.offloaded_bytes > 0) {
     row("offloaded buffers (the plan)", std::to_string(b.link.offloads));
@@ -456,7 +457,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   row("parameters bit-identical", b.bit_identical ? "yes" : "NO");
   std::printf(
       "\nThe two runs take turns, one iteration each, so that both meet the same machine; the\n"
-      "time ratio is the median over the planned iterations of each one's time over the\n"
+      "time ratio is the median over the steady iterations of each one's time over the\n"
       "baseline's same iteration (Note [Paired timing]). The iteration time is the median over\n"
       "the steady planned iterations; the validating one is shown apart.\n");
   if (o.budget && o.budget->form == policy::budget_spec::kind::peak_fraction) {
@@ -485,6 +486,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"predicted_peak_bytes", std::to_string(b.predicted_peak)},
       {"planned_recompute_s", num(b.plan_cost.added_s)},
       {"recompute_floor_s", num(b.plan_cost.floor_s)},
+      {"floor_with_offload", b.plan_cost.floor_with_offload ? "true" : "false"},
       {"traced_compute_s", num(b.plan_cost.traced_s)},
       {"peak_bytes", std::to_string(b.peak)},
       {"iter_s", num(b.iter_s)},

@@ -165,6 +165,7 @@ run_report make_report(const engine& e, const settings& config, const report_met
   const engine::plan_compute pc = e.planned_compute();
   plan.added_compute_s = pc.added_s;
   plan.floor_s = pc.floor_s;
+  plan.floor_with_offload = pc.floor_with_offload;
   plan.traced_compute_s = pc.traced_s;
   plan.error = e.plan_error();
   const engine::plan_link pl = e.planned_link();
@@ -266,6 +267,7 @@ std::string to_json(const run_report& r) {
   w.member("cache_allowance", r.plan.cache_allowance);
   w.member("added_compute_s", r.plan.added_compute_s);
   w.member("floor_s", r.plan.floor_s);
+  w.member("floor_with_offload", r.plan.floor_with_offload);
   w.member("traced_compute_s", r.plan.traced_compute_s);
   w.member("offloads", r.plan.offloads);
   w.member("offloaded_bytes", r.plan.offloaded_bytes);
@@ -463,6 +465,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   };
   r.plan.added_compute_s = seconds_or_zero("added_compute_s");
   r.plan.floor_s = seconds_or_zero("floor_s");
+  if (const json::value* f = plan.find("floor_with_offload")) r.plan.floor_with_offload = f->as_bool();  // optional
   r.plan.traced_compute_s = seconds_or_zero("traced_compute_s");
   r.plan.offloads = size_or(plan, "offloads");
   r.plan.offloaded_bytes = size_or(plan, "offloaded_bytes");
@@ -622,8 +625,10 @@ std::string render_text(const run_report& r, std::size_t top) {
       };
       out << "  planned recompute  " << text::seconds(r.plan.added_compute_s) << " per iteration ("
           << share(r.plan.added_compute_s) << " of the traced " << text::seconds(r.plan.traced_compute_s)
-          << "); no plan recomputes less than " << text::seconds(r.plan.floor_s) << " (" << share(r.plan.floor_s)
-          << ", the recompute floor)\n";
+          << (r.plan.floor_with_offload ? "); no plan that may also offload adds less time than "
+                                        : "); no plan recomputes less than ")
+          << text::seconds(r.plan.floor_s) << " (" << share(r.plan.floor_s)
+          << (r.plan.floor_with_offload ? ", the offload floor)\n" : ", the recompute floor)\n");
     }
   } else {
     out << "  budget             none in force"

@@ -53,6 +53,7 @@ struct plan_summary {
   // recomputes less; Note [Recompute floor]), and the traced iteration's compute.
   double added_compute_s = 0.0;
   double floor_s = 0.0;
+  bool floor_with_offload = false;  // floor_s is the offload floor (added time), not the recompute floor
   double traced_compute_s = 0.0;
   // Offload (docs/runtime.md, "Offload execution"): the plan's copies per iteration as the
   // simulator predicts them, and the link the plan was made for (0 / "" in older reports).

@@ -252,6 +252,25 @@ TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
   EXPECT_EQ(render_text(r, 5).find("planned recompute"), std::string::npos);
 }
 
+// With offload on, the floor is the offload floor (added time, Note [Offload floor]) and
+// the text names it so.
+TEST(ReportJson, AnOffloadFloorIsNamedAsOne) {
+  run_report r = handmade_report();
+  r.plan.added_compute_s = 0.002;
+  r.plan.traced_compute_s = 0.010;
+  r.plan.floor_s = 0.001;
+  r.plan.floor_with_offload = true;
+  const run_report back = parse_report(to_json(r), "r.json");
+  EXPECT_TRUE(back.plan.floor_with_offload);
+  EXPECT_EQ(back.plan.floor_s, 0.001);
+  const std::string text = render_text(back, 5);
+  EXPECT_NE(text.find("no plan that may also offload adds less time than"), std::string::npos) << text;
+  EXPECT_NE(text.find("the offload floor"), std::string::npos) << text;
+  EXPECT_EQ(text.find("the recompute floor"), std::string::npos) << text;
+  r.plan.floor_with_offload = false;
+  EXPECT_NE(render_text(parse_report(to_json(r), "r.json"), 5).find("the recompute floor"), std::string::npos);
+}
+
 TEST(ReportJson, ParseRefusesAnotherSchemaVersionByName) {
   std::string text = to_json(handmade_report());
   const auto at = text.find("\"schema_version\": 1");
