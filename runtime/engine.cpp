@@ -599,7 +599,7 @@ void engine::on_allocate(void* ptr, std::size_t size, device::stream_handle stre
       m.st == engine_state::trace) {
     // The fill waits for its stream: drained first, the clock counts the fill alone
     // (Note [Predicted iteration time]).
-    m.dev.fill(ptr, tracer::fresh_fill_byte, 0, stream);
+    m.dev.synchronize(stream);
     const double t0 = m.dev.now_s();
     m.dev.fill(ptr, tracer::fresh_fill_byte, size, stream);  // Note [Filled fresh blocks]
     m.current.observation_s += m.dev.now_s() - t0;

@@ -7,25 +7,20 @@
 //   pages only once their bytes are safe on the host, and never let a consumer read pages
 //   the fetch has not filled.
 // Approach: after launch evict_after the device->host copy is queued on the copy stream
-//   behind the work queued on the launch's stream; at every ENTER the engine polls the
-//   copies in flight and evicts (allocator evict: pages released) those whose bytes have
-//   arrived; at the ENTER of release_before a copy still running is waited for by the
-//   host (release_wait_s), so the mapped bytes the simulator predicts hold at any link
-//   speed. At the ENTER of fetch_after + 1 the pages are mapped again at the same address
-//   and the host->device copy is queued behind the entering launch's stream; at the ENTER
-//   of restore_before, after the recipes restoring there are queued (the simulator's
-//   order), that stream waits on the copy's event (the host does not). Copies
-//   queued at one point go in the simulator's order (Note [Link timeline]): by deadline
-//   (release_before out, restore_before in), then plan order. Each buffer has a slot in
-//   one host pool, laid out by policy::lay_out_host_pool as the simulator's host_bytes
-//   counts it (Note [Host pool layout]: slots share bytes when one is back before the
-//   other goes out); the pool is made once per plan and kept across iterations. The
-//   ENTER safety net also covers offloaded buffers: a launch (or copy, set) touching one
-//   outside the plan makes its stream wait for the bytes first (safety_fetches), with the
-//   same trace rule for stray pointer words as evictions. A divergence brings every
-//   offloaded buffer back before the launch that diverged. A copy the device refuses
-//   leaves the buffer resident (out) or is replaced by a synchronous upload (in), both
-//   counted in failed_copies.
+//   behind the launch's stream; at every ENTER the engine polls the copies in flight and
+//   evicts (pages released) those whose bytes have arrived; at the ENTER of release_before
+//   the host waits for a copy still running (release_wait_s), so the simulator's mapped
+//   bytes hold at any link speed. At the ENTER of fetch_after + 1 the pages are mapped
+//   again at the same address and the host->device copy is queued behind the entering
+//   launch's stream; at the ENTER of restore_before, after the recipes restoring there,
+//   that stream waits on the copy's event. All of it in the simulator's order (Note [Link
+//   timeline]; copies queued together by deadline, then plan order). Each buffer has a
+//   slot in one host pool laid out by policy::lay_out_host_pool (Note [Host pool layout]),
+//   made once per plan. The ENTER safety net covers offloaded buffers: a launch (copy,
+//   set) touching one outside the plan makes its stream wait for the bytes first
+//   (safety_fetches). A divergence brings every offloaded buffer back first. A copy the
+//   device refuses leaves the buffer resident (out) or is replaced by a synchronous
+//   upload (in), both counted in failed_copies.
 // Limitations: the device->host copy follows the producing launch's stream only (as
 //   evictions wait for the block's own streams); a buffer the program frees while a copy
 //   of it is in flight makes the host wait for that copy.

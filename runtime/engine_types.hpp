@@ -55,8 +55,9 @@ class replay_device {
   virtual void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) = 0;
   // Sets `bytes` at `dst` to `value` on `stream` and waits for it, so that work on any
   // stream afterwards sees the bytes (Note [Filled fresh blocks] in tracer/block_hashes.hpp).
-  // With no bytes it only waits for `stream`.
   virtual void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) = 0;
+  // Waits until the work queued on `stream` is done.
+  virtual void synchronize(device::stream_handle stream) = 0;
   // Monotonic seconds, for recompute-time accounting.
   virtual double now_s() = 0;
   // A content hash (tracer::hash_bytes) of `bytes` at `device_src`, taken when `stream`

@@ -1,5 +1,7 @@
 #include "runtime/log_output.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -7,13 +9,43 @@
 
 namespace sublinear::runtime {
 
+std::string log_file_error(const std::string& path, int err, bool existed) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  std::string problem, fix;
+  switch (err) {
+    case ENOENT:
+      problem = "its directory " + dir + " does not exist";
+      fix = "create it (mkdir -p " + dir + ")";
+      break;
+    case EACCES:
+    case EPERM:
+      problem = existed ? "the file is not writable" : "its directory " + dir + " is not writable";
+      fix = existed ? "make it writable" : "make the directory writable";
+      break;
+    case EISDIR:
+      problem = "it is a directory";
+      fix = "name a file in it (" + path + (path.ends_with("/") ? "" : "/") + "sublinear.log)";
+      break;
+    case ENOTDIR:
+      problem = "a part of " + dir + " is not a directory";
+      break;
+    case EROFS:
+      problem = "its file system is read-only";
+      break;
+    default:
+      problem = "the file cannot be opened";
+  }
+  return "SUBLINEAR_LOG: cannot open the log file " + path + " for appending: " + problem + " (" +
+         std::strerror(err) + "); " + (fix.empty() ? "" : fix + ", ") +
+         "give another path, or leave out ':PATH' to log to stderr";
+}
+
 log_output::log_output(const std::string& path) : path_(path) {
   if (path.empty()) return;
+  const bool existed = ::access(path.c_str(), F_OK) == 0;
   file_ = std::fopen(path.c_str(), "a");
-  if (file_ == nullptr) {
-    throw config_error("sublinear: SUBLINEAR_LOG: cannot open the log file " + path + " for appending: " +
-                       std::strerror(errno) + "; give a writable path, or leave out ':PATH' to log to stderr");
-  }
+  if (file_ == nullptr) throw config_error("sublinear: " + log_file_error(path, errno, existed));
 }
 
 log_output::~log_output() {

@@ -7,6 +7,11 @@
 
 namespace sublinear::runtime {
 
+// What a failed open of the log file `path` for appending says: the path, the reason
+// (errno `err`, as a missing directory, a directory, an unwritable file or directory, a
+// read-only file system) and the fix. `existed`: the file was there before the attempt.
+[[nodiscard]] std::string log_file_error(const std::string& path, int err, bool existed);
+
 class log_output {
  public:
   // Opens `path` for appending (created if missing; "" is stderr). Throws config_error

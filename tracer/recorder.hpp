@@ -117,8 +117,8 @@ class recorder final : public allocator::allocation_observer {
                   std::span<const std::uint64_t> fresh = {});
 
   // Time the collectors spent observing launches' writes (hashing the blocks each touches,
-  // before and after it, where that work runs in line with the launches): work a traced
-  // iteration does and a planned one does not (Note [Predicted iteration time]).
+  // before and after it, where that work runs in line with the launches): work only a
+  // recorded iteration does, which a caller timing iterations can leave out.
   void add_observation_ns(std::uint64_t ns) noexcept { observation_ns_.fetch_add(ns, std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t observation_ns() const noexcept { return observation_ns_.load(std::memory_order_relaxed); }
 

@@ -28,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/log_output.hpp"
 #include "runtime/settings.hpp"
 #include "integrations/cli/commands.hpp"
 #include "integrations/cli/preload_check.hpp"
@@ -214,9 +215,10 @@ std::string find_library(const std::string& given) {
 //   a path it cannot open is a config error there, after COMMAND has started (for a
 //   training script, after its imports and data loading).
 // Approach: open the file for appending, as the runtime will (created if missing, removed
-//   again if this made it, so the check leaves nothing behind), and turn a failure into a
-//   config error naming the path, the reason and the fix. O_NONBLOCK: a FIFO without a
-//   reader fails with ENXIO here instead of blocking; that is left to COMMAND.
+//   again if this made it, so the check leaves nothing behind), and turn a failure into the
+//   runtime's own error (runtime::log_file_error: the path, the reason, the fix).
+//   O_NONBLOCK: a FIFO without a reader fails with ENXIO here instead of blocking; that is
+//   left to COMMAND.
 // Limitations: a file that becomes unwritable between the check and COMMAND's start is
 //   still reported by the runtime, in COMMAND.
 void check_log_file(const std::string& path) {
@@ -229,36 +231,7 @@ void check_log_file(const std::string& path) {
     return;
   }
   const int err = errno;
-  if (err == ENXIO) return;
-  const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  std::string problem, fix;
-  switch (err) {
-    case ENOENT:
-      problem = "its directory " + dir + " does not exist";
-      fix = "create it (mkdir -p " + dir + ")";
-      break;
-    case EACCES:
-    case EPERM:
-      problem = existed ? "the file is not writable" : "its directory " + dir + " is not writable";
-      fix = existed ? "make it writable" : "make the directory writable";
-      break;
-    case EISDIR:
-      problem = "it is a directory";
-      fix = "name a file in it (" + path + (path.ends_with("/") ? "" : "/") + "sublinear.log)";
-      break;
-    case ENOTDIR:
-      problem = "a part of " + dir + " is not a directory";
-      break;
-    case EROFS:
-      problem = "its file system is read-only";
-      break;
-    default:
-      problem = "the file cannot be opened";
-  }
-  throw config_error("SUBLINEAR_LOG: cannot open the log file " + path + " for appending: " + problem + " (" +
-                     std::strerror(err) + "); " + (fix.empty() ? "" : fix + ", ") +
-                     "give another path, or leave out ':PATH' to log to stderr");
+  if (err != ENXIO) throw config_error(runtime::log_file_error(path, err, existed));
 }
 
 }  // namespace

@@ -330,8 +330,13 @@ void cuda_replay_device::copy(void* dst, const void* src, std::size_t bytes, dev
 void cuda_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) {
   const tracer::untraced_scope untraced;
   enter();
-  // No bytes: only the wait (the engine drains the stream before timing a fill).
-  if (bytes > 0) SUBLINEAR_CU_CHECK(api_, api_.memset_d8_async(device_ptr(dst), value, bytes, cu_stream(stream)));
+  SUBLINEAR_CU_CHECK(api_, api_.memset_d8_async(device_ptr(dst), value, bytes, cu_stream(stream)));
+  SUBLINEAR_CU_CHECK(api_, api_.stream_synchronize(cu_stream(stream)));
+}
+
+void cuda_replay_device::synchronize(device::stream_handle stream) {
+  const tracer::untraced_scope untraced;
+  enter();
   SUBLINEAR_CU_CHECK(api_, api_.stream_synchronize(cu_stream(stream)));
 }
 

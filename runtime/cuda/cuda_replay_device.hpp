@@ -60,6 +60,7 @@ class cuda_replay_device final : public replay_device {
   void upload(void* device_dst, const void* host_src, std::size_t bytes, device::stream_handle stream) override;
   void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) override;
   void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
+  void synchronize(device::stream_handle stream) override;
   double now_s() override;
   // Offload copies on copy streams into a pinned pool (Note [CUDA copy link]); the
   // synchronous defaults where the driver lacks an entry point.

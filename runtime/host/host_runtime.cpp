@@ -146,9 +146,11 @@ std::shared_future<std::uint64_t> host_replay_device::hash(const void* device_sr
 }
 
 void host_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) {
-  if (bytes > 0) dev_.memset_async_unobserved(dst, value, bytes, on(stream));  // no bytes: only the wait
+  dev_.memset_async_unobserved(dst, value, bytes, on(stream));
   dev_.synchronize(on(stream));
 }
+
+void host_replay_device::synchronize(device::stream_handle stream) { dev_.synchronize(on(stream)); }
 
 double host_replay_device::now_s() {
   using clock = std::chrono::steady_clock;

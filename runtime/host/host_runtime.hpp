@@ -25,6 +25,7 @@ class host_replay_device final : public replay_device {
   void upload(void* device_dst, const void* host_src, std::size_t bytes, device::stream_handle stream) override;
   void copy(void* dst, const void* src, std::size_t bytes, device::stream_handle stream) override;
   void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
+  void synchronize(device::stream_handle stream) override;
   double now_s() override;
   // On the stream, by a host function: the host does not wait.
   std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,

@@ -2,6 +2,7 @@
 // variables, the effective-configuration dump, and the docs generated from the table.
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <fstream>
 #include <map>
 #include <set>
@@ -9,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "runtime/log_output.hpp"
 #include "runtime/settings.hpp"
+#include "sublinear/error.hpp"
 
 namespace sublinear::runtime {
 namespace {
@@ -198,6 +201,21 @@ TEST(LogSetting, ALevelMayNameALogFile) {
   EXPECT_EQ(s.log, log_level::info);
   EXPECT_EQ(s.log_file, "/tmp/sublinear.log");
   EXPECT_NE(describe(s).find("SUBLINEAR_LOG=info:/tmp/sublinear.log"), std::string::npos);
+}
+
+// The runtime and `sublinear run`'s check before COMMAND starts say the same thing.
+TEST(LogSetting, TheRuntimeNamesWhyTheLogFileCannotBeOpened) {
+  const std::string dir = ::testing::TempDir() + "/sublinear-no-such-dir";
+  try {
+    const log_output out(dir + "/run.log");
+    FAIL() << "opened a file in a missing directory";
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(log_file_error(dir + "/run.log", ENOENT, false)), std::string::npos) << what;
+    EXPECT_NE(what.find("its directory " + dir + " does not exist"), std::string::npos) << what;
+    EXPECT_NE(what.find("mkdir -p " + dir), std::string::npos) << what;
+  }
+  EXPECT_NE(log_file_error("/tmp", EISDIR, true).find("it is a directory"), std::string::npos);
 }
 
 TEST(LogSetting, RefusesEveryMalformedForm) {
