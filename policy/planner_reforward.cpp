@@ -355,7 +355,8 @@ class reforward_planner final : public attempt_planner {
       const std::size_t smallest = smallest_feasible_budget(ctx, [&](std::size_t b) {
         if (ctx.unplanned_peak() <= b || (two != 0 && two <= b)) return true;
         if (mode == offload_mode::on && meets(ctx, b)) return true;
-        return solve_offload(ctx, b, mode == offload_mode::on).has_value();
+        return solve_offload(ctx, b, mode == offload_mode::on).has_value() ||
+               (mode == offload_mode::on && solve_offload(ctx, b, false).has_value());
       });
       return plan_at_smallest(ctx, name(), budget, smallest, [&](std::size_t b) { return attempt(ctx, b); });
     }

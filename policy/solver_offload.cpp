@@ -26,16 +26,17 @@
 //   loads the link. Then simulate again. An offload that makes the plan invalid is not
 //   offered again. Once the plan fits, each non-kept candidate in turn tries the other
 //   actions (keep; offload over its hidden or its whole window; recompute) and keeps the
-//   change that lowers the simulated added time (compute + stalls). It starts from
-//   nothing, from the recompute-only plan at the budget, and from the recompute plans at
-//   budgets 5%, 30% and 100% larger: those keep more checkpoints and recompute shorter
-//   segments, and offloading the checkpoints then meets the budget (Note [Offloaded
-//   recipe inputs]).
-//   The least added time wins, so with offload on a plan never adds more than without.
-// Limitations: greedy, so not optimal; only candidates (live across the turning point)
-//   are offloaded, once each; the improvement pass is bounded on large graphs; where no
-//   mix meets the budget, only `SUBLINEAR_OFFLOAD=only` plans offload alone, however
-//   long its stalls.
+//   change that lowers the simulated added time (compute + stalls). Starts: nothing, the
+//   recompute-only plan at the budget, and the recompute plans at budgets 5%, 30% and
+//   100% larger (more checkpoints, shorter segments; Note [Offloaded recipe inputs]).
+//   From nothing and from each larger-budget plan it also covers the peaks with offloads
+//   alone, then runs the improvement pass with recompute: a recipe brought in at a deep
+//   cut's peak can raise a later one, so where no drop set leads to a fit, offloading
+//   may, and `on` meets every budget `only` meets. The least added time wins, so with
+//   offload on a plan never adds more than without.
+// Limitations: greedy, so not optimal (at deep cuts far from the floor: docs/offload.md);
+//   only candidates (live across the turning point) are offloaded, once each; the
+//   improvement pass is bounded on large graphs.
 //
 // Note [Offloaded recipe inputs]
 // Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
@@ -200,6 +201,18 @@ class offload_search {
     return current;
   }
 
+  // The offload-only plan, then the improvement pass with recompute allowed: where no mix
+  // from a drop set fits, offloading alone may, and recompute then takes over the copies
+  // the link cannot hide.
+  std::optional<evaluation> run_from_offload_only(const evaluation* seed) {
+    const bool recompute = recompute_;
+    recompute_ = false;
+    std::optional<evaluation> current = run(seed);
+    recompute_ = recompute;
+    if (current && recompute_) improve(*current);
+    return current;
+  }
+
  private:
   evaluation evaluate() { return ctx_.evaluate_actions(actions_, lo_, hi_); }
 
@@ -355,6 +368,7 @@ class offload_search {
         options.push_back({action::offload, cs_[c].evict_after + 1, cs_[c].restore_before - 1});
       }
       if (was == action::offload && recompute_) options.push_back({action::drop, none, none});
+      if (was == action::offload && was_lo != none) options.push_back({action::offload, none, none});
       std::optional<evaluation> best;
       std::optional<option> chosen;
       for (const option& o : options) {
@@ -397,7 +411,7 @@ class offload_search {
   const iteration& it_;
   const link_model& link_;
   const std::size_t budget_;
-  const bool recompute_;
+  bool recompute_;
   std::vector<action> actions_;
   std::vector<launch_id> lo_, hi_;
   std::vector<std::uint8_t> forbidden_;
@@ -414,6 +428,13 @@ std::optional<evaluation> solve_offload(planner::context& ctx, std::size_t budge
   if (ctx.offload().mode == offload_mode::off || !ctx.offload().link.usable()) return std::nullopt;
   offload_search search(ctx, budget, recompute);
   return search.run(seed);
+}
+
+std::optional<evaluation> solve_offload_then_recompute(planner::context& ctx, std::size_t budget,
+                                                       const evaluation* seed) {
+  if (ctx.offload().mode == offload_mode::off || !ctx.offload().link.usable()) return std::nullopt;
+  offload_search search(ctx, budget, true);
+  return search.run_from_offload_only(seed);
 }
 
 std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget,
@@ -443,9 +464,11 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
       if (!seed || seed->dropped == last) continue;
       last = seed->dropped;
       consider(solve_offload(ctx, budget, true, &*seed));
+      consider(solve_offload_then_recompute(ctx, budget, &*seed));
     }
   }
   consider(solve_offload(ctx, budget, true));
+  consider(solve_offload_then_recompute(ctx, budget, nullptr));
   return best;
 }
 

@@ -75,6 +75,12 @@ void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_
                                                                         bool recompute,
                                                                         const planner::context::evaluation* seed = nullptr);
 
+// solve_offload without recompute, then its improvement pass with recompute allowed: a
+// mix where no drop set leads to one that fits (Note [Offload search]).
+[[nodiscard]] std::optional<planner::context::evaluation> solve_offload_then_recompute(planner::context& ctx,
+                                                                                       std::size_t budget,
+                                                                                       const planner::context::evaluation* seed);
+
 // With offload on: the cheapest (added time) of `recompute_only`, solve_offload from
 // nothing and solve_offload from `recompute_only`. With offload only: solve_offload
 // without recompute. With offload off: `recompute_only`. Where `recompute_only` is empty

@@ -477,7 +477,7 @@ bool same_evictions(const plan& x, const plan& y) {
   return x.predicted_peak == y.predicted_peak && x.added_compute_s == y.added_compute_s;
 }
 
-TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOffNeverChanges) {
+TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
   std::mt19937_64 rng(48);
   std::size_t offloading = 0, mixed = 0;  // plans that offload; that also recompute
   for (std::uint64_t seed = 0; seed < 10; ++seed) {
@@ -504,6 +504,7 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOffNeverChanges) {
           EXPECT_TRUE(again.offloads.empty());
         } catch (const infeasible_budget&) {
         }
+        bool met_on = false, met_only = false;
         for (offload_mode mode : {offload_mode::on, offload_mode::only}) {
           try {
             const plan p = planner->make_plan(it, budget, with(mode, link, host_budget));
@@ -515,6 +516,7 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOffNeverChanges) {
             if (host_budget != 0) {
               EXPECT_LE(p.host_bytes, host_budget);
             }
+            (mode == offload_mode::on ? met_on : met_only) = true;
             offloading += p.offloads.empty() ? 0 : 1;
             mixed += !p.offloads.empty() && !p.evictions.empty() ? 1 : 0;
             if (mode == offload_mode::only) {
@@ -530,6 +532,10 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOffNeverChanges) {
               EXPECT_FALSE(off.has_value()) << e.what();
             }
           }
+        }
+        // And every budget offloading alone meets (solve_offload_then_recompute).
+        if (met_only) {
+          EXPECT_TRUE(met_on);
         }
       }
     }
