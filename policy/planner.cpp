@@ -29,6 +29,7 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
   evaluation e;
   e.dropped.assign(dropped.begin(), dropped.end());
   e.dropped.resize(candidates_.size(), 0);
+  e.horizons.assign(horizons.begin(), horizons.end());
   drop_plan_builder::outcome built = drops_.build(e.dropped, horizons);
   if (!built.ok) {
     e.error = std::move(built.error);
@@ -49,9 +50,11 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
 
 planner::context::evaluation planner::context::evaluate_actions(std::span<const action> actions,
                                                                 std::span<const launch_id> need_lo,
-                                                                std::span<const launch_id> need_hi) {
+                                                                std::span<const launch_id> need_hi,
+                                                                std::span<const launch_id> horizons) {
   evaluation e;
   e.dropped.assign(candidates_.size(), 0);
+  e.horizons.assign(horizons.begin(), horizons.end());
   std::vector<offload_request> requests;
   for (std::uint32_t c = 0; c < candidates_.size() && c < actions.size(); ++c) {
     if (actions[c] == action::drop) e.dropped[c] = 1;
@@ -65,7 +68,7 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
     if (c < need_hi.size()) r.need_hi = need_hi[c];
     requests.push_back(r);
   }
-  drop_plan_builder::outcome built = drops_.build(e.dropped);
+  drop_plan_builder::outcome built = drops_.build(e.dropped, horizons);
   if (!built.ok) {
     e.error = std::move(built.error);
     e.refused = std::move(built.refused);

@@ -42,6 +42,7 @@ class planner::context {
     std::string error;
     std::vector<std::uint32_t> refused;  // when not ok: candidates whose recipe was refused
     std::vector<std::uint8_t> dropped;  // the drop set it came from
+    std::vector<launch_id> horizons;    // the drop set's horizons (Note [Multi-pass]); empty: none
     plan result;
     simulation sim;
     [[nodiscard]] bool fits(std::size_t budget) const noexcept { return ok && sim.peak <= budget; }
@@ -60,8 +61,10 @@ class planner::context {
   // placed on the link (place_offloads), their windows covering need_lo..need_hi where
   // those are not `none`. Not ok (no throw) when the combination is invalid, e.g. a recipe
   // reads an offloaded buffer, or the host budget is exceeded. `dropped` is the drop set.
+  // `horizons` as for evaluate(): a seed's multi-pass schedule kept under the new actions.
   [[nodiscard]] evaluation evaluate_actions(std::span<const action> actions, std::span<const launch_id> need_lo,
-                                            std::span<const launch_id> need_hi);
+                                            std::span<const launch_id> need_hi,
+                                            std::span<const launch_id> horizons = {});
 
   [[nodiscard]] const iteration& graph() const noexcept { return *it_; }
   [[nodiscard]] const dataflow& flow() const noexcept { return flow_; }

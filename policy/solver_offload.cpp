@@ -188,6 +188,7 @@ class offload_search {
       for (std::size_t c = 0; c < cs_.size(); ++c) {
         actions_[c] = c < seed->dropped.size() && seed->dropped[c] != 0 ? action::drop : action::keep;
       }
+      horizons_ = seed->horizons;
       current = *seed;
     } else {
       current = evaluate();
@@ -214,7 +215,7 @@ class offload_search {
   }
 
  private:
-  evaluation evaluate() { return ctx_.evaluate_actions(actions_, lo_, hi_); }
+  evaluation evaluate() { return ctx_.evaluate_actions(actions_, lo_, hi_, horizons_); }
 
   [[nodiscard]] std::size_t pinned(std::uint32_t c) const {
     return round_up(it_.buffers[cs_[c].buffer].size, unplanned_rounding);
@@ -414,6 +415,7 @@ class offload_search {
   bool recompute_;
   std::vector<action> actions_;
   std::vector<launch_id> lo_, hi_;
+  std::vector<launch_id> horizons_;  // the seed's (Note [Multi-pass]); empty: none
   std::vector<std::uint8_t> forbidden_;
   std::vector<double> start_;  // launch start times, nothing planned
   std::size_t host_used_ = 0;
@@ -457,12 +459,14 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     // segments; offloading those checkpoints may meet this budget for less.
     const std::size_t top = ctx.unplanned_peak();
     std::vector<std::uint8_t> last;
+    std::vector<launch_id> last_horizons;
     for (const double step : {0.05, 0.3, 1.0}) {
       const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
       if (b >= top) break;
       std::optional<evaluation> seed = relaxed(b);
-      if (!seed || seed->dropped == last) continue;
+      if (!seed || (seed->dropped == last && seed->horizons == last_horizons)) continue;
       last = seed->dropped;
+      last_horizons = seed->horizons;
       consider(solve_offload(ctx, budget, true, &*seed));
       consider(solve_offload_then_recompute(ctx, budget, &*seed));
     }

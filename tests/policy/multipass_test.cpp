@@ -11,6 +11,8 @@
 #include "policy/planner.hpp"
 #include "policy/recipe.hpp"
 #include "policy/simulator.hpp"
+#include "policy/planner_detail.hpp"
+#include "policy/solvers.hpp"
 #include "policy/testing/synthetic.hpp"
 
 namespace sublinear::policy {
@@ -121,6 +123,41 @@ TEST(MultiPass, ChainAndReforwardMeetBudgetsBelowEveryDropSet) {
       EXPECT_EQ(s.peak, p.predicted_peak);
       EXPECT_GT(scratch_rebuilds(p), 0u) << "the plan is a drop set; it should not fit";
     }
+  }
+}
+
+TEST(MultiPass, TheOffloadSearchRebuildsATwoLevelSeedWithItsHorizons) {
+  // The offload search starts from two-level plans at larger budgets (Note [Offload
+  // search]) and rebuilds them from per-candidate actions (evaluate_actions). With the
+  // seed's horizons the rebuild is the seed; without them it is the drop set alone,
+  // whose dropped runs are resident whole.
+  for (const shape& sh : shapes()) {
+    SCOPED_TRACE(sh.name);
+    offload_settings off;
+    off.mode = offload_mode::on;
+    off.link.to_host.bytes_per_s = off.link.to_device.bytes_per_s = 1e4 * static_cast<double>(kPage);
+    planner::context ctx(sh.it, true, true, off);
+    const auto seed = solve_multi_pass(ctx, smallest_feasible(sh.it, "reforward", true));
+    ASSERT_TRUE(seed.has_value());
+    ASSERT_FALSE(seed->horizons.empty());
+    std::vector<action> actions(seed->dropped.size(), action::keep);
+    for (std::size_t c = 0; c < actions.size(); ++c) {
+      if (seed->dropped[c] != 0) actions[c] = action::drop;
+    }
+    const std::vector<launch_id> open(actions.size(), none);
+    const auto with = ctx.evaluate_actions(actions, open, open, seed->horizons);
+    ASSERT_TRUE(with.ok) << with.error;
+    EXPECT_EQ(with.sim.peak, seed->sim.peak);
+    EXPECT_EQ(with.sim.added_compute_s, seed->sim.added_compute_s);
+    EXPECT_EQ(with.horizons, seed->horizons);
+    const auto without = ctx.evaluate_actions(actions, open, open);
+    ASSERT_TRUE(without.ok) << without.error;
+    EXPECT_GT(without.sim.peak, 2 * seed->sim.peak);
+    // From that seed at its own budget, the search returns a plan no worse that keeps them.
+    const auto again = solve_offload(ctx, seed->sim.peak, true, &*seed);
+    ASSERT_TRUE(again.has_value());
+    EXPECT_EQ(again->horizons, seed->horizons);
+    EXPECT_LE(again->sim.added_time_s(), seed->sim.added_time_s());
   }
 }
 
