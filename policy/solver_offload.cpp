@@ -20,23 +20,23 @@
 //   neither "offload everything" nor "recompute everything" is right.
 // Approach: the cost-aware greedy of Note [Cost-aware greedy] with a third action: at the
 //   simulated peak, each candidate idle there gets its cheaper action, recompute (its
-//   recipe's cost) or offload (the copy time its gap and the copies already chosen cannot
-//   hide, an estimate), taken best price per byte first until the excess is covered; an
-//   offload's price is taken again when it comes up, since every copy chosen before it
-//   loads the link. Then simulate again. An offload that makes the plan invalid is not
-//   offered again. Once the plan fits, each non-kept candidate in turn tries the other
-//   actions (keep; offload over its hidden or its whole window; recompute) and keeps the
-//   change that lowers the simulated added time (compute + stalls). Starts: nothing, the
-//   recompute-only plan at the budget, and the recompute plans at budgets 5%, 30% and
-//   100% larger (more checkpoints, shorter segments; Note [Offloaded recipe inputs]).
-//   From nothing and from each larger-budget plan it also covers the peaks with offloads
-//   alone, then runs the improvement pass with recompute: a recipe brought in at a deep
-//   cut's peak can raise a later one, so where no drop set leads to a fit, offloading
-//   may, and `on` meets every budget `only` meets. The least added time wins, so with
-//   offload on a plan never adds more than without.
-// Limitations: greedy, so not optimal (at deep cuts far from the floor: docs/offload.md);
-//   only candidates (live across the turning point) are offloaded, once each; the
-//   improvement pass is bounded on large graphs.
+//   recipe's cost) or offload (the copy time the launches around the peak and the copies
+//   already chosen cannot hide, an estimate), best price per byte first until the excess
+//   is covered; an offload is priced again when it comes up, since each copy chosen loads
+//   the link. Then simulate again. Once the plan fits, each non-kept candidate tries the
+//   other actions (keep; offload over its hidden or its whole window; recompute) and
+//   keeps the change that lowers the simulated added time (compute + stalls). Starts:
+//   nothing, the recompute-only plan at the budget, and the recompute plans at budgets 5%,
+//   30% and 100% larger (Note [Offloaded recipe inputs]). From nothing and from each
+//   larger-budget plan it also covers the peaks with offloads alone: a recipe brought in
+//   at a deep cut's peak can raise a later one until no drop set fits, and offloads add
+//   no working set, so `on` meets every budget `only` meets. Such a plan stalls on copies
+//   the link cannot carry in time; each offload, largest first, is then kept instead and
+//   the excess covered by recompute alone, where that lowers the added time. The least
+//   added time wins, so with offload on a plan never adds more than without.
+// Limitations: greedy, so not optimal (deep cuts stay far from the floor:
+//   docs/offload.md); only candidates (live across the turning point) are offloaded, once
+//   each; the improvement passes are bounded on large graphs.
 //
 // Note [Offloaded recipe inputs]
 // Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
@@ -210,8 +210,66 @@ class offload_search {
     recompute_ = false;
     std::optional<evaluation> current = run(seed);
     recompute_ = recompute;
-    if (current && recompute_) improve(*current);
+    if (current && recompute_) {
+      improve(*current);
+      repair_stalls(*current);
+    }
     return current;
+  }
+
+  // Each offload in turn, largest first, is kept instead and the excess that leaves is
+  // covered by recompute alone; the change stays when the plan fits for less added time.
+  // An offload-first plan at a deep cut stalls on copies the link cannot carry in time.
+  void repair_stalls(evaluation& current) {
+    if (current.sim.predicted_stall_s <= 0.0) return;
+    std::vector<std::uint32_t> order;
+    for (std::uint32_t c = 0; c < cs_.size(); ++c) {
+      if (actions_[c] == action::offload) order.push_back(c);
+    }
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      return cs_[a].unplanned_bytes != cs_[b].unplanned_bytes ? cs_[a].unplanned_bytes > cs_[b].unplanned_bytes : a < b;
+    });
+    std::size_t trials = 4 * trials_;
+    for (std::uint32_t c : order) {
+      if (trials == 0) break;
+      if (actions_[c] != action::offload) continue;
+      const choices saved = choices_now();
+      set(c, action::keep);
+      lo_[c] = hi_[c] = none;
+      evaluation e = evaluate();
+      --trials;
+      offload_ = false;
+      for (std::size_t round = 0; e.ok && !e.fits(budget_) && round < 2 * cs_.size() + 8 && trials > 0; ++round, --trials) {
+        if (!cover_peak(e)) break;
+      }
+      offload_ = true;
+      if (e.fits(budget_) && e.sim.added_time_s() < current.sim.added_time_s() * (1.0 - 1e-12)) {
+        current = std::move(e);
+      } else {
+        restore(saved);
+      }
+    }
+  }
+
+  // The search's choices, to try a change and take it back.
+  struct choices {
+    std::vector<action> actions;
+    std::vector<launch_id> lo, hi;
+    std::vector<std::uint8_t> forbidden;
+    std::size_t host_used;
+    double host_load_s, device_load_s;
+  };
+  [[nodiscard]] choices choices_now() const {
+    return {actions_, lo_, hi_, forbidden_, host_used_, host_load_s_, device_load_s_};
+  }
+  void restore(const choices& c) {
+    actions_ = c.actions;
+    lo_ = c.lo;
+    hi_ = c.hi;
+    forbidden_ = c.forbidden;
+    host_used_ = c.host_used;
+    host_load_s_ = c.host_load_s;
+    device_load_s_ = c.device_load_s;
   }
 
  private:
@@ -274,7 +332,7 @@ class offload_search {
     // The cheaper action for a kept candidate at the current link load, if any.
     const auto best_action = [&](std::uint32_t c) -> std::optional<choice> {
       std::optional<choice> best;
-      if (forbidden_[c] == 0 && t < back[c] && host_allows(c)) best = choice{c, action::offload, offload_price(c, t)};
+      if (offload_ && forbidden_[c] == 0 && t < back[c] && host_allows(c)) best = choice{c, action::offload, offload_price(c, t)};
       if (recompute_ && (!best || cs_[c].cost_s < best->price)) best = choice{c, action::drop, cs_[c].cost_s};
       return best;
     };
@@ -416,6 +474,7 @@ class offload_search {
   const link_model& link_;
   const std::size_t budget_;
   bool recompute_;
+  bool offload_ = true;  // cover_peak may choose offload
   std::vector<action> actions_;
   std::vector<launch_id> lo_, hi_;
   std::vector<launch_id> horizons_;  // the seed's (Note [Multi-pass]); empty: none

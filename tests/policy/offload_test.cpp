@@ -480,6 +480,7 @@ bool same_evictions(const plan& x, const plan& y) {
 TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
   std::mt19937_64 rng(48);
   std::size_t offloading = 0, mixed = 0;  // plans that offload; that also recompute
+  std::size_t cheaper_than_only = 0;      // budgets where on adds less time than only
   for (std::uint64_t seed = 0; seed < 10; ++seed) {
     synthetic::dag_spec spec;
     spec.layers = 8 + seed % 5;
@@ -505,6 +506,7 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
         } catch (const infeasible_budget&) {
         }
         bool met_on = false, met_only = false;
+        double on_s = 0.0, only_s = 0.0;  // added time (compute + stalls)
         for (offload_mode mode : {offload_mode::on, offload_mode::only}) {
           try {
             const plan p = planner->make_plan(it, budget, with(mode, link, host_budget));
@@ -517,6 +519,7 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
               EXPECT_LE(p.host_bytes, host_budget);
             }
             (mode == offload_mode::on ? met_on : met_only) = true;
+            (mode == offload_mode::on ? on_s : only_s) = p.added_compute_s + p.predicted_stall_s;
             offloading += p.offloads.empty() ? 0 : 1;
             mixed += !p.offloads.empty() && !p.evictions.empty() ? 1 : 0;
             if (mode == offload_mode::only) {
@@ -533,9 +536,12 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
             }
           }
         }
-        // And every budget offloading alone meets (solve_offload_then_recompute).
+        // And every budget offloading alone meets, for no more added time
+        // (solve_offload_then_recompute starts from that plan).
         if (met_only) {
           EXPECT_TRUE(met_on);
+          EXPECT_LE(on_s, only_s * (1 + 1e-9) + 1e-12);
+          cheaper_than_only += on_s < only_s * (1 - 1e-9) ? 1 : 0;
         }
       }
     }
@@ -543,7 +549,9 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
   // The check exercises the new action, alone and beside recompute.
   EXPECT_GT(offloading, 0u);
   EXPECT_GT(mixed, 0u);
-  std::printf("%zu plans offload, %zu of them also recompute\n", offloading, mixed);
+  EXPECT_GT(cheaper_than_only, 0u);
+  std::printf("%zu plans offload, %zu of them also recompute; on adds less than only at %zu budgets\n", offloading,
+              mixed, cheaper_than_only);
 }
 
 }  // namespace
