@@ -32,8 +32,9 @@
 //   at a deep cut's peak can raise a later one until no drop set fits, and offloads add
 //   no working set, so `on` meets every budget `only` meets. Such a plan stalls on copies
 //   the link cannot carry in time; each offload, largest first, is then kept instead and
-//   the excess covered by recompute alone, where that lowers the added time. The least
-//   added time wins, so with offload on a plan never adds more than without.
+//   the excess covered by recompute alone, where that lowers the added time (the two
+//   passes repeat, at most three times, while they gain). The least added time wins, so
+//   with offload on a plan never adds more than without.
 // Limitations: greedy, so not optimal (deep cuts stay far from the floor:
 //   docs/offload.md); only candidates (live across the turning point) are offloaded, once
 //   each; the improvement passes are bounded on large graphs.
@@ -211,8 +212,12 @@ class offload_search {
     std::optional<evaluation> current = run(seed);
     recompute_ = recompute;
     if (current && recompute_) {
-      improve(*current);
-      repair_stalls(*current);
+      for (int pass = 0; pass < 3; ++pass) {
+        const double before = current->sim.added_time_s();
+        improve(*current);
+        repair_stalls(*current);
+        if (!(current->sim.added_time_s() < before * (1.0 - 1e-9))) break;
+      }
     }
     return current;
   }
