@@ -395,6 +395,8 @@ void caching_allocator::reset_peaks() {
 
 std::size_t caching_allocator::granularity() const noexcept { return impl_->ctx.granularity; }
 
+vmm& caching_allocator::device_vmm() const noexcept { return impl_->ctx.device; }
+
 bool caching_allocator::validate() const {
   std::lock_guard lock(impl_->mutex);
   const impl& m = *impl_;

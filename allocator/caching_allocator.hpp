@@ -187,6 +187,8 @@ class caching_allocator {
   [[nodiscard]] stats get_stats() const;
   void reset_peaks();
   [[nodiscard]] std::size_t granularity() const noexcept;
+  // The device it maps through (the replay engine probes its costs: Note [VMM cost probe]).
+  [[nodiscard]] vmm& device_vmm() const noexcept;
 
   // Installs an observer (nullptr removes it); returns the previous one. Not owned.
   allocation_observer* set_observer(allocation_observer* observer) noexcept;

@@ -11,7 +11,10 @@ Time predictions (Note [Predicted iteration time] in runtime/iteration_time.hpp)
 the measured planned iteration: predicted/measured, each planned iteration's prediction,
 made before it ran, over its own time (the median of those ratios); plan's/measured and
 device/measured, over the median planned iteration: the plan's own prediction, from the
-traced iteration, and the simulator's device time alone.
+traced iteration, and the simulator's device time alone. VMM calls: the plan's predicted
+VMM calls per planned iteration over a steady iteration's (medians); VMM ms: the plan's
+VMM term at the device's probed cost; hooks ms: a steady iteration's time in the engine's
+launch hooks.
 
     benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
                                 [--iterations 8] [--quick] [--json out.json]
@@ -77,6 +80,10 @@ def figures(d):
         "pred_over_meas": d.get("predicted_over_measured") or None,
         "at_plan_over_meas": at_plan / iter_s if iter_s and at_plan else None,
         "device_over_meas": device / iter_s if iter_s and device else None,
+        "vmm_calls_ratio": (d.get("predicted_vmm_calls", 0) / d["steady_vmm_calls"]
+                            if d.get("steady_vmm_calls") else None),
+        "vmm_ms": d.get("predicted_vmm_s", 0.0) * 1e3,
+        "hooks_ms": d.get("steady_launch_hooks_s", 0.0) * 1e3,
         "recomputed": d.get("recomputed_launches", 0),
         "identical": d.get("params_bit_identical"),
         "link": d.get("link_source", ""),
@@ -95,9 +102,9 @@ def main():
     cases = CASES[:1] if a.quick else CASES
     repeats = 1 if a.quick else a.repeats
     all_runs = {}
-    print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-9s" %
+    print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" %
           ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "link busy share", "stall ms/iter",
-           "predicted/measured", "plan's/measured", "device/measured", "exact"))
+           "predicted/measured", "plan's/measured", "device/measured", "VMM calls", "VMM ms", "hooks ms", "exact"))
     for name, args, target in cases:
         for mode in ("off", "auto"):
             runs = [figures(run_demo(a.sublinear, args, mode, a.iterations, a.policy)) for _ in range(repeats)]
@@ -107,12 +114,14 @@ def main():
                 why = next((r["error"] for r in runs if r and "error" in r), "failed")
                 print("%-22s %-8s %s" % (name, mode, why))
                 continue
-            print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-9s" % (
+            print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" % (
                 name, mode, summary([r["time"] for r in ok], "%.2fx"), summary([r["peak"] for r in ok], "%.2fx"),
                 summary([r["offloaded_buffers"] for r in ok], "%d"), summary([r["link_mib"] for r in ok], "%.1f"),
                 summary([r["busy_share"] for r in ok], "%.2f"), summary([r["stall_ms"] for r in ok], "%.1f"),
                 summary([r["pred_over_meas"] for r in ok], "%.2f"), summary([r["at_plan_over_meas"] for r in ok], "%.2f"),
-                summary([r["device_over_meas"] for r in ok], "%.2f"), all(r["identical"] for r in ok)))
+                summary([r["device_over_meas"] for r in ok], "%.2f"), summary([r["vmm_calls_ratio"] for r in ok], "%.2f"),
+                summary([r["vmm_ms"] for r in ok], "%.0f"), summary([r["hooks_ms"] for r in ok], "%.0f"),
+                all(r["identical"] for r in ok)))
         print("%-22s target: %s" % ("", target))
     if a.json:
         with open(a.json, "w") as f:

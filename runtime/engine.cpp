@@ -131,6 +131,7 @@ void engine::impl::begin_iteration() {
   const allocator::stats at_begin = alloc.get_stats();
   waits_at_begin = at_begin.budget_waits + at_begin.release_waits;
   observation_ns_at_begin = rec.observation_ns();
+  recording_ns_at_begin = rec.recording_ns();
   handoffs_at_begin = at_begin.handoffs;
   pack_members_at_begin = at_begin.pack_members;
   vmm_calls_at_begin = vmm_calls(at_begin);
@@ -159,6 +160,7 @@ void engine::impl::end_iteration() {
   current.wall_s = ended_s - iteration_started_s;
   current.active_s = first_call_s < 0.0 ? 0.0 : ended_s - first_call_s;
   current.observation_s += static_cast<double>(rec.observation_ns() - observation_ns_at_begin) * 1e-9;
+  current.recording_s = static_cast<double>(rec.recording_ns() - recording_ns_at_begin) * 1e-9;
   current.diverged = diverged;
   reports.push_back(current);
   if (have_plan && st == engine_state::steady && !diverged && !current.budget_lifted) measure_host_cost();

@@ -65,10 +65,13 @@ void engine::impl::build_plan_from_trace() {
   ao.known_writing_slots = earlier_writing_slots;
   an = tracer::analyse(kept_trace, tracer::event_range{0, kept_trace.events.size()}, ao);
   // The traced iteration just ended (Note [Predicted iteration time] in iteration_time.hpp).
+  const device::vmm_cycle_cost probed = plan_time.vmm_cycle;  // measured once per engine
   plan_time = {};
+  plan_time.vmm_cycle = probed;
   if (!reports.empty()) {
     plan_time.traced.active_s = reports.back().active_s;
     plan_time.traced.observation_s = reports.back().observation_s;
+    plan_time.traced.recording_s = reports.back().recording_s;
     plan_time.traced.launches = reports.back().launches;
     plan_time.measured_on = "traced iteration " + std::to_string(reports.back().index);
   }
@@ -299,10 +302,17 @@ void engine::impl::predict_plan_time() {
   const auto per_launch = [&](const host_cost_sample& s) { return given ? opts.host_s_per_launch : host_s_per_launch(s); };
   auto& t = plan_time;
   if (given) t.measured_on = "given";
+  // An injected cost stands for all of the host's work; otherwise the device's cycle cost,
+  // probed once (Note [VMM cost probe]).
+  if (!given && t.vmm_cycle.device.empty()) t.vmm_cycle = device::probe_vmm_cycle_cost(alloc.device_vmm());
+  t.remaps = remaps_of(plan, graph(), alloc.granularity());
   t.at_plan = predict_iteration_time(plan.predicted_time_s, per_launch(t.traced), t.traced.launches,
-                                     plan.recomputed_launches);
-  t.next = predict_iteration_time(plan.predicted_time_s, per_launch(t.measured), t.traced.launches,
-                                  plan.recomputed_launches);
+                                     plan.recomputed_launches, given ? remap_work{} : t.remaps, t.vmm_cycle);
+  // Until a steady iteration has run a plan, the next one is predicted as the plan is.
+  t.next = t.measured_on.rfind("planned iteration", 0) != 0
+               ? t.at_plan
+               : predict_iteration_time(plan.predicted_time_s, per_launch(t.measured), t.traced.launches,
+                                        plan.recomputed_launches);
 }
 
 // A steady iteration that ran the plan as it is: its device time is the traced launches',
@@ -314,6 +324,7 @@ void engine::impl::measure_host_cost() {
   t.measured.device_s = t.traced.device_s + current.recompute_s + current.copy_stall_s;
   t.measured.launches = current.launches + current.recomputed_launches;
   t.measured.observation_s = current.observation_s;
+  t.measured.recording_s = current.recording_s;
   t.measured_on = "planned iteration " + std::to_string(current.index);
   t.next = predict_iteration_time(plan.predicted_time_s, host_s_per_launch(t.measured), t.traced.launches,
                                   plan.recomputed_launches);

@@ -161,6 +161,7 @@ struct iteration_report {
   double active_s = 0.0;            // from its first call into the engine to its end (0: no call)
   double observation_s = 0.0;       // of that, write observation: hashing around launches, filling fresh blocks
                                     // (traced iterations only)
+  double recording_s = 0.0;         // of that, the collectors' recording of launches (traced only)
   double predicted_s = 0.0;         // its time as predicted before it began (0: traced, or no plan)
 };
 

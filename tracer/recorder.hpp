@@ -121,6 +121,11 @@ class recorder final : public allocator::allocation_observer {
   // recorded iteration does, which a caller timing iterations can leave out.
   void add_observation_ns(std::uint64_t ns) noexcept { observation_ns_.fetch_add(ns, std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t observation_ns() const noexcept { return observation_ns_.load(std::memory_order_relaxed); }
+  // Host time the collectors spent recording launches on the launching thread (their
+  // interception callbacks: the record, the pointer scan, queuing the observation), work
+  // only a recorded iteration does. Not counted by collectors that cannot separate it.
+  void add_recording_ns(std::uint64_t ns) noexcept { recording_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  [[nodiscard]] std::uint64_t recording_ns() const noexcept { return recording_ns_.load(std::memory_order_relaxed); }
 
   // ---- pointer scan against the live blocks, now ----
   void scan(std::span<const std::byte> params, std::vector<scan_hit>& out) const;
@@ -149,6 +154,7 @@ class recorder final : public allocator::allocation_observer {
   std::atomic<bool> recording_{false};
   std::atomic<allocation_observer*> next_{nullptr};
   std::atomic<std::uint64_t> observation_ns_{0};
+  std::atomic<std::uint64_t> recording_ns_{0};
 };
 
 // The process's default recorder, for the C marker below: a resettable reference, not a

@@ -479,6 +479,13 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
     std::snprintf(buf, sizeof buf, "%.9g", v);
     return std::string(buf);
   };
+  // The steady iterations' VMM calls and hook time (medians), beside the plan's prediction.
+  std::vector<double> vmm_calls, hooks_s;
+  for (const auto& r : b.reports) {
+    if (r.state != runtime::engine_state::steady || r.diverged) continue;
+    vmm_calls.push_back(static_cast<double>(r.vmm_calls));
+    hooks_s.push_back(r.launch_hooks_s);
+  }
   return {
       {"policy", wl::json_string(o.policy)},
       {"budget", wl::json_string(o.budget ? o.budget->text : "none")},
@@ -520,6 +527,14 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"host_s_per_launch", num(b.time.next.host_s_per_launch)},
       {"traced_host_s_per_launch", num(b.time.at_plan.host_s_per_launch)},
       {"predicted_launches", std::to_string(b.time.next.launches)},
+      {"traced_recording_s", num(b.time.traced.recording_s)},
+      {"predicted_map_backs", std::to_string(b.time.at_plan.remaps.map_backs)},
+      {"predicted_vmm_calls", std::to_string(b.time.at_plan.vmm_calls)},
+      {"predicted_vmm_s", num(b.time.at_plan.vmm_s)},
+      {"vmm_cycle_s", num(b.time.vmm_cycle.cycle_s)},
+      {"vmm_byte_s", num(b.time.vmm_cycle.byte_s)},
+      {"steady_vmm_calls", num(median(vmm_calls))},
+      {"steady_launch_hooks_s", num(median(hooks_s))},
       {"link_to_host_bytes_per_s", num(b.link.to_host_bytes_per_s)},
       {"link_to_device_bytes_per_s", num(b.link.to_device_bytes_per_s)},
       {"link_source", wl::json_string(b.link.source)},

@@ -125,6 +125,7 @@ struct engine::impl {
   std::vector<std::uint8_t> evicted;                     // buffer -> evicted by the engine
   std::vector<std::uint8_t> freed;                       // buffer -> freed this iteration
   std::vector<std::uint8_t> kept_resident;               // buffer -> planned evictable, placed shared this iteration
+  std::uint64_t recording_ns_at_begin = 0;               // the recorder's recording time when it began
   std::uint64_t observation_ns_at_begin = 0;             // the recorder's observation time when it began
   std::uint64_t waits_at_begin = 0;                      // the allocator's budget + release waits when it began
   std::uint64_t handoffs_at_begin = 0;                   // and its handoffs

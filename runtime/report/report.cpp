@@ -185,7 +185,15 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.predicted_iteration_s = pt.at_plan.predicted_s;
   plan.traced_active_s = pt.traced.active_s;
   plan.traced_observation_s = pt.traced.observation_s;
+  plan.traced_recording_s = pt.traced.recording_s;
   plan.traced_launches = pt.traced.launches;
+  plan.predicted_map_backs = pt.at_plan.remaps.map_backs;
+  plan.predicted_vmm_calls = pt.at_plan.vmm_calls;
+  plan.predicted_map_back_bytes = pt.at_plan.remaps.bytes;
+  plan.predicted_vmm_s = pt.at_plan.vmm_s;
+  plan.vmm_cycle_s = pt.vmm_cycle.cycle_s;
+  plan.vmm_byte_s = pt.vmm_cycle.byte_s;
+  plan.vmm_probe = pt.vmm_cycle.error.empty() ? pt.vmm_cycle.device : "failed: " + pt.vmm_cycle.error;
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
 
@@ -284,7 +292,15 @@ std::string to_json(const run_report& r) {
   w.member("predicted_iteration_s", r.plan.predicted_iteration_s);
   w.member("traced_active_s", r.plan.traced_active_s);
   w.member("traced_observation_s", r.plan.traced_observation_s);
+  w.member("traced_recording_s", r.plan.traced_recording_s);
   w.member("traced_launches", r.plan.traced_launches);
+  w.member("predicted_map_backs", r.plan.predicted_map_backs);
+  w.member("predicted_map_back_bytes", r.plan.predicted_map_back_bytes);
+  w.member("predicted_vmm_calls", r.plan.predicted_vmm_calls);
+  w.member("predicted_vmm_s", r.plan.predicted_vmm_s);
+  w.member("vmm_cycle_s", r.plan.vmm_cycle_s);
+  w.member("vmm_byte_s", r.plan.vmm_byte_s);
+  w.member("vmm_probe", r.plan.vmm_probe);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -482,7 +498,15 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.predicted_iteration_s = seconds_or_zero("predicted_iteration_s");
   r.plan.traced_active_s = seconds_or_zero("traced_active_s");
   r.plan.traced_observation_s = seconds_or_zero("traced_observation_s");
+  r.plan.traced_recording_s = seconds_or_zero("traced_recording_s");
   r.plan.traced_launches = size_or(plan, "traced_launches");
+  r.plan.predicted_map_backs = size_or(plan, "predicted_map_backs");
+  r.plan.predicted_map_back_bytes = size_or(plan, "predicted_map_back_bytes");
+  r.plan.predicted_vmm_calls = size_or(plan, "predicted_vmm_calls");
+  r.plan.predicted_vmm_s = seconds_or_zero("predicted_vmm_s");
+  r.plan.vmm_cycle_s = seconds_or_zero("vmm_cycle_s");
+  r.plan.vmm_byte_s = seconds_or_zero("vmm_byte_s");
+  if (const json::value* v = plan.find("vmm_probe")) r.plan.vmm_probe = v->as_string();
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};
@@ -674,9 +698,10 @@ std::string render_text(const run_report& r, std::size_t top) {
     char line[400];
     std::snprintf(line, sizeof line,
                   "  predicted time     %s per iteration: %s on the device (the simulator) + %zu launches x "
-                  "%.1f us on the host (the traced iteration's)\n",
+                  "%.1f us on the host (the traced iteration's) + %zu map-backs (%s, twice) in %s\n",
                   text::seconds(r.plan.predicted_iteration_s).c_str(), text::seconds(r.plan.predicted_device_s).c_str(),
-                  r.plan.predicted_launches, r.plan.host_s_per_launch * 1e6);
+                  r.plan.predicted_launches, r.plan.host_s_per_launch * 1e6, r.plan.predicted_map_backs,
+                  format_bytes(r.plan.predicted_map_back_bytes).c_str(), text::seconds(r.plan.predicted_vmm_s).c_str());
     out << line;
     if (!active.empty())
       out << "  measured time      " << text::seconds(median_of(active)) << " per planned iteration (median), "

@@ -76,7 +76,18 @@ struct plan_summary {
   double predicted_iteration_s = 0.0;
   double traced_active_s = 0.0;
   double traced_observation_s = 0.0;  // of that, the tracer's write observation
+  double traced_recording_s = 0.0;    // and the collectors' recording of launches
   std::size_t traced_launches = 0;
+  // The plan's map-backs, the VMM calls they and the allocations they displace make, and
+  // their cost at the probed device's rate (Note [VMM cost probe] in
+  // device/vmm_cost_probe.hpp), in predicted_iteration_s.
+  std::size_t predicted_map_backs = 0;
+  std::size_t predicted_map_back_bytes = 0;
+  std::size_t predicted_vmm_calls = 0;
+  double predicted_vmm_s = 0.0;
+  double vmm_cycle_s = 0.0;
+  double vmm_byte_s = 0.0;
+  std::string vmm_probe{};  // the device probed, or why there is no cost ("" without a probe)
 };
 
 // A run of the same workload without sublinear's budget, when the caller knows one.

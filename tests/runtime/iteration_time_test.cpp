@@ -15,6 +15,9 @@
 #include "allocator/caching_allocator.hpp"
 #include "device/host/device.hpp"
 #include "device/host/host_vmm.hpp"
+#include "device/vmm_cost_probe.hpp"
+#include "policy/iteration.hpp"
+#include "policy/plan.hpp"
 #include "runtime/host/host_runtime.hpp"
 #include "runtime/iteration_time.hpp"
 #include "runtime/report/report.hpp"
@@ -37,6 +40,7 @@ TEST(IterationTime, HostCostPerLaunchIsTheUnexplainedTimeOverTheLaunches) {
   EXPECT_EQ(host_s_per_launch({0.25, 0.75, 4}), 0.0) << "a device-bound iteration hides the host's work";
   EXPECT_EQ(host_s_per_launch({0.75, 0.25, 0}), 0.0) << "no launches, no cost per launch";
   EXPECT_EQ(host_s_per_launch({1.25, 0.25, 4, 0.5}), 0.125) << "the tracer's hashing is not the host's cost per launch";
+  EXPECT_EQ(host_s_per_launch({1.5, 0.25, 4, 0.5, 0.25}), 0.125) << "nor is its recording of each launch";
 }
 
 TEST(IterationTime, ThePredictionAddsTheHostCostOfTracedAndReplayedLaunches) {
@@ -46,6 +50,41 @@ TEST(IterationTime, ThePredictionAddsTheHostCostOfTracedAndReplayedLaunches) {
   EXPECT_EQ(t.launches, 8u);
   EXPECT_EQ(t.host_s, 1.0);
   EXPECT_EQ(t.predicted_s, 1.5);
+  EXPECT_EQ(t.vmm_s, 0.0) << "no map-backs, no VMM work";
+}
+
+// Each map-back and the allocation it displaces: two map, set access and unmap cycles of
+// its bytes at the probed cost.
+TEST(IterationTime, ThePlansMapBacksAddTwoVmmCyclesEachAtTheProbedCost) {
+  device::vmm_cycle_cost cost;
+  cost.cycle_s = 0.25;
+  cost.byte_s = 1.0 / 1024;
+  const remap_work w{3, 4096};
+  EXPECT_EQ(w.cycles(), 6u);
+  EXPECT_EQ(w.cycle_bytes(), 8192u);
+  EXPECT_EQ(cost.cost_s(6, 8192), 9.5);
+  const iteration_time t = predict_iteration_time(0.5, 0.125, 6, 2, w, cost);
+  EXPECT_EQ(t.remaps.map_backs, 3u);
+  EXPECT_EQ(t.vmm_calls, 18u) << "map, set access, unmap per cycle";
+  EXPECT_EQ(t.vmm_s, 9.5);
+  EXPECT_EQ(t.host_s, 1.0);
+  EXPECT_EQ(t.predicted_s, 0.5 + 1.0 + 9.5);
+}
+
+// One map-back per evicted block outside a pack, per pack and per offload, in whole granules.
+TEST(IterationTime, MapBacksCountPacksOnceAndOffloads) {
+  policy::iteration g;
+  g.buffers.resize(5);
+  const std::size_t sizes[] = {1000, 2000, 70000, 64 * 1024, 10};
+  for (std::size_t b = 0; b < 5; ++b) g.buffers[b].size = sizes[b];
+  policy::plan p;
+  for (policy::buffer_id b : {0u, 1u, 2u}) p.evictions.emplace_back().target = b;
+  p.packs.push_back({{0, 1}, {0, 1024}, 3000});
+  p.offloads.emplace_back().target = 3;
+  const remap_work w = remaps_of(p, g, 64 * 1024);
+  EXPECT_EQ(w.map_backs, 3u) << "the pack of buffers 0 and 1, buffer 2, the offload of buffer 3";
+  EXPECT_EQ(w.bytes, (64u + 128u + 64u) * 1024u);
+  EXPECT_EQ(remaps_of(policy::plan{}, g, 64 * 1024).map_backs, 0u);
 }
 
 // ---- the engine --------------------------------------------------------------------------------
@@ -175,8 +214,10 @@ TEST(IterationTime, EachPlannedIterationIsPredictedFromAnIterationBeforeIt) {
   EXPECT_EQ(t.traced.device_s, r.compute.traced_s);
   const double device_s = r.link.predicted_device_s;
   const std::size_t launches = traced.launches + r.replayed;
-  EXPECT_EQ(t.at_plan.predicted_s,
-            predict_iteration_time(device_s, host_s_per_launch(t.traced), traced.launches, r.replayed).predicted_s);
+  EXPECT_EQ(t.traced.recording_s, traced.recording_s);
+  EXPECT_GT(traced.recording_s, 0.0) << "the host collector times its recording";
+  EXPECT_EQ(t.at_plan.predicted_s, predict_iteration_time(device_s, host_s_per_launch(t.traced), traced.launches,
+                                                          r.replayed, t.remaps, t.vmm_cycle).predicted_s);
   const iteration_report* measured = nullptr;  // the last steady iteration before the one predicted
   for (const auto& it : r.reports) {
     if (it.state == engine_state::trace) continue;
@@ -195,6 +236,42 @@ TEST(IterationTime, EachPlannedIterationIsPredictedFromAnIterationBeforeIt) {
   }
   ASSERT_NE(measured, nullptr);
   EXPECT_EQ(t.measured_on, "planned iteration " + std::to_string(measured->index));
+}
+
+// The plan's map-backs are the blocks a steady iteration maps back (or finds still mapped,
+// its eviction cancelled before the pages went), and the probe ran on the allocator's device.
+TEST(IterationTime, ThePlansMapBacksAreWhatEachSteadyIterationMapsBack) {
+  engine_options o = recompute_options();
+  o.config.budget = policy::parse_budget("0.6x");  // the traced peak varies a little with timing
+  chain c(o);
+  std::vector<std::uint64_t> restored;
+  for (int it = 0; it < 6; ++it) {
+    const allocator::stats before = c.alloc.get_stats();
+    c.iteration();
+    c.rt->mark_iteration();
+    const allocator::stats after = c.alloc.get_stats();
+    restored.push_back(after.restores + after.cancelled_evictions - before.restores - before.cancelled_evictions);
+  }
+  const engine& e = c.rt->get();
+  const engine::plan_time t = e.predicted_time();
+  ASSERT_EQ(e.plan_error(), "");
+  ASSERT_GT(t.remaps.map_backs, 0u) << "the plan evicts";
+  EXPECT_EQ(t.at_plan.remaps.map_backs, t.remaps.map_backs);
+  EXPECT_EQ(t.at_plan.vmm_calls, 2 * 3 * t.remaps.map_backs);
+  EXPECT_EQ(t.vmm_cycle.device, "host");
+  EXPECT_EQ(t.vmm_cycle.error, "");
+  EXPECT_GT(t.vmm_cycle.cycle_s + t.vmm_cycle.byte_s, 0.0) << "the probe measured the device";
+  EXPECT_EQ(t.at_plan.vmm_s, t.vmm_cycle.cost_s(t.remaps.cycles(), t.remaps.cycle_bytes()));
+  EXPECT_EQ(t.next.vmm_s, 0.0) << "a steady iteration's cost per launch holds its VMM work";
+  const auto reports = e.iterations();
+  ASSERT_EQ(reports.size(), restored.size());
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    SCOPED_TRACE(i);
+    if (reports[i].state != engine_state::steady) continue;
+    EXPECT_FALSE(reports[i].diverged) << reports[i].divergence;
+    EXPECT_EQ(reports[i].pressure_evictions, 0u);
+    EXPECT_EQ(restored[i], t.remaps.map_backs);
+  }
 }
 
 TEST(IterationTime, ActiveTimeLeavesOutWhatTheProgramDidBeforeItsFirstCall) {
@@ -218,6 +295,14 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(rep.plan.traced_observation_s, r.time.traced.observation_s);
   EXPECT_GT(rep.plan.traced_observation_s, 0.0);
   EXPECT_EQ(rep.plan.traced_launches, r.time.traced.launches);
+  EXPECT_EQ(rep.plan.traced_recording_s, r.time.traced.recording_s);
+  EXPECT_EQ(rep.plan.predicted_map_backs, r.time.at_plan.remaps.map_backs);
+  EXPECT_EQ(rep.plan.predicted_map_back_bytes, r.time.at_plan.remaps.bytes);
+  EXPECT_EQ(rep.plan.predicted_vmm_calls, r.time.at_plan.vmm_calls);
+  EXPECT_EQ(rep.plan.predicted_vmm_s, r.time.at_plan.vmm_s);
+  EXPECT_EQ(rep.plan.vmm_cycle_s, r.time.vmm_cycle.cycle_s);
+  EXPECT_EQ(rep.plan.vmm_byte_s, r.time.vmm_cycle.byte_s);
+  EXPECT_EQ(rep.plan.vmm_probe, "host");
   const run_report back = parse_report(to_json(rep));
   EXPECT_EQ(back.plan.predicted_device_s, rep.plan.predicted_device_s);
   EXPECT_EQ(back.plan.host_s_per_launch, rep.plan.host_s_per_launch);
@@ -226,6 +311,14 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(back.plan.traced_active_s, rep.plan.traced_active_s);
   EXPECT_EQ(back.plan.traced_observation_s, rep.plan.traced_observation_s);
   EXPECT_EQ(back.plan.traced_launches, rep.plan.traced_launches);
+  EXPECT_EQ(back.plan.traced_recording_s, rep.plan.traced_recording_s);
+  EXPECT_EQ(back.plan.predicted_map_backs, rep.plan.predicted_map_backs);
+  EXPECT_EQ(back.plan.predicted_map_back_bytes, rep.plan.predicted_map_back_bytes);
+  EXPECT_EQ(back.plan.predicted_vmm_calls, rep.plan.predicted_vmm_calls);
+  EXPECT_EQ(back.plan.predicted_vmm_s, rep.plan.predicted_vmm_s);
+  EXPECT_EQ(back.plan.vmm_cycle_s, rep.plan.vmm_cycle_s);
+  EXPECT_EQ(back.plan.vmm_byte_s, rep.plan.vmm_byte_s);
+  EXPECT_EQ(back.plan.vmm_probe, rep.plan.vmm_probe);
   ASSERT_EQ(back.iterations.size(), rep.iterations.size());
   for (std::size_t i = 0; i < rep.iterations.size(); ++i) {
     EXPECT_EQ(back.iterations[i].active_s, rep.iterations[i].active_s);

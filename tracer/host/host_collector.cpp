@@ -110,6 +110,7 @@ host_collector::~host_collector() {
 }
 
 void host_collector::on_enter(const device::host::launch_record& r) {
+  const std::uint64_t entered = now_ns();
   launch_args a;
   a.kernel_handle = r.fn->id;
   a.grid = {r.config.grid.x, r.config.grid.y, r.config.grid.z};
@@ -128,7 +129,10 @@ void host_collector::on_enter(const device::host::launch_record& r) {
     }
     return;
   }
-  if (!options_.time_launches && !options_.observe_writes) return;
+  if (!options_.time_launches && !options_.observe_writes) {
+    rec_.add_recording_ns(now_ns() - entered);
+    return;
+  }
 
   auto p = std::make_shared<probe>();
   p->rec = &rec_;
@@ -147,6 +151,7 @@ void host_collector::on_enter(const device::host::launch_record& r) {
   }
   dev_.host_func(r.on, [p] { p->begin(); });
   t_open.push_back({this, r.correlation_id, std::move(p)});
+  rec_.add_recording_ns(now_ns() - entered);
 }
 
 host_collector::before_counts host_collector::before_hashes() const {
@@ -154,11 +159,13 @@ host_collector::before_counts host_collector::before_hashes() const {
 }
 
 void host_collector::on_exit(const device::host::launch_record& r) {
+  const std::uint64_t entered = now_ns();
   for (auto it = t_open.rbegin(); it != t_open.rend(); ++it) {
     if (it->owner == this && it->correlation == r.correlation_id) {
       std::shared_ptr<probe> p = std::move(it->state);
       t_open.erase(std::next(it).base());
       dev_.host_func(r.on, [p] { p->end(); });
+      rec_.add_recording_ns(now_ns() - entered);
       return;
     }
   }
@@ -167,6 +174,7 @@ void host_collector::on_exit(const device::host::launch_record& r) {
 // Copies and sets are recorded at their ENTER, whoever issued them; the device has no EXIT
 // for them, so they are not timed (analysis estimates their cost from their bytes).
 void host_collector::on_memory_op(const device::host::memory_op_record& r) {
+  const std::uint64_t entered = rec_.recording() ? now_ns() : 0;
   if (options_.observe_writes && options_.reuse_hashes) {
     // Its destination's kept hashes go stale when it runs (Note [Hash reuse]).
     const auto dst = reinterpret_cast<std::uint64_t>(r.dst);
@@ -177,6 +185,7 @@ void host_collector::on_memory_op(const device::host::memory_op_record& r) {
   } else {
     rec_.record_memset(r.dst, r.value, r.bytes, handle_of(r.on));
   }
+  if (entered != 0) rec_.add_recording_ns(now_ns() - entered);
 }
 
 void host_collector::on_event_op(const device::host::event_op_record& r) {
