@@ -421,6 +421,8 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
       return std::string(buf);
     };
     row("planned recompute (traced time)", share(b.plan_cost.added_s));
+    // The offload floor bounds recompute and stalls together.
+    if (b.plan_cost.floor_with_offload) row("  predicted stalls (the plan)", share(b.link.predicted_stall_s));
     row(b.plan_cost.floor_with_offload ? "  offload floor (no plan less)" : "  recompute floor (no plan less)",
         share(b.plan_cost.floor_s));
   }
