@@ -243,6 +243,9 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   const auto& g = graph();
   const std::vector<launch_id> recipe = runnable_recipe(e, targets);
   pin_scope pinned(pins, g, e);
+  // Offloaded inputs come back before a recipe reads them; at its restore point the plan
+  // has them back already (Note [Offloaded recipe inputs]), elsewhere this waits for them.
+  bring_in_recipe_inputs(recipe, stream);
   std::unordered_set<buffer_id> regenerated(targets.begin(), targets.end());
   std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
   add_unseen_temporaries(entry_index, targets, temps);  // Note [Unseen writes]
@@ -653,7 +656,9 @@ bool engine::impl::recipe_valid(std::size_t i, std::size_t until) const {
 // Approach: at every ENTER the engine looks `engine_options::prefetch_launches` launches
 //   ahead and regenerates the entries due there now, on the entering launch's stream,
 //   when their recipes can already run (every recipe launch seen, inputs resident and
-//   unchanged) and the budget has room for their targets and temporaries with a
+//   unchanged, no offloaded input still on the host or on its way back: its fetch is
+//   waited for only at its restore point) and the budget has room for their targets and
+//   temporaries with a
 //   thirty-second of the budget to spare. Entries that do not fit are regenerated at
 //   their restore point, and the ENTER safety net stays. An entry whose own target is
 //   still to be evicted is not prefetched: its recipe would run for the buffers it
@@ -688,7 +693,7 @@ void engine::impl::prefetch(device::stream_handle stream) {
       for (buffer_id t : e.temporaries) need += pages(t);
       const std::size_t in_use = s.mapped - s.pooled;  // pooled chunks can serve the targets
       if (in_use + need + s.budget / 32 > s.budget) continue;
-      if (!recipe_valid(i, 0)) continue;
+      if (!recipe_valid(i, 0) || reads_offload_not_back(e.recipe)) continue;
       // A prefetch is an optimisation: it must neither fail the launch nor make the
       // pressure valve evict others to make room for it.
       prefetching = true;

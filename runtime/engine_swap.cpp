@@ -281,6 +281,30 @@ void engine::impl::bring_in(std::size_t i, device::stream_handle stream) {
   swapped_ranges.erase(addr[b]);
 }
 
+bool engine::impl::reads_offload_not_back(const std::vector<launch_id>& recipe) const {
+  if (swapped_ranges.empty()) return false;
+  for (launch_id l : recipe) {
+    for (buffer_id u : graph().launches[l].touched) {
+      const std::int32_t i = offload_of[u];
+      if (i >= 0 && (swap[i] == swap_state::on_host || swap[i] == swap_state::fetching)) return true;
+    }
+  }
+  return false;
+}
+
+void engine::impl::bring_in_recipe_inputs(const std::vector<launch_id>& recipe, device::stream_handle stream) {
+  if (swapped_ranges.empty()) return;
+  for (launch_id l : recipe) {
+    for (buffer_id u : graph().launches[l].touched) {
+      const std::int32_t i = offload_of[u];
+      if (i >= 0 && (swap[i] == swap_state::on_host || swap[i] == swap_state::fetching)) {
+        ++current.safety_fetches;
+        bring_in(static_cast<std::size_t>(i), stream);
+      }
+    }
+  }
+}
+
 // At the ENTER of launch `pos`: releases, fetches and waits the plan puts here.
 void engine::impl::offloads_before(device::stream_handle stream) {
   if (plan.offloads.empty() || pos >= release_by.size()) return;

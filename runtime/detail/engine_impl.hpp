@@ -227,6 +227,11 @@ struct engine::impl {
   void poll_offloads();
   void fetch(std::size_t i, device::stream_handle stream);
   void bring_in(std::size_t i, device::stream_handle stream);
+  // Whether a launch of `recipe` reads an offloaded buffer whose bytes are not on the
+  // device (on the host, or a fetch not yet waited for).
+  [[nodiscard]] bool reads_offload_not_back(const std::vector<launch_id>& recipe) const;
+  // Brings those buffers back first: `stream` waits for their copies.
+  void bring_in_recipe_inputs(const std::vector<launch_id>& recipe, device::stream_handle stream);
   void offloads_before(device::stream_handle stream);
   void fetches_needed(device::stream_handle stream);
   void fetch_touched(const launch_view& op);

@@ -96,7 +96,8 @@ struct outcome {
   std::vector<timeline_event> timeline;
   std::string plan_error;
 };
-outcome train(const std::function<void(const policy::iteration&, policy::plan&)>& amend) {
+template <class Rig = two_buffers>
+outcome train(const std::function<void(const policy::iteration&, policy::plan&)>& amend, double latency_s = 0.0) {
   engine_options o;
   o.config.budget = policy::parse_budget("2x");  // over the traced peak: the plan is the amended one
   o.config.policy = "greedy";
@@ -108,13 +109,13 @@ outcome train(const std::function<void(const policy::iteration&, policy::plan&)>
   o.amend_plan = amend;
   outcome r;
   {
-    two_buffers c;
+    Rig c;
     for (int it = 0; it < 5; ++it) c.iteration();
     r.without = c.result();
   }
-  two_buffers c;
+  Rig c;
   host_runtime rt(c.dev, c.alloc, o);
-  rt.replay_device().set_link({kLinkBytesPerS, 0.0}, {kLinkBytesPerS, 0.0}, "test");
+  rt.replay_device().set_link({kLinkBytesPerS, latency_s}, {kLinkBytesPerS, latency_s}, "test");
   for (int it = 0; it < 5; ++it) {
     c.iteration();
     rt.mark_iteration();
@@ -257,6 +258,89 @@ TEST(OffloadOrder, RecipesRestoringAtALaunchAreQueuedBeforeItsFetchWait) {
     recipe_queued = fetch_waited = -1.0;
   }
   EXPECT_GE(checked, 2u);
+}
+
+// One iteration: fill L, D = scale(L), fill M, kLongPadding launches touching none of
+// them, then M's consumer, D's, L's. The padding is longer than the engine's prefetch
+// window (engine_options::prefetch_launches), so D's recipe comes into the window after
+// the fetches are queued.
+constexpr int kLongPadding = 12;
+struct derived_buffer : test::accumulator_rig {
+  void iteration() {
+    auto* l = static_cast<float*>(alloc.allocate(kSmallBytes, nullptr));
+    auto* d = static_cast<float*>(alloc.allocate(kSmallBytes, nullptr));
+    auto* m = static_cast<float*>(alloc.allocate(kSmallBytes, nullptr));
+    fill_params fl{l, kSmall, 0.75f};
+    dev.launch(fill_kernel(), {}, nullptr, &fl);
+    test::scale_params sd{d, l, kSmall, 2.0f};
+    dev.launch(test::scale_kernel(), {}, nullptr, &sd);
+    fill_params fm{m, kSmall, 0.25f};
+    dev.launch(fill_kernel(), {}, nullptr, &fm);
+    for (int k = 0; k < kLongPadding; ++k) {
+      fill_params fp{scratch, 64, static_cast<float>(k)};
+      dev.launch(fill_kernel(), {}, nullptr, &fp);
+    }
+    for (float* x : {m, d, l}) {
+      accumulate_params a{acc, x, kSmall};
+      dev.launch(accumulate_kernel(), {}, nullptr, &a);
+      alloc.deallocate(x);
+    }
+    dev.synchronize();
+  }
+};
+
+// D is dropped and rebuilt from L by its recipe at D's consumer; L and M are offloaded and
+// fetched together, M first, both due before M's consumer, so L is back before D's recipe
+// (Note [Offloaded recipe inputs]). Each copy takes 50 ms, so L's bytes land long after
+// its fetch is queued.
+void recompute_from_an_offloaded_input(const policy::iteration& g, policy::plan& p, amended& out) {
+  std::vector<policy::buffer_id> act;  // L, D, M in allocation order
+  for (policy::buffer_id b = 0; b < g.buffers.size(); ++b) {
+    if (!g.buffers[b].persistent() && g.buffers[b].size == kSmallBytes) act.push_back(b);
+  }
+  ASSERT_EQ(act.size(), 3u);
+  const policy::buffer_id l = act[0], d = act[1], m = act[2];
+  const policy::launch_id make_d = g.buffers[d].users.front();
+  const policy::launch_id fill_m = g.buffers[m].users.front();
+  const policy::launch_id use_m = g.buffers[m].users.back();
+  const policy::launch_id use_d = g.buffers[d].users.back();
+  ASSERT_EQ(use_d, use_m + 1);
+  p.evictions.clear();
+  p.retentions.clear();
+  p.packs.clear();
+  policy::eviction ev;
+  ev.target = d;
+  ev.evict_after = make_d;
+  ev.restore_before = use_d;
+  ev.recipe = {make_d};
+  p.evictions = {ev};
+  const policy::launch_id fetch = fill_m + 1;
+  p.offloads = {{m, fill_m, fill_m + 1, fetch, use_m}, {l, make_d, fill_m + 1, fetch, use_m}};
+  keep_simulated(g, p, out);
+}
+
+// The engine may run a recipe ahead of its restore point when memory allows (Note
+// [Prefetch]); a recipe that reads an offloaded buffer whose bytes are still on their
+// way must wait for its restore point, or it rebuilds from pages the copy has not filled.
+TEST(OffloadOrder, NoRecipeRunsAheadOfTheFetchOfAnInputItReads) {
+  amended a;
+  const outcome r = train<derived_buffer>(
+      [&a](const policy::iteration& g, policy::plan& p) { recompute_from_an_offloaded_input(g, p, a); }, 0.05);
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.plan_error, "");
+  ASSERT_EQ(a.plan.offloads.size(), 2u) << "the plan was amended";
+  std::size_t planned = 0;
+  for (const iteration_report& it : r.reports) {
+    if (it.state == engine_state::trace) continue;
+    SCOPED_TRACE(it.index);
+    ++planned;
+    EXPECT_FALSE(it.diverged) << it.divergence;
+    EXPECT_EQ(it.validation_mismatches, 0u) << "D was rebuilt from L's pages before L's bytes landed";
+    EXPECT_EQ(it.recomputed_launches, 1u);
+    EXPECT_EQ(it.fetches, 2u);
+    EXPECT_EQ(it.safety_fetches, 0u) << "the recipe ran at its restore point, L already back";
+  }
+  EXPECT_GE(planned, 3u);
 }
 
 }  // namespace
