@@ -17,8 +17,8 @@
 //   timeline]; copies queued together by deadline, then plan order). Each buffer has a
 //   slot in one host pool laid out by policy::lay_out_host_pool (Note [Host pool layout]),
 //   made once per plan. The ENTER safety net covers offloaded buffers: a launch (copy,
-//   set) touching one outside the plan makes its stream wait for the bytes first
-//   (safety_fetches). A divergence brings every offloaded buffer back first. A copy the
+//   set) or a recipe touching one outside the plan makes its stream wait for the bytes
+//   first (safety_fetches); a prefetch never runs a recipe that would (Note [Prefetch]). A divergence brings every offloaded buffer back first. A copy the
 //   device refuses leaves the buffer resident (out) or is replaced by a synchronous
 //   upload (in), both counted in failed_copies.
 // Limitations: the device->host copy follows the producing launch's stream only (as
