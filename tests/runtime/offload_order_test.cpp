@@ -201,6 +201,20 @@ TEST(OffloadOrder, CopiesQueuedAtOneLaunchGoInTheSimulatorsDeadlineOrder) {
 }
 
 
+// Makes `target`, produced by launch `made` alone, the plan's one eviction, its producer
+// replayed before launch `back`.
+void evict_only(policy::plan& p, policy::buffer_id target, policy::launch_id made, policy::launch_id back) {
+  p.evictions.clear();
+  p.retentions.clear();
+  p.packs.clear();
+  policy::eviction ev;
+  ev.target = target;
+  ev.evict_after = made;
+  ev.restore_before = back;
+  ev.recipe = {made};
+  p.evictions = {ev};
+}
+
 // Replaces the plan by an eviction of S (its fill replayed) and an offload of L, both
 // restoring before S's consumer: the simulator runs the recipe, then waits for the fetch.
 void recompute_and_offload(const policy::iteration& g, policy::plan& p, amended& out) {
@@ -210,15 +224,7 @@ void recompute_and_offload(const policy::iteration& g, policy::plan& p, amended&
   const policy::launch_id fill_s = g.buffers[s].users.front();
   const policy::launch_id fill_l = g.buffers[l].users.front();
   const policy::launch_id use_s = g.buffers[s].users.back();
-  p.evictions.clear();
-  p.retentions.clear();
-  p.packs.clear();
-  policy::eviction ev;
-  ev.target = s;
-  ev.evict_after = fill_s;
-  ev.restore_before = use_s;
-  ev.recipe = {fill_s};
-  p.evictions = {ev};
+  evict_only(p, s, fill_s, use_s);
   p.offloads = {{l, fill_l, fill_l + 1, use_s - 1, use_s}};
   keep_simulated(g, p, out);
 }
@@ -305,15 +311,7 @@ void recompute_from_an_offloaded_input(const policy::iteration& g, policy::plan&
   const policy::launch_id use_m = g.buffers[m].users.back();
   const policy::launch_id use_d = g.buffers[d].users.back();
   ASSERT_EQ(use_d, use_m + 1);
-  p.evictions.clear();
-  p.retentions.clear();
-  p.packs.clear();
-  policy::eviction ev;
-  ev.target = d;
-  ev.evict_after = make_d;
-  ev.restore_before = use_d;
-  ev.recipe = {make_d};
-  p.evictions = {ev};
+  evict_only(p, d, make_d, use_d);
   const policy::launch_id fetch = fill_m + 1;
   p.offloads = {{m, fill_m, fill_m + 1, fetch, use_m}, {l, make_d, fill_m + 1, fetch, use_m}};
   keep_simulated(g, p, out);
