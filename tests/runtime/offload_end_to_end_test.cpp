@@ -1,8 +1,9 @@
 // Offload end to end on the host device: every workload trains bit-identically to
 // training without sublinear, within the budget in every planned iteration, with plans
 // that offload (docs/runtime.md, "Offload execution"): the planners' own with
-// SUBLINEAR_OFFLOAD=only and auto over a fast link, and the recompute plan with every
-// eviction turned into an offload (engine_options::amend_plan).
+// SUBLINEAR_OFFLOAD=only and auto over a fast link, auto just above the least budget it
+// meets over a slow link, and the recompute plan with every eviction turned into an
+// offload (engine_options::amend_plan).
 #include <gtest/gtest.h>
 #include <map>
 #include <memory>
