@@ -258,6 +258,11 @@ int plan_main(std::span<const std::string_view> args) {
     std::printf("a planning trace (captured on the meta device, docs/preview.md): every duration and added "
                 "compute below is an ESTIMATE, not a measurement\n");
   }
+  if (!o.preview.link.usable() && o.preview.offload != policy::offload_mode::off) {
+    // The runtime offloads by default; a trace does not say over what link.
+    std::printf("offload: not previewed, a trace does not record the device-host link: --link-bandwidth GB/s "
+                "previews it (the host device's own link: --link-bandwidth 0.06 --link-latency 4.5)\n");
+  }
   std::fputs(runtime::render_plan_preview(p, o.evictions).c_str(), stdout);
   if (!o.json_path.empty()) runtime::write_text_file(o.json_path, runtime::plan_preview_json(p));
   bool any = false;

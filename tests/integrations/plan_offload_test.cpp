@@ -61,11 +61,18 @@ TEST_F(PlanOffload, TheLatencyPerCopyIsPartOfTheLink) {
   EXPECT_NE(json.find("\"to_device_latency_s\": 5e-04"), std::string::npos) << json;
 }
 
-TEST_F(PlanOffload, WithoutALinkNothingIsOffloadedAndTheTableIsUnchanged) {
+TEST_F(PlanOffload, WithoutALinkNothingIsOffloadedAndTheOutputSaysHowToPreviewIt) {
   const child_result r = plan({"--policy", "greedy"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out.find("offload"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("offload: not previewed, a trace does not record the device-host link: --link-bandwidth"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("offload floor"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("link busy"), std::string::npos) << r.out;
+  // Offload turned off: nothing to preview, nothing said.
+  const child_result off = plan({"--policy", "greedy", "--offload", "off"});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(off.out.find("offload"), std::string::npos) << off.out;
 }
 
 TEST_F(PlanOffload, JsonHasTheLinkFigures) {
