@@ -6,11 +6,16 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "allocator/caching_allocator.hpp"
 #include "device/host/device.hpp"
 #include "device/host/host_vmm.hpp"
+#include "policy/budget.hpp"
+#include "runtime/engine_types.hpp"
 
 namespace sublinear::runtime::test {
 
@@ -70,6 +75,22 @@ inline const device::host::kernel& accumulate_kernel() {
       "test_chain_accumulate", {SUBLINEAR_PARAM(accumulate_params, acc), SUBLINEAR_PARAM(accumulate_params, in),
                                 SUBLINEAR_PARAM(accumulate_params, n)});
   return k;
+}
+
+// The engine options of the tests that replace the planner's plan with their own: greedy,
+// no two-level schedules, the first planned iteration validated, a timeline kept.
+inline engine_options amended_plan_options(std::string_view budget,
+                                           std::function<void(const policy::iteration&, policy::plan&)> amend) {
+  engine_options o;
+  o.config.budget = policy::parse_budget(budget);
+  o.config.policy = "greedy";
+  o.config.validate = validate_mode::first;
+  o.config.multi_pass = false;
+  o.config.log = log_level::error;
+  o.device_capacity = std::size_t{256} << 20;
+  o.record_timeline = true;
+  o.amend_plan = std::move(amend);
+  return o;
 }
 
 // A host device with 64 KiB pages, its allocator, and two 64-float blocks allocated before

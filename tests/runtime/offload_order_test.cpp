@@ -98,15 +98,8 @@ struct outcome {
 };
 template <class Rig = two_buffers>
 outcome train(const std::function<void(const policy::iteration&, policy::plan&)>& amend, double latency_s = 0.0) {
-  engine_options o;
-  o.config.budget = policy::parse_budget("2x");  // over the traced peak: the plan is the amended one
-  o.config.policy = "greedy";
-  o.config.validate = validate_mode::first;
-  o.config.multi_pass = false;
-  o.config.log = log_level::error;
-  o.device_capacity = std::size_t{256} << 20;
-  o.record_timeline = true;
-  o.amend_plan = amend;
+  // Over the traced peak: the plan is the amended one.
+  const engine_options o = test::amended_plan_options("2x", amend);
   outcome r;
   {
     Rig c;

@@ -97,16 +97,7 @@ void offload_everything(const policy::iteration& g, policy::plan& p, std::size_t
 }
 
 engine_options offload_options(const std::string& budget) {
-  engine_options o;
-  o.config.budget = policy::parse_budget(budget);
-  o.config.policy = "greedy";
-  o.config.validate = validate_mode::first;
-  o.config.multi_pass = false;
-  o.config.log = log_level::error;
-  o.device_capacity = std::size_t{256} << 20;
-  o.record_timeline = true;
-  o.amend_plan = [](const policy::iteration& g, policy::plan& p) { offload_everything(g, p); };
-  return o;
+  return test::amended_plan_options(budget, [](const policy::iteration& g, policy::plan& p) { offload_everything(g, p); });
 }
 
 struct run {

@@ -110,7 +110,8 @@ host_collector::~host_collector() {
 }
 
 void host_collector::on_enter(const device::host::launch_record& r) {
-  const std::uint64_t entered = now_ns();
+  // The clock only while recording: untraced iterations take this path on every launch.
+  const std::uint64_t entered = rec_.recording() ? now_ns() : 0;
   launch_args a;
   a.kernel_handle = r.fn->id;
   a.grid = {r.config.grid.x, r.config.grid.y, r.config.grid.z};
@@ -130,7 +131,7 @@ void host_collector::on_enter(const device::host::launch_record& r) {
     return;
   }
   if (!options_.time_launches && !options_.observe_writes) {
-    rec_.add_recording_ns(now_ns() - entered);
+    if (entered != 0) rec_.add_recording_ns(now_ns() - entered);
     return;
   }
 
@@ -151,7 +152,7 @@ void host_collector::on_enter(const device::host::launch_record& r) {
   }
   dev_.host_func(r.on, [p] { p->begin(); });
   t_open.push_back({this, r.correlation_id, std::move(p)});
-  rec_.add_recording_ns(now_ns() - entered);
+  if (entered != 0) rec_.add_recording_ns(now_ns() - entered);
 }
 
 host_collector::before_counts host_collector::before_hashes() const {
@@ -159,9 +160,9 @@ host_collector::before_counts host_collector::before_hashes() const {
 }
 
 void host_collector::on_exit(const device::host::launch_record& r) {
-  const std::uint64_t entered = now_ns();
   for (auto it = t_open.rbegin(); it != t_open.rend(); ++it) {
     if (it->owner == this && it->correlation == r.correlation_id) {
+      const std::uint64_t entered = now_ns();
       std::shared_ptr<probe> p = std::move(it->state);
       t_open.erase(std::next(it).base());
       dev_.host_func(r.on, [p] { p->end(); });
