@@ -19,25 +19,24 @@
 //   link is shared, the host memory is bounded, and a copy that cannot hide stalls; so
 //   neither "offload everything" nor "recompute everything" is right.
 // Approach: the cost-aware greedy of Note [Cost-aware greedy] with a third action: at the
-//   simulated peak, each candidate idle there gets its cheaper action, recompute (its
-//   recipe's cost) or offload (the copy time the launches around the turning point and
-//   the copies chosen cannot hide, an estimate), best price per byte first until the excess
-//   is covered; an offload is priced again when it comes up, since each copy chosen loads
-//   the link. Then simulate again. Once the plan fits, each non-kept candidate tries the
-//   other actions (keep; offload over its hidden or its whole window; recompute) and
-//   keeps the change that lowers the simulated added time (compute + stalls). Starts:
-//   nothing, the recompute-only plan at the budget, and the recompute plans at budgets 5%,
-//   30% and 100% larger (Note [Offloaded recipe inputs]). From nothing and from each
-//   larger-budget plan it also covers the peaks with offloads alone: a recipe brought in
-//   at a deep cut's peak can raise a later one until no drop set fits, and offloads add
-//   no working set, so `on` meets every budget `only` meets. Such a plan stalls on copies
-//   the link cannot carry in time; each offload, largest first, is then kept instead and
-//   the excess covered by recompute alone, where that lowers the added time (the two
-//   passes repeat, at most three times, while they gain). The least added time wins, so
-//   with offload on a plan never adds more than without.
+//   simulated peak each idle candidate gets its cheaper action, recompute (its recipe's
+//   cost) or offload (the copy time the gap and the copies chosen cannot hide, priced
+//   again as the link loads), best price per byte first, until the excess is covered;
+//   where nothing idle is left, a drop restored at the peak is offloaded instead (its
+//   recipe's working set is the peak). Once the plan fits, each non-kept candidate tries
+//   the other actions and keeps the change that lowers the simulated added time (compute
+//   + stalls); where there are more candidates than that pass can try one at a time
+//   (thousands on ResNet-1001), batches switch first (halved when they do not pay).
+//   Starts: nothing, the recompute-only plan, and recompute plans at budgets 5%, 30% and
+//   100% larger (Note [Offloaded recipe inputs]). From nothing and from each larger-budget
+//   plan the peaks are also covered by offloads alone, which add no working set, so `on`
+//   meets every budget `only` meets; the stalls that leaves are repaired by keeping
+//   offloads, largest first, and covering the excess by recompute (the passes repeat at
+//   most three times while they gain). The least added time wins, so with offload on a
+//   plan never adds more than without.
 // Limitations: greedy, so not optimal (deep cuts stay far from the floor:
 //   docs/offload.md); only candidates (live across the turning point) are offloaded, once
-//   each; the improvement passes are bounded on large graphs.
+//   each; the passes are bounded on large graphs.
 //
 // Note [Offloaded recipe inputs]
 // Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
@@ -199,8 +198,58 @@ class offload_search {
       if (!cover_peak(current)) break;
     }
     if (!current.fits(budget_)) return std::nullopt;
+    switch_in_batches(current, action::drop, action::offload);
     improve(current);
     return current;
+  }
+
+  // Candidates with action `from` take action `to` instead, in batches (most recompute
+  // per byte first when offloading drops, least when dropping offloads): a batch stays
+  // when the plan still fits for less added time, a batch that does not is halved, a
+  // single candidate that does not is passed over. The one-at-a-time improvement pass
+  // reaches few of the thousands of candidates of a deep cut on a large graph.
+  void switch_in_batches(evaluation& current, action from, action to) {
+    if (!offload_ || !recompute_) return;
+    std::vector<std::uint32_t> order;
+    for (std::uint32_t c = 0; c < cs_.size(); ++c) {
+      if (actions_[c] == from && (to != action::offload || forbidden_[c] == 0)) order.push_back(c);
+    }
+    const auto per_byte = [&](std::uint32_t c) {
+      return cs_[c].cost_s / static_cast<double>(std::max<std::size_t>(cs_[c].unplanned_bytes, 1));
+    };
+    if (order.size() <= trials_) return;  // the one-at-a-time pass reaches them all
+    const bool dearest_first = to == action::offload;
+    std::sort(order.begin(), order.end(), [&](std::uint32_t a, std::uint32_t b) {
+      const double pa = per_byte(a), pb = per_byte(b);
+      return pa != pb ? (dearest_first ? pa > pb : pa < pb) : a < b;
+    });
+    std::size_t size = std::max<std::size_t>(1, order.size() / 8);
+    std::size_t trials = 4 * trials_;
+    for (std::size_t i = 0; i < order.size() && trials > 0;) {
+      size = std::min(size, order.size() - i);
+      const choices saved = choices_now();
+      for (std::size_t j = i; j < i + size; ++j) set(order[j], to);
+      bool taken = false;
+      if (host_allows_now()) {
+        evaluation e = evaluate();
+        --trials;
+        if (e.ok && e.fits(budget_) && e.sim.added_time_s() < current.sim.added_time_s() * (1.0 - 1e-12)) {
+          current = std::move(e);
+          taken = true;
+        }
+      }
+      if (taken) {
+        i += size;
+        size *= 2;
+      } else {
+        restore(saved);
+        if (size == 1) {
+          ++i;
+        } else {
+          size /= 2;
+        }
+      }
+    }
   }
 
   // The offload-only plan, then the improvement pass with recompute allowed: where no mix
@@ -212,6 +261,7 @@ class offload_search {
     std::optional<evaluation> current = run(seed);
     recompute_ = recompute;
     if (current && recompute_) {
+      switch_in_batches(*current, action::offload, action::drop);
       for (int pass = 0; pass < 3; ++pass) {
         const double before = current->sim.added_time_s();
         improve(*current);
@@ -364,6 +414,17 @@ class offload_search {
       if (actions_[c] != action::keep) continue;
       if (std::optional<choice> best = best_action(c)) heap.push_back(*best);
     }
+    if (heap.empty() && offload_) {
+      // Nothing idle is left to take out here: the peak is recipes' working sets. A
+      // dropped buffer restored here comes back by copy instead, without its recipe.
+      for (const eviction& ev : current.result.evictions) {
+        if (ev.restore_before != t && ev.restore_before != t + 1) continue;
+        const std::uint32_t c = cs_.index_of(ev.target);
+        if (c == none || actions_[c] != action::drop || forbidden_[c] != 0 || !host_allows(c)) continue;
+        if (!(cs_[c].evict_after < t && t <= back[c])) continue;
+        heap.push_back({c, action::offload, offload_price(c)});
+      }
+    }
     if (heap.empty()) return false;
     std::make_heap(heap.begin(), heap.end(), after);
     std::size_t freed = 0;
@@ -372,7 +433,9 @@ class offload_search {
       std::pop_heap(heap.begin(), heap.end(), after);
       const choice ch = heap.back();
       heap.pop_back();
-      if (actions_[ch.c] == action::keep) {
+      if (actions_[ch.c] == action::drop) {
+        set(ch.c, action::offload);
+      } else if (actions_[ch.c] == action::keep) {
         // Offload prices rise with the copies chosen since: price it again, and take it
         // only if it still comes first (prices never fall within a round).
         const std::optional<choice> now = best_action(ch.c);

@@ -7,6 +7,7 @@
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
 #include "policy/solvers.hpp"
+#include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
 
 namespace sublinear::policy {
@@ -124,5 +125,35 @@ TEST(OffloadRecipeInputs, PlannersMixBothActionsOnOneChain) {
   }
 }
 
+// From a chain-solver plan at a larger budget, the search covers a smaller one: the
+// peaks left are the seed's recipes regenerating their segments, where nothing idle is
+// left to take out, so a dropped buffer restored there comes back by copy instead
+// (Note [Offload search]). Without that step, every one of these searches finds nothing.
+TEST(OffloadRecipeInputs, WhereRecipesAreThePeakTheirTargetsComeBackByCopy) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::chain(32, q, q));
+  offload_settings off;
+  off.mode = offload_mode::on;
+  off.link = test::link_at(static_cast<double>(q) / 1e-3);  // a copy takes one launch
+  planner::context ctx(it, true, true, off);
+  const auto seed = solve_chain(ctx, simulate(it, plan{}).peak * 3 / 10);
+  ASSERT_TRUE(seed.has_value());
+  std::size_t offloaded_recipe_targets = 0;
+  for (const std::size_t percent : {90, 80, 70, 60}) {
+    SCOPED_TRACE(percent);
+    const std::size_t budget = seed->sim.peak * percent / 100;
+    const auto found = solve_offload(ctx, budget, true, &*seed);
+    ASSERT_TRUE(found.has_value());
+    const simulation r = simulate(it, found->result, off.link);
+    ASSERT_TRUE(r.valid) << r.error;
+    EXPECT_LE(r.peak, budget);
+    for (const offload& o : found->result.offloads) {
+      const bool seed_dropped = ctx.candidates().index_of(o.target) != none &&
+                                seed->dropped[ctx.candidates().index_of(o.target)] != 0;
+      offloaded_recipe_targets += seed_dropped ? 1 : 0;
+    }
+  }
+  EXPECT_GT(offloaded_recipe_targets, 0u);
+}
 }  // namespace
 }  // namespace sublinear::policy

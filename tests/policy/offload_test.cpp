@@ -554,5 +554,29 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
               mixed, cheaper_than_only);
 }
 
+// ResNet-like with 200 blocks: 801 candidates, more than the improvement pass can try one
+// at a time, and a deep cut where the recompute-only plan is the best start. Copies of one
+// activation take a launch's time, so the link carries part of what recompute would; the
+// batched switch of Note [Offload search] takes most of the drops there (without it the
+// plan adds half of recompute-only's time, with it a fifth).
+TEST(OffloadLargeGraph, BatchesReachTheDropsTheOneAtATimePassCannot) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::resnet(200, q, q));
+  const link_model link = link_at(static_cast<double>(q) / 1e-3);
+  const dataflow df(it);
+  const candidate_set cs(df);
+  const std::size_t lo = cs.lower_bound_bytes();
+  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 20;
+  const auto planner = make_planner("reforward");
+  const plan off = planner->make_plan(it, budget, with(offload_mode::off, link));
+  const plan on = planner->make_plan(it, budget, with(offload_mode::on, link));
+  const simulation r = simulate(it, on, link);
+  ASSERT_TRUE(r.valid) << r.error;
+  EXPECT_LE(r.peak, budget);
+  EXPECT_GT(off.added_compute_s, 0.0);
+  EXPECT_GT(on.offloads.size(), 300u);
+  EXPECT_LT(on.added_compute_s + on.predicted_stall_s, off.added_compute_s / 3);
+}
+
 }  // namespace
 }  // namespace sublinear::policy
