@@ -123,7 +123,8 @@ class recorder final : public allocator::allocation_observer {
   [[nodiscard]] std::uint64_t observation_ns() const noexcept { return observation_ns_.load(std::memory_order_relaxed); }
   // Host time the collectors spent recording launches on the launching thread (their
   // interception callbacks: the record, the pointer scan, queuing the observation), work
-  // only a recorded iteration does. Not counted by collectors that cannot separate it.
+  // only a recorded iteration does. Both collectors count it, reading the clock only while
+  // recording.
   void add_recording_ns(std::uint64_t ns) noexcept { recording_ns_.fetch_add(ns, std::memory_order_relaxed); }
   [[nodiscard]] std::uint64_t recording_ns() const noexcept { return recording_ns_.load(std::memory_order_relaxed); }
 

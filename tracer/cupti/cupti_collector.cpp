@@ -541,6 +541,14 @@ struct cupti_collector::impl {
     observed.fetch_add(1, std::memory_order_relaxed);
   }
 
+  // The collector's own recording time (recorder::recording_ns), left out of the traced
+  // host cost per launch (Note [Predicted iteration time]); the clock is read only while
+  // recording, since untraced iterations take these callbacks on every launch.
+  std::uint64_t recording_clock() const { return rec.recording() ? now_ns() : 0; }
+  void add_recording_since(std::uint64_t entered) {
+    if (entered != 0) rec.add_recording_ns(now_ns() - entered);
+  }
+
   // The layout and name of a kernel handle, queried once.
   const layout_entry& layout_for(CUfunction f, const char* symbol) {
     const std::uint64_t key = as_u64(f);
@@ -627,13 +635,16 @@ struct cupti_collector::impl {
     decoded_call d = decode(cbid, cb.functionParams);
     if (captured(d)) return;
     switch (d.call) {
-      case decoded_call::what::kernel:
+      case decoded_call::what::kernel: {
+        const std::uint64_t entered = recording_clock();
         pack(d, cb, layout_for(d.function, cb.symbolName));
         d.op.params = t_packed;
+        add_recording_since(entered);
         enter(l, d.op);
         // After the engine's own work for this launch (a block restored while tracing).
         open_observation(cb.correlationId);
         break;
+      }
       case decoded_call::what::graph:
       case decoded_call::what::memcpy:
       case decoded_call::what::memset: enter(l, d.op); break;
@@ -653,6 +664,7 @@ struct cupti_collector::impl {
       return;
     }
     if (captured(d)) return;
+    std::uint64_t entered = recording_clock();
     switch (d.call) {
       case decoded_call::what::kernel: {
         const layout_entry& layout = layout_for(d.function, cb.symbolName);
@@ -671,6 +683,8 @@ struct cupti_collector::impl {
         const kernel_description desc{&layout, opts.flag_tensor_maps};
         const std::uint64_t seq = rec.record_launch(a, &describe_cuda_kernel, &desc);
         remember(cb.correlationId, seq);
+        add_recording_since(entered);  // the observation below is timed as such
+        entered = 0;
         close_observation(cb.correlationId, seq);
         break;
       }
@@ -704,6 +718,7 @@ struct cupti_collector::impl {
       case decoded_call::what::stream_ordered:
       case decoded_call::what::other: break;
     }
+    add_recording_since(entered);
     if (d.call == decoded_call::what::kernel || d.call == decoded_call::what::graph ||
         d.call == decoded_call::what::memcpy || d.call == decoded_call::what::memset) {
       if (launch_listener* l = listener.load(std::memory_order_acquire)) l->on_exit(d.op);

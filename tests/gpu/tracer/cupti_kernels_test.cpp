@@ -269,6 +269,10 @@ TEST_F(CuptiOnHandWrittenKernels, WritesAreObservedWhenAListenerIsInstalled) {
   const tracer::analysed_iteration a = tracer::analyse(t, t.marked_iterations().at(0));
   EXPECT_EQ(a.observed_launches, 2u);
   EXPECT_EQ(download(out, 1), std::vector<float>{static_cast<float>(n)});
+  // Both are timed apart, so the traced host cost per launch leaves them out (Note
+  // [Predicted iteration time]).
+  EXPECT_GT(recorder_->observation_ns(), 0u);
+  EXPECT_GT(recorder_->recording_ns(), 0u) << "the CUPTI collector times its recording";
 }
 
 // Launches the recorded bytes of `e` again, as the replay engine does (cuLaunchKernel with
