@@ -130,15 +130,21 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
 namespace {
 
 // Calls read(x, t) for every buffer x a recipe of p reads in place, t its restore point.
+// (The search calls it once a round: what each recipe rebuilds is marked, not searched.)
 template <typename Read>
 void for_each_recipe_read(const iteration& it, const plan& p, Read&& read) {
-  const auto in = [](const std::vector<buffer_id>& v, buffer_id x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
-  for (const eviction& ev : p.evictions) {
+  std::vector<std::uint32_t> rebuilt_by(it.buffers.size(), none);  // the eviction that rebuilds it
+  for (std::uint32_t k = 0; k < p.evictions.size(); ++k) {
+    const eviction& ev = p.evictions[k];
+    const auto mark = [&](buffer_id x) {
+      if (x < rebuilt_by.size()) rebuilt_by[x] = k;
+    };
+    mark(ev.target);
+    for (buffer_id x : ev.temporaries) mark(x);
+    for (buffer_id x : ev.also_regenerates) mark(x);
     for (launch_id l : ev.recipe) {
       for (buffer_id x : it.launches[l].touched) {
-        if (x == ev.target || in(ev.temporaries, x) || in(ev.also_regenerates, x)) continue;  // rebuilt
+        if (x < rebuilt_by.size() && rebuilt_by[x] == k) continue;  // rebuilt
         read(x, ev.restore_before);
       }
     }
