@@ -68,14 +68,19 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
     if (c < need_hi.size()) r.need_hi = need_hi[c];
     requests.push_back(r);
   }
-  drop_plan_builder::outcome built = drops_.build(e.dropped, horizons);
-  if (!built.ok) {
-    e.error = std::move(built.error);
-    e.refused = std::move(built.refused);
-    return e;
+  // The offload search changes offloads many times over one drop set (a whole cover
+  // from offloads alone): the packed drop plan of the last drop set is kept.
+  if (!last_drops_ || last_drops_->dropped != e.dropped || last_drops_->horizons != e.horizons) {
+    drop_plan_builder::outcome built = drops_.build(e.dropped, horizons);
+    if (!built.ok) {
+      e.error = std::move(built.error);
+      e.refused = std::move(built.refused);
+      return e;
+    }
+    if (packs_) add_packs(*it_, built.result);
+    last_drops_ = built_drops{e.dropped, e.horizons, std::move(built.result)};
   }
-  e.result = std::move(built.result);
-  if (packs_) add_packs(*it_, e.result);
+  e.result = last_drops_->result;
   fetch_before_recipes(*it_, e.result, requests);
   place_offloads(*it_, offload_.link, e.result, requests);
   e.sim = sim_.run(e.result);
@@ -124,7 +129,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     record(s, p);
     return p;
   };
-  offload_settings off{o.offload, o.link, o.host_budget};
+  offload_settings off{o.offload, o.link, o.host_budget, o.threads};
   if (o.offload != offload_mode::off && !offloads()) {
     if (o.offload == offload_mode::only) {
       throw config_error("sublinear: planner '" + std::string(name()) +

@@ -27,6 +27,7 @@ struct offload_settings {
   offload_mode mode = offload_mode::off;
   link_model link{};
   std::size_t host_budget = 0;  // 0: no bound
+  std::size_t threads = 0;      // planner::options::threads
 };
 
 // One candidate's action in a keep/recompute/offload choice (evaluate_actions).
@@ -96,6 +97,12 @@ class planner::context {
   simulator sim_;
   drop_plan_builder drops_;
   std::optional<std::size_t> unplanned_peak_;
+  struct built_drops {  // evaluate_actions' last drop set and its packed plan
+    std::vector<std::uint8_t> dropped;
+    std::vector<launch_id> horizons;
+    plan result;
+  };
+  std::optional<built_drops> last_drops_;
   const bool multi_pass_;
   const bool packs_;
   const offload_settings offload_;

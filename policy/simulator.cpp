@@ -16,6 +16,16 @@ std::string entry_label(const plan& p, std::size_t k) {
          (p.evictions[k].target == none ? std::string("none") : std::to_string(p.evictions[k].target)) + ")";
 }
 
+// An entry's or a pack's name in an error, formatted only when an error is written: the
+// searches simulate thousands of plans and almost all of them are valid.
+struct entry_name {
+  const plan& p;
+  std::size_t k;
+  bool is_pack = false;
+  [[nodiscard]] std::string str() const { return is_pack ? "pack " + std::to_string(k) : entry_label(p, k); }
+};
+std::string operator+(const entry_name& who, const char* rest) { return who.str() + rest; }
+
 std::size_t granularity_of(const iteration& it) { return it.granularity == 0 ? 1 : it.granularity; }
 
 }  // namespace
@@ -68,7 +78,7 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
   // 1. Each entry on its own.
   for (std::size_t k = 0; k < ne; ++k) {
     const eviction& ev = p.evictions[k];
-    const std::string who = entry_label(p, k);
+    const entry_name who{p, k};
     if (ev.target >= nb) {
       error = who + ": the target is not a buffer of the iteration";
       return false;
@@ -157,7 +167,7 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
     const eviction& ev = p.evictions[k];
     for (std::size_t a = 0; a < ev.also_regenerates.size(); ++a) {
       const buffer_id x = ev.also_regenerates[a];
-      const std::string who = entry_label(p, k);
+      const entry_name who{p, k};
       if (x == ev.target || std::find(ev.also_regenerates.begin(), ev.also_regenerates.begin() + static_cast<std::ptrdiff_t>(a), x) !=
                                 ev.also_regenerates.begin() + static_cast<std::ptrdiff_t>(a)) {
         error = who + ": buffer " + std::to_string(x) + " is listed twice among the regenerated buffers";
@@ -197,7 +207,7 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
   s.pack_of.assign(nb, none);
   for (std::size_t j = 0; j < p.packs.size(); ++j) {
     const pack& pk = p.packs[j];
-    const std::string who = "pack " + std::to_string(j);
+    const entry_name who{p, j, true};
     if (pk.members.empty() || pk.offsets.size() != pk.members.size()) {
       error = who + ": needs members, each with an offset";
       return false;
@@ -359,7 +369,7 @@ simulation simulator::run(const plan& p) const {
   for (std::size_t k = 0; k < ne; ++k) {
     if (s.claimed_by[k] != SIZE_MAX) continue;
     const eviction& ev = p.evictions[k];
-    const std::string who = entry_label(p, k);
+    const entry_name who{p, k};
     const launch_id t = ev.restore_before;
     ++epoch;
     in_regen[ev.target] = epoch;

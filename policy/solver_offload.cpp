@@ -50,7 +50,12 @@
 //   right after the last use leaves no gap, and the simulator refuses the offload.
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <limits>
+#include <mutex>
+#include <thread>
 
 #include "policy/solvers.hpp"
 
@@ -574,6 +579,138 @@ std::optional<evaluation> solve_offload_then_recompute(planner::context& ctx, st
   return search.run_from_offload_only(seed);
 }
 
+namespace {
+
+// The searches with_offload runs, in the order their results are compared (ties go to
+// the earlier): each from a seed (nullptr: nothing), offloads first or not.
+struct offload_start {
+  const evaluation* seed;
+  bool offload_first;
+};
+
+std::optional<evaluation> run_start(planner::context& ctx, std::size_t budget, const offload_start& s) {
+  return s.offload_first ? solve_offload_then_recompute(ctx, budget, s.seed) : solve_offload(ctx, budget, true, s.seed);
+}
+
+// Runs the starts, on worker threads where there are cores for them (Note [Parallel
+// offload starts]), and gives back their results in the order of their keys.
+class start_runner {
+ public:
+  start_runner(planner::context& ctx, std::size_t budget) : ctx_(ctx), budget_(budget) {
+    std::size_t threads = ctx.offload().threads;
+    if (threads == 0) threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
+    workers_ = threads - 1;
+  }
+  start_runner(const start_runner&) = delete;
+  start_runner& operator=(const start_runner&) = delete;
+  ~start_runner() {  // unwinding: the workers stop after the start each is on
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+      next_ = starts_.size();
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  // Queues a start (its seed must outlive finish()); without workers, runs it here.
+  void add(offload_start s, int key) {
+    if (workers_ == 0) {
+      results_.push_back({key, run_start(ctx_, budget_, s)});
+      return;
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      starts_.push_back(s);
+      results_.push_back({key, std::nullopt});
+    }
+    ready_.notify_one();
+    if (threads_.size() < workers_ && threads_.size() < starts_.size()) threads_.emplace_back([this] { work(nullptr); });
+  }
+
+  // Runs what is left on this thread too and waits for the rest; the results by key
+  // (equal keys in the order added).
+  std::vector<std::optional<evaluation>> finish() {
+    if (!threads_.empty()) {
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        closed_ = true;
+      }
+      ready_.notify_all();
+      work(&ctx_);
+      for (std::thread& t : threads_) t.join();
+      threads_.clear();
+      if (failure_) std::rethrow_exception(failure_);
+    }
+    std::stable_sort(results_.begin(), results_.end(), [](const keyed& a, const keyed& b) { return a.key < b.key; });
+    std::vector<std::optional<evaluation>> out;
+    for (keyed& r : results_) out.push_back(std::move(r.result));
+    return out;
+  }
+
+ private:
+  // Takes starts until none is left and none will come. A worker builds a context of its
+  // own (a context is not thread-safe); the calling thread, once it has queued every
+  // start, works on the caller's.
+  void work(planner::context* own) {
+    std::optional<planner::context> local;
+    for (;;) {
+      std::size_t i = 0;
+      offload_start s{};
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        ready_.wait(lock, [&] { return next_ < starts_.size() || closed_; });
+        if (next_ >= starts_.size()) return;
+        i = next_++;
+        s = starts_[i];
+      }
+      std::optional<evaluation> r;
+      try {
+        if (own == nullptr && !local) local.emplace(ctx_.graph(), ctx_.multi_pass(), ctx_.packs(), ctx_.offload());
+        r = run_start(own != nullptr ? *own : *local, budget_, s);
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (!failure_) failure_ = std::current_exception();
+        next_ = starts_.size();
+        continue;
+      }
+      const std::lock_guard<std::mutex> lock(mutex_);
+      results_[i].result = std::move(r);
+    }
+  }
+
+  struct keyed {
+    int key;
+    std::optional<evaluation> result;
+  };
+  planner::context& ctx_;
+  const std::size_t budget_;
+  std::size_t workers_ = 0;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::vector<offload_start> starts_;  // queued; starts_[i]'s result goes to results_[i]
+  std::size_t next_ = 0;               // the next start to take
+  bool closed_ = false;                // no more starts will be queued
+  std::exception_ptr failure_;
+  std::vector<keyed> results_;
+};
+
+}  // namespace
+
+// Note [Parallel offload starts]
+// Rationale: the offload search runs from up to nine starts, each thousands of simulated
+//   plans (seconds on a deep model, paid once after the traced iterations); the starts
+//   are independent.
+// Approach: the calling thread computes the recompute seeds one after another on its own
+//   context while worker threads, each with a context of its own over the same
+//   iteration, run the starts as they are queued; the calling thread then joins them.
+//   The results are compared in the order the starts were queued, ties to the earlier,
+//   and each start's result depends only on the iteration, the budget and its seed, so
+//   the plan is the same for any number of threads (planner::options::threads; 1: all on
+//   the calling thread).
+// Limitations: each worker builds its own context (dataflow, candidates); the slowest
+//   start bounds the time.
 std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget,
                                        std::optional<evaluation> recompute_only, const recompute_search& relaxed) {
   switch (ctx.offload().mode) {
@@ -584,17 +721,25 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     case offload_mode::on:
       break;
   }
-  std::optional<evaluation> best = std::move(recompute_only);
-  const auto consider = [&](std::optional<evaluation> e) {
-    if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
-  };
-  if (best) consider(solve_offload(ctx, budget, true, &*best));
+  // Keys give the order the results are compared in: the recompute-only plan's start,
+  // the seeds' in ladder order, then the two from nothing. Those two go in the queue
+  // first, so that workers start on them while the seeds are computed.
+  std::deque<evaluation> seeds;  // the starts' seeds: stable addresses until finish()
+  start_runner runner(ctx, budget);
+  runner.add({nullptr, false}, 100);
+  runner.add({nullptr, true}, 101);
+  const bool recompute_met = recompute_only.has_value();
+  if (recompute_met) {
+    seeds.push_back(std::move(*recompute_only));
+    runner.add({&seeds.front(), false}, 0);
+  }
   if (relaxed) {
     // Recompute plans at larger budgets keep more checkpoints and recompute shorter
     // segments; offloading those checkpoints may meet this budget for less.
     const std::size_t top = ctx.unplanned_peak();
     std::vector<std::uint8_t> last;
     std::vector<launch_id> last_horizons;
+    int key = 1;
     for (const double step : {0.05, 0.3, 1.0}) {
       const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
       if (b >= top) break;
@@ -602,12 +747,17 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
       if (!seed || (seed->dropped == last && seed->horizons == last_horizons)) continue;
       last = seed->dropped;
       last_horizons = seed->horizons;
-      consider(solve_offload(ctx, budget, true, &*seed));
-      consider(solve_offload_then_recompute(ctx, budget, &*seed));
+      seeds.push_back(std::move(*seed));
+      runner.add({&seeds.back(), false}, key++);
+      runner.add({&seeds.back(), true}, key++);
     }
   }
-  consider(solve_offload(ctx, budget, true));
-  consider(solve_offload_then_recompute(ctx, budget, nullptr));
+  std::vector<std::optional<evaluation>> results = runner.finish();
+  std::optional<evaluation> best;
+  if (recompute_met) best = std::move(seeds.front());
+  for (std::optional<evaluation>& e : results) {
+    if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
+  }
   return best;
 }
 

@@ -142,6 +142,14 @@ const std::vector<entry>& entries() {
            s.link_to_device = number(v.substr(comma + 1));
          }
        }},
+      {{"SUBLINEAR_PLANNING_THREADS", "", "a whole number from 1 to 64",
+        "Threads the offload search runs its starts on, once, after the traced iterations (docs/offload.md, \"Planning time\"); empty means the machine's cores, at most 8; the plan is the same for every count.", false},
+       [](settings& s, const std::string& n, const std::string& v) {
+         char* end = nullptr;
+         const long x = v.empty() || v[0] < '0' || v[0] > '9' ? 0 : std::strtol(v.c_str(), &end, 10);
+         if (end != v.c_str() + v.size() || x < 1 || x > 64) bad(n, v, "a whole number from 1 to 64 (1: plan on the launching thread alone)");
+         s.planning_threads = static_cast<std::size_t>(x);
+       }},
       {{"SUBLINEAR_TRACE", "", "a file path", "Write the traced iterations to this trace file (docs/trace-format.md).", false},
        [](settings& s, const std::string&, const std::string& v) { s.trace = v; }},
       {{"SUBLINEAR_TRACE_ITERATIONS", "2", "1 or 2", "Iterations traced before planning; the second sees writes the first could not (zero-initialised biases).", false},
@@ -270,6 +278,8 @@ std::string describe(const settings& s) {
       << "SUBLINEAR_LINK_BANDWIDTH="
       << (s.link_to_host == 0.0 ? std::string()
                                 : std::to_string(s.link_to_host / 1e9) + "," + std::to_string(s.link_to_device / 1e9))
+      << "\n"
+      << "SUBLINEAR_PLANNING_THREADS=" << (s.planning_threads == 0 ? std::string() : std::to_string(s.planning_threads))
       << "\n"
       << "SUBLINEAR_TRACE=" << s.trace << "\n"
       << "SUBLINEAR_TRACE_ITERATIONS=" << s.trace_iterations << "\n"

@@ -1,6 +1,7 @@
 // `sublinear plan --trace FILE --budget B [--policy P|all]`: what a budget would cost, per
 // planner, on a recorded trace, before any training runs (Note [Plan preview] in
 // runtime/report/report_plan.hpp).
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -36,7 +38,7 @@ std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
          "                      [--mapped-peak BYTES] [--no-packs] [--evictions] [--json PATH]\n"
          "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--link-latency MS[,MS]]\n"
-         "                      [--host-budget BYTES]\n"
+         "                      [--host-budget BYTES] [--threads N]\n"
          "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
          "                      `sublinear plan --model x --help`, docs/preview.md)\n"
          "\n"
@@ -77,6 +79,9 @@ std::string help_text() {
          "  --link-latency MS     fixed cost of each copy in milliseconds (default 0), one figure\n"
          "                        or two as above; the host device's own link takes 4.5 ms\n"
          "  --host-budget BYTES   pinned host pool the offloads may take (default: no bound)\n"
+         "  --threads N           as SUBLINEAR_PLANNING_THREADS: threads the offload search runs its\n"
+         "                        starts on, 1 to 64 (default: the machine's cores, at most 8); the\n"
+         "                        plans are the same for every count, the planning time is not\n"
          "  --json PATH           also write the figures as JSON (evictions included)\n"
          "\n"
          "examples:\n"
@@ -175,13 +180,21 @@ plan_options parse(std::span<const std::string_view> args) {
       latency_given = true;
     } else if (flag == "--host-budget") {
       o.preview.host_budget = parse_bytes(flag, next());
+    } else if (flag == "--threads") {
+      const std::string_view text = next();
+      std::size_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec != std::errc{} || end != text.data() + text.size() || n < 1 || n > 64) {
+        bad("--threads needs a whole number from 1 to 64, got " + quote_bounded(text));
+      }
+      o.preview.threads = n;
     } else if (flag == "--json") {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
       bad("unknown argument " + quote_bounded(r.raw()) +
           "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, "
-          "--evictions, --json, --offload, --link-bandwidth, --link-latency, --host-budget");
+          "--evictions, --json, --offload, --link-bandwidth, --link-latency, --host-budget, --threads");
     }
   }
   if (latency_given && !o.preview.link.usable()) {

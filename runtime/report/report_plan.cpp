@@ -164,6 +164,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       po.offload = out.offload_mode;
       po.link = options.link;
       po.host_budget = options.host_budget;
+      po.threads = options.threads;
       row.planner_budget = out.planner_budget;
       try {
         made = policy::make_planner(name)->make_plan(g, out.planner_budget, po);

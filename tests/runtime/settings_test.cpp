@@ -290,6 +290,17 @@ TEST(LinkBandwidthSetting, RefusesEveryMalformedForm) {
     expect_refused("SUBLINEAR_LINK_BANDWIDTH", v, "to-host,to-device");
 }
 
+TEST(PlanningThreadsSetting, TakesAWholeNumberFromOneTo64) {
+  EXPECT_EQ(read({}).planning_threads, 0u);  // the machine's cores
+  EXPECT_EQ(read({{"SUBLINEAR_PLANNING_THREADS", "1"}}).planning_threads, 1u);
+  EXPECT_EQ(read({{"SUBLINEAR_PLANNING_THREADS", "64"}}).planning_threads, 64u);
+}
+
+TEST(PlanningThreadsSetting, RefusesZeroNegativesFractionsAndWords) {
+  for (const char* v : {"0", "65", "-1", "+2", "2.5", "four", "4 ", " 4", "1e1", "99999999999999999999"})
+    expect_refused("SUBLINEAR_PLANNING_THREADS", v, "a whole number from 1 to 64");
+}
+
 // ---- SUBLINEAR_ITERATION --------------------------------------------------------------------------------
 
 TEST(IterationSetting, AcceptsMarkerOrAuto) {

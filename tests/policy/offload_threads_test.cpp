@@ -1,0 +1,116 @@
+// The offload search's starts on worker threads (Note [Parallel offload starts] in
+// policy/solver_offload.cpp): the plan is the same for every thread count.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "policy/candidates.hpp"
+#include "policy/planner.hpp"
+#include "policy/simulator.hpp"
+#include "policy/testing/synthetic.hpp"
+#include "policy_support.hpp"
+
+namespace sublinear::policy {
+namespace {
+
+planner::options on_threads(const link_model& link, std::size_t threads, std::size_t host_budget = 0) {
+  planner::options o;
+  o.offload = offload_mode::on;
+  o.link = link;
+  o.host_budget = host_budget;
+  o.threads = threads;
+  return o;
+}
+
+// Every field of the plan the runtime acts on, and the figures it reports.
+void expect_same_plan(const plan& x, const plan& y) {
+  ASSERT_EQ(x.evictions.size(), y.evictions.size());
+  for (std::size_t i = 0; i < x.evictions.size(); ++i) {
+    const eviction& a = x.evictions[i];
+    const eviction& b = y.evictions[i];
+    EXPECT_EQ(a.target, b.target);
+    EXPECT_EQ(a.evict_after, b.evict_after);
+    EXPECT_EQ(a.restore_before, b.restore_before);
+    EXPECT_EQ(a.recipe, b.recipe);
+    EXPECT_EQ(a.temporaries, b.temporaries);
+    EXPECT_EQ(a.also_regenerates, b.also_regenerates);
+  }
+  ASSERT_EQ(x.offloads.size(), y.offloads.size());
+  for (std::size_t i = 0; i < x.offloads.size(); ++i) {
+    EXPECT_EQ(x.offloads[i].target, y.offloads[i].target);
+    EXPECT_EQ(x.offloads[i].evict_after, y.offloads[i].evict_after);
+    EXPECT_EQ(x.offloads[i].release_before, y.offloads[i].release_before);
+    EXPECT_EQ(x.offloads[i].fetch_after, y.offloads[i].fetch_after);
+    EXPECT_EQ(x.offloads[i].restore_before, y.offloads[i].restore_before);
+  }
+  EXPECT_EQ(x.packs.size(), y.packs.size());
+  EXPECT_EQ(x.retentions.size(), y.retentions.size());
+  EXPECT_EQ(x.predicted_peak, y.predicted_peak);
+  EXPECT_EQ(x.added_compute_s, y.added_compute_s);
+  EXPECT_EQ(x.predicted_stall_s, y.predicted_stall_s);
+}
+
+// Random DAGs, random links and host budgets, every budget from the least to the peak:
+// one thread, two and eight give the same plan (or the same refusal).
+TEST(OffloadThreads, ThePlanIsTheSameOnOneThreadAndOnMany) {
+  std::size_t compared = 0, offloading = 0;
+  for (std::uint64_t seed = 0; seed < 6; ++seed) {
+    synthetic::dag_spec spec;
+    spec.layers = 8 + seed % 5;
+    spec.quantum = 64 * 1024;
+    spec.granularity = 64 * 1024;
+    const iteration it = synthetic::build(synthetic::random_dag(spec, seed));
+    link_model link = test::link_at(static_cast<double>(spec.quantum) / (1e-4 * static_cast<double>(1 + seed * 20)));
+    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    const std::size_t host_budget = seed % 3 == 0 ? spec.quantum * (2 + seed % 4) : 0;
+    for (std::size_t budget : test::budgets_for(it, 5)) {
+      for (const char* name : {"greedy", "reforward"}) {
+        SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + " budget " + std::to_string(budget));
+        const auto planner = make_planner(name);
+        std::optional<plan> one;
+        std::string refused_one;
+        try {
+          one = planner->make_plan(it, budget, on_threads(link, 1, host_budget));
+        } catch (const infeasible_budget& e) {
+          refused_one = e.what();
+        }
+        for (std::size_t threads : {2u, 8u}) {
+          try {
+            const plan many = planner->make_plan(it, budget, on_threads(link, threads, host_budget));
+            ASSERT_TRUE(one.has_value()) << "refused on one thread only: " << refused_one;
+            expect_same_plan(*one, many);
+            ++compared;
+            offloading += many.offloads.empty() ? 0 : 1;
+          } catch (const infeasible_budget& e) {
+            EXPECT_EQ(refused_one, e.what());
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 40u);
+  EXPECT_GT(offloading, 10u);  // the searches' starts chose offloads, not only the recompute plan
+}
+
+// A graph with hundreds of candidates, where the starts run hundreds of simulations each:
+// the same plan on one thread and on four.
+TEST(OffloadThreads, LargeGraphPlansTheSameOnFourThreads) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::resnet(60, q, q));
+  const link_model link = test::link_at(static_cast<double>(q) / 1e-3);
+  const dataflow df(it);
+  const candidate_set cs(df);
+  const std::size_t lo = cs.lower_bound_bytes();
+  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 10;
+  for (const char* name : {"greedy", "reforward"}) {
+    SCOPED_TRACE(name);
+    const auto planner = make_planner(name);
+    const plan one = planner->make_plan(it, budget, on_threads(link, 1));
+    const plan four = planner->make_plan(it, budget, on_threads(link, 4));
+    EXPECT_FALSE(one.offloads.empty());
+    expect_same_plan(one, four);
+  }
+}
+
+}  // namespace
+}  // namespace sublinear::policy
