@@ -26,6 +26,7 @@ planner::context::context(const iteration& it, bool multi_pass, bool packs, cons
 
 planner::context::evaluation planner::context::evaluate(std::span<const std::uint8_t> dropped,
                                                         std::span<const launch_id> horizons) {
+  ++evaluations_;
   evaluation e;
   e.dropped.assign(dropped.begin(), dropped.end());
   e.dropped.resize(candidates_.size(), 0);
@@ -52,6 +53,7 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
                                                                 std::span<const launch_id> need_lo,
                                                                 std::span<const launch_id> need_hi,
                                                                 std::span<const launch_id> horizons) {
+  ++evaluations_;
   evaluation e;
   e.dropped.assign(candidates_.size(), 0);
   e.horizons.assign(horizons.begin(), horizons.end());

@@ -67,6 +67,10 @@ class planner::context {
                                             std::span<const launch_id> need_hi,
                                             std::span<const launch_id> horizons = {});
 
+  // Plans built and simulated by evaluate() and evaluate_actions() so far (for tests of
+  // what a search costs).
+  [[nodiscard]] std::size_t evaluations() const noexcept { return evaluations_; }
+
   [[nodiscard]] const iteration& graph() const noexcept { return *it_; }
   [[nodiscard]] const dataflow& flow() const noexcept { return flow_; }
   [[nodiscard]] const candidate_set& candidates() const noexcept { return candidates_; }
@@ -103,6 +107,7 @@ class planner::context {
     plan result;
   };
   std::optional<built_drops> last_drops_;
+  std::size_t evaluations_ = 0;
   const bool multi_pass_;
   const bool packs_;
   const offload_settings offload_;

@@ -21,7 +21,8 @@
 // Approach: the cost-aware greedy of Note [Cost-aware greedy] with a third action: at the
 //   simulated peak each idle candidate gets its cheaper action, recompute (its recipe's
 //   cost) or offload (the copy time the gap and the copies chosen cannot hide, priced
-//   again as the link loads), best price per byte first, until the excess is covered;
+//   again as the link loads; not for buffers of less than half a page, which hold whole
+//   pages while resident), best price per byte first, until the excess is covered;
 //   where nothing idle is left, a drop restored at the peak is offloaded instead (its
 //   recipe's working set is the peak). Once the plan fits, each non-kept candidate tries
 //   the other actions and keeps the change that lowers the simulated added time (compute
@@ -386,6 +387,13 @@ class offload_search {
     return back;
   }
 
+  // Whether the candidate takes at least half of the pages it would hold offloaded. An
+  // offloaded buffer holds whole pages while resident (offloads are not packed), so
+  // offloading one of less than half a page frees its bytes in the gap and at least
+  // doubles them for the rest of its life: the greedy cover does not choose those (the
+  // passes that keep a change only when the simulated plan gains still may).
+  [[nodiscard]] bool fills_its_pages(std::uint32_t c) const { return cs_[c].bytes <= 2 * cs_[c].unplanned_bytes; }
+
   // One greedy round at the peak; false when nothing is left to do there.
   bool cover_peak(evaluation& current) {
     const launch_id t = current.sim.peak_at;
@@ -399,7 +407,8 @@ class offload_search {
     // The cheaper action for a kept candidate at the current link load, if any.
     const auto best_action = [&](std::uint32_t c) -> std::optional<choice> {
       std::optional<choice> best;
-      if (offload_ && forbidden_[c] == 0 && t < back[c] && host_allows(c)) best = choice{c, action::offload, offload_price(c)};
+      if (offload_ && forbidden_[c] == 0 && t < back[c] && host_allows(c) && fills_its_pages(c))
+        best = choice{c, action::offload, offload_price(c)};
       if (recompute_ && (!best || cs_[c].cost_s < best->price)) best = choice{c, action::drop, cs_[c].cost_s};
       return best;
     };
