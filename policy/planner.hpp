@@ -64,7 +64,7 @@ class planner {
     link_model link{};                 // unusable link: no offload
     std::size_t host_budget = 0;       // bytes the offloads' pinned host pool may take; 0: no bound
     // Threads the offload search's starts run on (Note [Parallel offload starts] in
-    // solver_offload.cpp): 0 takes the machine's cores, at most 8; 1 runs all on the
+    // solver_offload.cpp): 0 takes the CPUs the process may run on, at most 8; 1 runs all on the
     // calling thread. The plan is the same for every count.
     std::size_t threads = 0;
   };

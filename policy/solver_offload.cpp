@@ -58,6 +58,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sched.h>
+
 #include "policy/solvers.hpp"
 
 namespace sublinear::policy {
@@ -597,6 +599,15 @@ struct offload_start {
   bool offload_first;
 };
 
+// The CPUs this process may run on (its affinity mask, which a container's cpuset
+// narrows; hardware_concurrency counts every online CPU).
+std::size_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+  return std::thread::hardware_concurrency();
+}
+
 std::optional<evaluation> run_start(planner::context& ctx, std::size_t budget, const offload_start& s) {
   return s.offload_first ? solve_offload_then_recompute(ctx, budget, s.seed) : solve_offload(ctx, budget, true, s.seed);
 }
@@ -607,7 +618,7 @@ class start_runner {
  public:
   start_runner(planner::context& ctx, std::size_t budget) : ctx_(ctx), budget_(budget) {
     std::size_t threads = ctx.offload().threads;
-    if (threads == 0) threads = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8);
+    if (threads == 0) threads = std::clamp<std::size_t>(usable_cpus(), 1, 8);
     workers_ = threads - 1;
   }
   start_runner(const start_runner&) = delete;

@@ -143,7 +143,7 @@ const std::vector<entry>& entries() {
          }
        }},
       {{"SUBLINEAR_PLANNING_THREADS", "", "a whole number from 1 to 64",
-        "Threads the offload search runs its starts on, once, after the traced iterations (docs/offload.md, \"Planning time\"); empty means the machine's cores, at most 8; the plan is the same for every count.", false},
+        "Threads the offload search runs its starts on, once, after the traced iterations (docs/offload.md, \"Planning time\"); empty means the CPUs the process may run on, at most 8; the plan is the same for every count.", false},
        [](settings& s, const std::string& n, const std::string& v) {
          char* end = nullptr;
          const long x = v.empty() || v[0] < '0' || v[0] > '9' ? 0 : std::strtol(v.c_str(), &end, 10);

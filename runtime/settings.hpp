@@ -44,7 +44,7 @@ struct settings {
   std::size_t host_budget = 0;
   double link_to_host = 0.0;
   double link_to_device = 0.0;
-  std::size_t planning_threads = 0;  // threads the offload search may use (0: the machine's cores, at most 8)
+  std::size_t planning_threads = 0;  // threads the offload search may use (0: the CPUs the process may run on, at most 8)
 };
 
 struct option_info {

@@ -80,7 +80,7 @@ std::string help_text() {
          "                        or two as above; the host device's own link takes 4.5 ms\n"
          "  --host-budget BYTES   pinned host pool the offloads may take (default: no bound)\n"
          "  --threads N           as SUBLINEAR_PLANNING_THREADS: threads the offload search runs its\n"
-         "                        starts on, 1 to 64 (default: the machine's cores, at most 8); the\n"
+         "                        starts on, 1 to 64 (default: the CPUs it may run on, at most 8); the\n"
          "                        plans are the same for every count, the planning time is not\n"
          "  --json PATH           also write the figures as JSON (evictions included)\n"
          "\n"

@@ -46,7 +46,7 @@ struct plan_preview_options {
   policy::offload_mode offload = policy::offload_mode::on;
   policy::link_model link{};
   std::size_t host_budget = 0;
-  std::size_t threads = 0;  // as SUBLINEAR_PLANNING_THREADS (0: the machine's cores, at most 8)
+  std::size_t threads = 0;  // as SUBLINEAR_PLANNING_THREADS (0: the CPUs the process may run on, at most 8)
 };
 
 // One planned offload, as `sublinear plan --evictions` lists it (launches as for evictions).

@@ -75,6 +75,28 @@ TEST_F(PlanOffload, WithoutALinkNothingIsOffloadedAndTheOutputSaysHowToPreviewIt
   EXPECT_EQ(off.out.find("offload"), std::string::npos) << off.out;
 }
 
+// The plan does not depend on the planning threads (Note [Parallel offload starts]).
+TEST_F(PlanOffload, OneThreadAndThreePlanTheSame) {
+  std::string json[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::string path =
+        ::testing::TempDir() + "/plan_threads_" + std::to_string(k) + "_" + std::to_string(::getpid()) + ".json";
+    const child_result r = plan({"--policy", "greedy,reforward", "--link-bandwidth", "50", "--evictions", "--threads",
+                                 k == 0 ? "1" : "3", "--json", path});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    json[k] = slurp(path);
+    std::remove(path.c_str());
+    // Planning time is the one figure that differs.
+    for (std::size_t at = json[k].find("\"planning_s\": "); at != std::string::npos;
+         at = json[k].find("\"planning_s\": ", at + 1)) {
+      const std::size_t end = json[k].find_first_of(",\n}", at + 14);
+      json[k].erase(at + 14, end - (at + 14));
+    }
+  }
+  EXPECT_NE(json[0].find("\"offloaded_bytes\""), std::string::npos) << json[0];
+  EXPECT_EQ(json[0], json[1]);
+}
+
 TEST_F(PlanOffload, JsonHasTheLinkFigures) {
   const std::string path = ::testing::TempDir() + "/plan_offload_" + std::to_string(::getpid()) + ".json";
   const child_result r = plan({"--policy", "greedy", "--link-bandwidth", "50,45", "--host-budget", "64MiB", "--json", path});
@@ -104,6 +126,8 @@ TEST_F(PlanOffload, BadValuesNameTheProblemAndTheFix) {
       {{"--link-bandwidth", "5", "--link-latency", "-1"}, "--link-latency needs milliseconds per copy, 0 or more"},
       {{"--link-bandwidth", "5", "--link-latency", "4,x"}, "for example 0.01 or 4.5,4; got '4,x'"},
       {{"--link-latency", "4.5"}, "--link-latency needs --link-bandwidth GB/s too"},
+      {{"--link-bandwidth", "5", "--threads", "0"}, "--threads needs a whole number from 1 to 64, got '0'"},
+      {{"--link-bandwidth", "5", "--threads", "2x"}, "--threads needs a whole number from 1 to 64, got '2x'"},
   };
   for (const auto& c : cases) {
     const child_result r = plan(c.args);
