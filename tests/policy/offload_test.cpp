@@ -416,18 +416,10 @@ TEST(OffloadFloor, EachCopyHasItsOwnWindowAndLatency) {
   EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 5.0);
 }
 
-iteration small_dag(std::uint64_t seed, std::size_t layers) {
-  synthetic::dag_spec spec;
-  spec.layers = layers;
-  spec.quantum = 64 * 1024;
-  spec.granularity = 64 * 1024;
-  return synthetic::build(synthetic::random_dag(spec, seed));
-}
-
 TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
   std::size_t checked = 0, lower = 0;
   for (std::uint64_t seed = 0; seed < 12; ++seed) {
-    const iteration it = small_dag(seed, 6 + seed % 3);
+    const iteration it = test::page_dag(seed, 6 + seed % 3);
     const link_model link = link_at(64.0 * 1024 / (1e-4 * static_cast<double>(1 + seed % 5) * 3));
     for (std::size_t budget : test::budgets_for(it, 4)) {
       SCOPED_TRACE("seed " + std::to_string(seed) + " budget " + std::to_string(budget));
@@ -482,16 +474,13 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
   std::size_t offloading = 0, mixed = 0;  // plans that offload; that also recompute
   std::size_t cheaper_than_only = 0;      // budgets where on adds less time than only
   for (std::uint64_t seed = 0; seed < 10; ++seed) {
-    synthetic::dag_spec spec;
-    spec.layers = 8 + seed % 5;
-    spec.quantum = 64 * 1024;
-    spec.granularity = 64 * 1024;
-    const iteration it = synthetic::build(synthetic::random_dag(spec, seed));
+    const std::size_t quantum = 64 * 1024;
+    const iteration it = test::page_dag(seed, 8 + seed % 5);
     // Copies of one quantum take from a tenth of a launch's cost to ten launches' worth.
     const double quantum_s = std::uniform_real_distribution<double>(1e-5, 2e-2)(rng);
-    link_model link = link_at(static_cast<double>(spec.quantum) / quantum_s);
+    link_model link = link_at(static_cast<double>(quantum) / quantum_s);
     link.to_host.latency_s = link.to_device.latency_s = 1e-6;
-    const std::size_t host_budget = (seed % 3 == 0) ? spec.quantum * (1 + seed % 4) : 0;
+    const std::size_t host_budget = (seed % 3 == 0) ? quantum * (1 + seed % 4) : 0;
     for (std::size_t budget : test::budgets_for(it, 5)) {
       for (const char* name : {"greedy", "reforward"}) {
         SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + " budget " + std::to_string(budget));

@@ -55,14 +55,11 @@ void expect_same_plan(const plan& x, const plan& y) {
 TEST(OffloadThreads, ThePlanIsTheSameOnOneThreadAndOnMany) {
   std::size_t compared = 0, offloading = 0;
   for (std::uint64_t seed = 0; seed < 6; ++seed) {
-    synthetic::dag_spec spec;
-    spec.layers = 8 + seed % 5;
-    spec.quantum = 64 * 1024;
-    spec.granularity = 64 * 1024;
-    const iteration it = synthetic::build(synthetic::random_dag(spec, seed));
-    link_model link = test::link_at(static_cast<double>(spec.quantum) / (1e-4 * static_cast<double>(1 + seed * 20)));
+    const std::size_t quantum = 64 * 1024;
+    const iteration it = test::page_dag(seed, 8 + seed % 5);
+    link_model link = test::link_at(static_cast<double>(quantum) / (1e-4 * static_cast<double>(1 + seed * 20)));
     link.to_host.latency_s = link.to_device.latency_s = 1e-6;
-    const std::size_t host_budget = seed % 3 == 0 ? spec.quantum * (2 + seed % 4) : 0;
+    const std::size_t host_budget = seed % 3 == 0 ? quantum * (2 + seed % 4) : 0;
     for (std::size_t budget : test::budgets_for(it, 5)) {
       for (const char* name : {"greedy", "reforward"}) {
         SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + " budget " + std::to_string(budget));

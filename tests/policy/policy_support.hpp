@@ -13,6 +13,7 @@
 #include "policy/iteration.hpp"
 #include "policy/plan.hpp"
 #include "policy/simulator.hpp"
+#include "policy/testing/synthetic.hpp"
 
 namespace sublinear::policy::test {
 
@@ -22,6 +23,16 @@ inline link_model link_at(double bytes_per_s) {
   l.to_host.bytes_per_s = bytes_per_s;
   l.to_device.bytes_per_s = bytes_per_s;
   return l;
+}
+
+// A random DAG (synthetic::random_dag) of `layers` layers whose buffers are whole 64 KiB
+// pages: the offload tests' graphs.
+inline iteration page_dag(std::uint64_t seed, std::size_t layers) {
+  synthetic::dag_spec spec;
+  spec.layers = layers;
+  spec.quantum = 64 * 1024;
+  spec.granularity = 64 * 1024;
+  return synthetic::build(synthetic::random_dag(spec, seed));
 }
 
 // Builds small iterations launch by launch. Buffers are persistent (allocated before the
