@@ -725,12 +725,14 @@ class start_runner {
 // Approach: the calling thread computes the recompute seeds one after another on its own
 //   context while worker threads, each with a context of its own over the same
 //   iteration, run the starts as they are queued; the calling thread then joins them.
-//   The results are compared in the order the starts were queued, ties to the earlier,
-//   and each start's result depends only on the iteration, the budget and its seed, so
-//   the plan is the same for any number of threads (planner::options::threads; 1: all on
-//   the calling thread).
+//   The results are compared in a fixed order (the recompute-only plan's start, the
+//   seeds' in ladder order, the two from nothing), ties to the earlier, and each start's
+//   result depends only on the iteration, the budget and its seed, so the plan is the
+//   same for any number of threads (planner::options::threads; 1: all on the calling
+//   thread).
 // Limitations: each worker builds its own context (dataflow, candidates); the slowest
-//   start bounds the time.
+//   start bounds the time; the seeds stay on the calling thread, one after another
+//   (their solvers keep caches in the caller's context).
 std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget,
                                        std::optional<evaluation> recompute_only, const recompute_search& relaxed) {
   switch (ctx.offload().mode) {
