@@ -63,10 +63,11 @@ class planner {
     offload_mode offload = offload_mode::off;
     link_model link{};                 // unusable link: no offload
     std::size_t host_budget = 0;       // bytes the offloads' pinned host pool may take; 0: no bound
-    // Threads the offload search's starts run on (Note [Parallel offload starts] in
-    // solver_offload.cpp): 0 takes the CPUs the process may run on, at most 8; 1 runs all on the
-    // calling thread. The plan is the same for every count.
-    std::size_t threads = 0;
+    // Threads the offload search's starts run on, the calling thread included (Note
+    // [Parallel offload starts] in solver_offload.cpp); 0 or 1 runs all on the calling
+    // thread. The plan is the same for every count. The runtime and `sublinear plan` pass
+    // runtime::planning_threads().
+    std::size_t threads = 1;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

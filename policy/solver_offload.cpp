@@ -58,8 +58,6 @@
 #include <mutex>
 #include <thread>
 
-#include <sched.h>
-
 #include "policy/solvers.hpp"
 
 namespace sublinear::policy {
@@ -599,15 +597,6 @@ struct offload_start {
   bool offload_first;
 };
 
-// The CPUs this process may run on (its affinity mask, which a container's cpuset
-// narrows; hardware_concurrency counts every online CPU).
-std::size_t usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
-  return std::thread::hardware_concurrency();
-}
-
 std::optional<evaluation> run_start(planner::context& ctx, std::size_t budget, const offload_start& s) {
   return s.offload_first ? solve_offload_then_recompute(ctx, budget, s.seed) : solve_offload(ctx, budget, true, s.seed);
 }
@@ -616,11 +605,8 @@ std::optional<evaluation> run_start(planner::context& ctx, std::size_t budget, c
 // offload starts]), and gives back their results in the order of their keys.
 class start_runner {
  public:
-  start_runner(planner::context& ctx, std::size_t budget) : ctx_(ctx), budget_(budget) {
-    std::size_t threads = ctx.offload().threads;
-    if (threads == 0) threads = std::clamp<std::size_t>(usable_cpus(), 1, 8);
-    workers_ = threads - 1;
-  }
+  start_runner(planner::context& ctx, std::size_t budget)
+      : ctx_(ctx), budget_(budget), workers_(ctx.offload().threads > 1 ? ctx.offload().threads - 1 : 0) {}
   start_runner(const start_runner&) = delete;
   start_runner& operator=(const start_runner&) = delete;
   ~start_runner() {  // unwinding: the workers stop after the start each is on
@@ -705,7 +691,7 @@ class start_runner {
   };
   planner::context& ctx_;
   const std::size_t budget_;
-  std::size_t workers_ = 0;
+  const std::size_t workers_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable ready_;

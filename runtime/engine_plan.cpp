@@ -139,7 +139,7 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     po.link.to_device = {opts.config.link_to_device > 0.0 ? opts.config.link_to_device : link.to_device_bytes_per_s,
                          link.to_device_latency_s};
     po.host_budget = host_budget();
-    po.threads = opts.config.planning_threads;
+    po.threads = planning_threads(opts.config.planning_threads);
     return po;
   };
   const auto make = [&](std::size_t planner_overhead) {

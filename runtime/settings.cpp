@@ -6,6 +6,9 @@
 #include <iterator>
 #include <sstream>
 #include <string_view>
+#include <thread>
+
+#include <sched.h>
 
 #include "common/text.hpp"
 #include "policy/budget.hpp"
@@ -144,12 +147,7 @@ const std::vector<entry>& entries() {
        }},
       {{"SUBLINEAR_PLANNING_THREADS", "", "a whole number from 1 to 64",
         "Threads the offload search runs its starts on, once, after the traced iterations (docs/offload.md, \"Planning time\"); empty means the CPUs the process may run on, at most 8; the plan is the same for every count.", false},
-       [](settings& s, const std::string& n, const std::string& v) {
-         char* end = nullptr;
-         const long x = v.empty() || v[0] < '0' || v[0] > '9' ? 0 : std::strtol(v.c_str(), &end, 10);
-         if (end != v.c_str() + v.size() || x < 1 || x > 64) bad(n, v, "a whole number from 1 to 64 (1: plan on the launching thread alone)");
-         s.planning_threads = static_cast<std::size_t>(x);
-       }},
+       [](settings& s, const std::string& n, const std::string& v) { s.planning_threads = parse_planning_threads(n, v); }},
       {{"SUBLINEAR_TRACE", "", "a file path", "Write the traced iterations to this trace file (docs/trace-format.md).", false},
        [](settings& s, const std::string&, const std::string& v) { s.trace = v; }},
       {{"SUBLINEAR_TRACE_ITERATIONS", "2", "1 or 2", "Iterations traced before planning; the second sees writes the first could not (zero-initialised biases).", false},
@@ -182,6 +180,23 @@ bool parse_bool(const std::string& what, const std::string& value) {
   if (l == "1" || l == "true" || l == "yes" || l == "on") return true;
   if (l == "0" || l == "false" || l == "no" || l == "off") return false;
   bad(what, value, "1, true, yes, on, 0, false, no, off");
+}
+
+std::size_t parse_planning_threads(const std::string& what, const std::string& value) {
+  char* end = nullptr;
+  const long x = value.empty() || value[0] < '0' || value[0] > '9' ? 0 : std::strtol(value.c_str(), &end, 10);
+  if (end != value.c_str() + value.size() || x < 1 || x > 64)
+    bad(what, value, "a whole number from 1 to 64 (1: plan on the launching thread alone)");
+  return static_cast<std::size_t>(x);
+}
+
+std::size_t planning_threads(std::size_t asked) {
+  if (asked != 0) return asked;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const std::size_t cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<std::size_t>(CPU_COUNT(&set))
+                                                                         : std::thread::hardware_concurrency();
+  return std::clamp<std::size_t>(cpus, 1, 8);
 }
 
 log_level parse_log_level(const std::string& what, const std::string& value) {

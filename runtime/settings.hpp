@@ -77,6 +77,13 @@ std::string describe(const settings& s);
 bool parse_bool(const std::string& what, const std::string& value);
 log_level parse_log_level(const std::string& what, const std::string& value);
 validate_mode parse_validate_mode(const std::string& what, const std::string& value);
+// SUBLINEAR_PLANNING_THREADS's form: a whole number from 1 to 64.
+std::size_t parse_planning_threads(const std::string& what, const std::string& value);
+
+// The threads the offload search gets (policy::planner::options::threads): `asked`, or
+// where it is 0 (the setting left empty) the CPUs this process may run on, at most 8 (its
+// affinity mask, which a container's cpuset narrows; not a cgroup's CPU quota).
+std::size_t planning_threads(std::size_t asked);
 
 // The options table as a Markdown table (docs/settings.md and README.md embed it; a test
 // keeps them equal).

@@ -1,7 +1,6 @@
 // `sublinear plan --trace FILE --budget B [--policy P|all]`: what a budget would cost, per
 // planner, on a recorded trace, before any training runs (Note [Plan preview] in
 // runtime/report/report_plan.hpp).
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -9,13 +8,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "runtime/report/report.hpp"
 #include "runtime/report/report_plan.hpp"
+#include "runtime/settings.hpp"
 #include "common/atomic_file.hpp"
 #include "common/text.hpp"
 #include "integrations/cli/args.hpp"
@@ -181,13 +180,11 @@ plan_options parse(std::span<const std::string_view> args) {
     } else if (flag == "--host-budget") {
       o.preview.host_budget = parse_bytes(flag, next());
     } else if (flag == "--threads") {
-      const std::string_view text = next();
-      std::size_t n = 0;
-      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-      if (ec != std::errc{} || end != text.data() + text.size() || n < 1 || n > 64) {
-        bad("--threads needs a whole number from 1 to 64, got " + quote_bounded(text));
+      try {
+        o.preview.threads = runtime::parse_planning_threads("--threads", std::string(next()));
+      } catch (const config_error& e) {
+        bad(e.what());
       }
-      o.preview.threads = n;
     } else if (flag == "--json") {
       o.json_path = std::string(next());
       if (o.json_path.empty()) bad("--json needs a file path");

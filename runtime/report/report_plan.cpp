@@ -1,6 +1,7 @@
 // Note [Plan preview] is in report_plan.hpp.
 #include "common/text.hpp"
 #include "runtime/report/report_plan.hpp"
+#include "runtime/settings.hpp"
 
 #include <cxxabi.h>
 
@@ -164,7 +165,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       po.offload = out.offload_mode;
       po.link = options.link;
       po.host_budget = options.host_budget;
-      po.threads = options.threads;
+      po.threads = planning_threads(options.threads);
       row.planner_budget = out.planner_budget;
       try {
         made = policy::make_planner(name)->make_plan(g, out.planner_budget, po);

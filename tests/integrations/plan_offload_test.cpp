@@ -126,8 +126,8 @@ TEST_F(PlanOffload, BadValuesNameTheProblemAndTheFix) {
       {{"--link-bandwidth", "5", "--link-latency", "-1"}, "--link-latency needs milliseconds per copy, 0 or more"},
       {{"--link-bandwidth", "5", "--link-latency", "4,x"}, "for example 0.01 or 4.5,4; got '4,x'"},
       {{"--link-latency", "4.5"}, "--link-latency needs --link-bandwidth GB/s too"},
-      {{"--link-bandwidth", "5", "--threads", "0"}, "--threads needs a whole number from 1 to 64, got '0'"},
-      {{"--link-bandwidth", "5", "--threads", "2x"}, "--threads needs a whole number from 1 to 64, got '2x'"},
+      {{"--link-bandwidth", "5", "--threads", "0"}, "--threads='0' is not valid; accepted: a whole number from 1 to 64"},
+      {{"--link-bandwidth", "5", "--threads", "2x"}, "--threads='2x' is not valid; accepted: a whole number from 1 to 64"},
   };
   for (const auto& c : cases) {
     const child_result r = plan(c.args);
