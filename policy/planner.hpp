@@ -63,7 +63,7 @@ class planner {
     offload_mode offload = offload_mode::off;
     link_model link{};                 // unusable link: no offload
     std::size_t host_budget = 0;       // bytes the offloads' pinned host pool may take; 0: no bound
-    // Threads the offload search's starts run on, the calling thread included (Note
+    // Threads the offload search's jobs run on, the calling thread included (Note
     // [Parallel offload starts] in solver_offload.cpp); 0 or 1 runs all on the calling
     // thread. The plan is the same for every count. The runtime and `sublinear plan` pass
     // runtime::planning_threads().

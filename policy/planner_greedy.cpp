@@ -16,9 +16,8 @@ class greedy_planner final : public attempt_planner {
 
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
-    std::optional<context::evaluation> e;
-    if (ctx.offload().mode != offload_mode::only) e = solve_greedy(ctx, budget);
-    e = with_offload(ctx, budget, std::move(e), [&](std::size_t b) { return solve_greedy(ctx, b); });
+    std::optional<context::evaluation> e =
+        with_offload(ctx, budget, [](context& c, std::size_t b) { return solve_greedy(c, b); });
     if (!e) return std::nullopt;
     return std::move(e->result);
   }

@@ -314,9 +314,7 @@ class reforward_planner final : public attempt_planner {
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
     // With offload: the recompute-only search below, then keep/recompute/offload from it
     // and from nothing (Note [Offload search]); the least added time wins.
-    std::optional<context::evaluation> best;
-    if (ctx.offload().mode != offload_mode::only) best = attempt_recompute(ctx, budget);
-    best = with_offload(ctx, budget, std::move(best), [&](std::size_t b) { return attempt_recompute(ctx, b); });
+    std::optional<context::evaluation> best = with_offload(ctx, budget, attempt_recompute);
     if (!best) return std::nullopt;
     return std::move(best->result);
   }

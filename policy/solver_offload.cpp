@@ -590,52 +590,56 @@ std::optional<evaluation> solve_offload_then_recompute(planner::context& ctx, st
 
 namespace {
 
-// The searches with_offload runs, in the order their results are compared (ties go to
-// the earlier): each from a seed (nullptr: nothing), offloads first or not.
-struct offload_start {
-  const evaluation* seed;
-  bool offload_first;
+// A job of with_offload's search (Note [Parallel offload starts]): an offload search
+// from a seed (nullptr: from nothing), offloads first or not; or, with `search` set,
+// the planner's recompute search at `budget`, whose plan becomes a seed.
+struct offload_job {
+  const evaluation* seed = nullptr;
+  bool offload_first = false;
+  int key = 0;               // a start's place in the comparison (ties to the smaller)
+  std::size_t slot = 0;      // a recompute job's seed slot
+  std::size_t budget = 0;    // a recompute job's budget
+  bool recompute = false;
 };
 
-std::optional<evaluation> run_start(planner::context& ctx, std::size_t budget, const offload_start& s) {
-  return s.offload_first ? solve_offload_then_recompute(ctx, budget, s.seed) : solve_offload(ctx, budget, true, s.seed);
-}
-
-// Runs the starts, on worker threads where there are cores for them (Note [Parallel
-// offload starts]), and gives back their results in the order of their keys.
-class start_runner {
+// Runs the jobs, on worker threads where there are cores for them, and gives back the
+// starts' results in the order of their keys. A recompute job queues the starts from
+// its seed when it is done.
+class job_runner {
  public:
-  start_runner(planner::context& ctx, std::size_t budget)
-      : ctx_(ctx), budget_(budget), workers_(ctx.offload().threads > 1 ? ctx.offload().threads - 1 : 0) {}
-  start_runner(const start_runner&) = delete;
-  start_runner& operator=(const start_runner&) = delete;
-  ~start_runner() {  // unwinding: the workers stop after the start each is on
+  job_runner(planner::context& ctx, std::size_t budget, const recompute_search& search, std::size_t seed_slots)
+      : ctx_(ctx),
+        budget_(budget),
+        search_(search),
+        workers_(ctx.offload().threads > 1 ? ctx.offload().threads - 1 : 0),
+        seeds_(seed_slots) {}
+  job_runner(const job_runner&) = delete;
+  job_runner& operator=(const job_runner&) = delete;
+  ~job_runner() {  // unwinding: the workers stop after the job each is on
     {
       const std::lock_guard<std::mutex> lock(mutex_);
-      closed_ = true;
-      next_ = starts_.size();
+      stopped_ = true;
     }
     ready_.notify_all();
     for (std::thread& t : threads_) t.join();
   }
 
-  // Queues a start (its seed must outlive finish()); without workers, runs it here.
-  void add(offload_start s, int key) {
+  // The seed of recompute job `slot` once finish() has returned (empty: none met its budget).
+  std::optional<evaluation>& seed(std::size_t slot) { return seeds_[slot]; }
+
+  // Queues a job (the calling thread only); without workers, runs it here (a recompute
+  // job runs its starts too).
+  void add(const offload_job& job) {
     if (workers_ == 0) {
-      results_.push_back({key, run_start(ctx_, budget_, s)});
+      run(ctx_, job);
       return;
     }
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      starts_.push_back(s);
-      results_.push_back({key, std::nullopt});
-    }
-    ready_.notify_one();
-    if (threads_.size() < workers_ && threads_.size() < starts_.size()) threads_.emplace_back([this] { work(nullptr); });
+    const std::size_t queued = enqueue(job);
+    if (threads_.size() < workers_ && threads_.size() < queued) threads_.emplace_back([this] { work(nullptr); });
   }
 
-  // Runs what is left on this thread too and waits for the rest; the results by key
-  // (equal keys in the order added).
+  // Runs what is left on this thread too and waits for the rest; the starts' results by
+  // key (equal keys in the order queued).
   std::vector<std::optional<evaluation>> finish() {
     if (!threads_.empty()) {
       {
@@ -655,33 +659,83 @@ class start_runner {
   }
 
  private:
-  // Takes starts until none is left and none will come. A worker builds a context of its
-  // own (a context is not thread-safe); the calling thread, once it has queued every
-  // start, works on the caller's.
+  std::size_t enqueue(const offload_job& job) {
+    std::size_t queued = 0;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (stopped_) return 0;
+      jobs_.push_back(job);
+      queued = jobs_.size();
+    }
+    ready_.notify_one();
+    return queued;
+  }
+
+  // A recompute job's starts: queued for any thread, or run here without workers.
+  void follow(planner::context& ctx, const offload_job& job) {
+    if (workers_ == 0) {
+      run(ctx, job);
+    } else {
+      (void)enqueue(job);
+    }
+  }
+
+  void run(planner::context& ctx, const offload_job& job) {
+    if (!job.recompute) {
+      std::optional<evaluation> r = job.offload_first ? solve_offload_then_recompute(ctx, budget_, job.seed)
+                                                      : solve_offload(ctx, budget_, true, job.seed);
+      const std::lock_guard<std::mutex> lock(mutex_);
+      results_.push_back({job.key, std::move(r)});
+      return;
+    }
+    std::optional<evaluation> seed = search_(ctx, job.budget);
+    bool repeats = !seed.has_value();  // an equal seed's starts give the same results, at a smaller key
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      seeds_[job.slot] = std::move(seed);
+      const evaluation* mine = repeats ? nullptr : &*seeds_[job.slot];
+      for (std::size_t j = 1; j < job.slot && !repeats; ++j) {
+        repeats = seeds_[j] && seeds_[j]->dropped == mine->dropped && seeds_[j]->horizons == mine->horizons;
+      }
+    }
+    if (repeats) return;
+    const evaluation* s = &*seeds_[job.slot];
+    if (job.slot == 0) {
+      follow(ctx, {s, false, 0});
+      return;
+    }
+    const int key = 2 * static_cast<int>(job.slot) - 1;
+    follow(ctx, {s, false, key});
+    follow(ctx, {s, true, key + 1});
+  }
+
+  // Takes jobs until none is left and none will come (none queued, none running, and
+  // finish() called). A worker builds a context of its own (a context is not
+  // thread-safe); the calling thread, once it has queued its jobs, works on the caller's.
   void work(planner::context* own) {
     std::optional<planner::context> local;
     for (;;) {
-      std::size_t i = 0;
-      offload_start s{};
+      offload_job job;
       {
         std::unique_lock<std::mutex> lock(mutex_);
-        ready_.wait(lock, [&] { return next_ < starts_.size() || closed_; });
-        if (next_ >= starts_.size()) return;
-        i = next_++;
-        s = starts_[i];
+        ready_.wait(lock, [&] { return stopped_ || next_ < jobs_.size() || (closed_ && running_ == 0); });
+        if (stopped_ || next_ >= jobs_.size()) return;
+        job = jobs_[next_++];
+        ++running_;
       }
-      std::optional<evaluation> r;
       try {
         if (own == nullptr && !local) local.emplace(ctx_.graph(), ctx_.multi_pass(), ctx_.packs(), ctx_.offload());
-        r = run_start(own != nullptr ? *own : *local, budget_, s);
+        run(own != nullptr ? *own : *local, job);
       } catch (...) {
         const std::lock_guard<std::mutex> lock(mutex_);
         if (!failure_) failure_ = std::current_exception();
-        next_ = starts_.size();
-        continue;
+        stopped_ = true;
       }
-      const std::lock_guard<std::mutex> lock(mutex_);
-      results_[i].result = std::move(r);
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        --running_;
+      }
+      ready_.notify_all();  // the last job done ends the wait; a recompute job may have queued starts
     }
   }
 
@@ -691,14 +745,18 @@ class start_runner {
   };
   planner::context& ctx_;
   const std::size_t budget_;
+  const recompute_search& search_;
   const std::size_t workers_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::vector<offload_start> starts_;  // queued; starts_[i]'s result goes to results_[i]
-  std::size_t next_ = 0;               // the next start to take
-  bool closed_ = false;                // no more starts will be queued
+  std::vector<offload_job> jobs_;  // queued, in order
+  std::size_t next_ = 0;           // the next job to take
+  std::size_t running_ = 0;        // jobs taken and not done
+  bool closed_ = false;            // finish() called: the caller queues no more
+  bool stopped_ = false;           // a job failed, or unwinding: take no more
   std::exception_ptr failure_;
+  std::deque<std::optional<evaluation>> seeds_;  // fixed slots: stable addresses for the starts
   std::vector<keyed> results_;
 };
 
@@ -706,63 +764,54 @@ class start_runner {
 
 // Note [Parallel offload starts]
 // Rationale: the offload search runs from up to nine starts, each thousands of simulated
-//   plans (seconds on a deep model, paid once after the traced iterations); the starts
-//   are independent.
-// Approach: the calling thread computes the recompute seeds one after another on its own
-//   context while worker threads, each with a context of its own over the same
-//   iteration, run the starts as they are queued; the calling thread then joins them.
-//   The results are compared in a fixed order (the recompute-only plan's start, the
-//   seeds' in ladder order, the two from nothing), ties to the earlier, and each start's
-//   result depends only on the iteration, the budget and its seed, so the plan is the
-//   same for any number of threads (planner::options::threads; 1: all on the calling
-//   thread).
-// Limitations: each worker builds its own context (dataflow, candidates); the slowest
-//   start bounds the time; the seeds stay on the calling thread, one after another
-//   (their solvers keep caches in the caller's context).
-std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget,
-                                       std::optional<evaluation> recompute_only, const recompute_search& relaxed) {
+//   plans (seconds on a deep model, paid once after the traced iterations), from seeds
+//   that are the planner's recompute searches at four budgets; all of it is independent
+//   but for a start waiting on its seed.
+// Approach: jobs on a queue: the recompute searches (the budget and 5%, 30% and 100%
+//   above it), the two starts from nothing, and, as each search is done, the starts from
+//   its plan (none where an earlier seed was the same plan). Worker threads, each with a
+//   context of its own over the same iteration, and then the calling thread, on the
+//   caller's, take them in order. The results are compared in a fixed order (the
+//   recompute-only plan, its start, the seeds' in ladder order, the two from nothing),
+//   ties to the earlier; each job's result depends only on the iteration, its budget and
+//   its seed (the solvers' caches in a context say only which budgets no plan of theirs
+//   meets), so the plan is the same for any number of threads (planner::options::threads;
+//   1: all on the calling thread).
+// Limitations: each worker builds its own context (dataflow, candidates), and a
+//   recompute search on a worker refills its solvers' tables there; a start waits for its
+//   seed, so the longest seed and start bound the time.
+std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget, const recompute_search& search) {
   switch (ctx.offload().mode) {
     case offload_mode::off:
-      return recompute_only;
+      return search(ctx, budget);
     case offload_mode::only:
       return solve_offload(ctx, budget, false);
     case offload_mode::on:
       break;
   }
-  // Keys give the order the results are compared in: the recompute-only plan's start,
-  // the seeds' in ladder order, then the two from nothing. Those two go in the queue
-  // first, so that workers start on them while the seeds are computed.
-  std::deque<evaluation> seeds;  // the starts' seeds: stable addresses until finish()
-  start_runner runner(ctx, budget);
-  runner.add({nullptr, false}, 100);
-  runner.add({nullptr, true}, 101);
-  const bool recompute_met = recompute_only.has_value();
-  if (recompute_met) {
-    seeds.push_back(std::move(*recompute_only));
-    runner.add({&seeds.front(), false}, 0);
+  // Slot 0: the budget's own recompute plan; 1..3: larger budgets, whose plans keep more
+  // checkpoints and recompute shorter segments (offloading those checkpoints may meet
+  // this budget for less). Their starts' keys: 0, then 1..6 in ladder order; from
+  // nothing 100 and 101.
+  const std::size_t top = ctx.unplanned_peak();
+  std::vector<std::size_t> budgets{budget};
+  for (const double step : {0.05, 0.3, 1.0}) {
+    const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
+    if (b >= top) break;
+    budgets.push_back(b);
   }
-  if (relaxed) {
-    // Recompute plans at larger budgets keep more checkpoints and recompute shorter
-    // segments; offloading those checkpoints may meet this budget for less.
-    const std::size_t top = ctx.unplanned_peak();
-    std::vector<std::uint8_t> last;
-    std::vector<launch_id> last_horizons;
-    int key = 1;
-    for (const double step : {0.05, 0.3, 1.0}) {
-      const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
-      if (b >= top) break;
-      std::optional<evaluation> seed = relaxed(b);
-      if (!seed || (seed->dropped == last && seed->horizons == last_horizons)) continue;
-      last = seed->dropped;
-      last_horizons = seed->horizons;
-      seeds.push_back(std::move(*seed));
-      runner.add({&seeds.back(), false}, key++);
-      runner.add({&seeds.back(), true}, key++);
-    }
+  job_runner runner(ctx, budget, search, budgets.size());
+  for (std::size_t k = 0; k < budgets.size(); ++k) {
+    offload_job job;
+    job.recompute = true;
+    job.slot = k;
+    job.budget = budgets[k];
+    runner.add(job);
   }
+  runner.add({nullptr, false, 100});
+  runner.add({nullptr, true, 101});
   std::vector<std::optional<evaluation>> results = runner.finish();
-  std::optional<evaluation> best;
-  if (recompute_met) best = std::move(seeds.front());
+  std::optional<evaluation> best = std::move(runner.seed(0));
   for (std::optional<evaluation>& e : results) {
     if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
   }

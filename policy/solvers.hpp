@@ -81,15 +81,16 @@ void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_
                                                                                        std::size_t budget,
                                                                                        const planner::context::evaluation* seed);
 
-// With offload on: the cheapest (added time) of `recompute_only`, solve_offload from
-// nothing and solve_offload from `recompute_only`. With offload only: solve_offload
-// without recompute. With offload off: `recompute_only`. Where `recompute_only` is empty
-// and `relaxed` is given, also solve_offload from relaxed's plan at the least budget
-// above `budget` it meets on a ladder of budgets (Note [Offload search]).
-using recompute_search = std::function<std::optional<planner::context::evaluation>(std::size_t budget)>;
-[[nodiscard]] std::optional<planner::context::evaluation> with_offload(
-    planner::context& ctx, std::size_t budget, std::optional<planner::context::evaluation> recompute_only,
-    const recompute_search& relaxed = {});
+// The planner's recompute-only search: its plan at a budget on a context, or nothing.
+using recompute_search =
+    std::function<std::optional<planner::context::evaluation>(planner::context& ctx, std::size_t budget)>;
+// With offload off: search's plan at `budget`. With offload only: solve_offload without
+// recompute. With offload on: the cheapest (added time) of search's plan at `budget` and
+// of solve_offload from it, from nothing, and from search's plans at larger budgets (Note
+// [Offload search]), run on planner::options::threads threads (Note [Parallel offload
+// starts]).
+[[nodiscard]] std::optional<planner::context::evaluation> with_offload(planner::context& ctx, std::size_t budget,
+                                                                       const recompute_search& search);
 
 // ---- solver_tiered.cpp ------------------------------------------------------------------
 

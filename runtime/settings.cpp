@@ -146,7 +146,7 @@ const std::vector<entry>& entries() {
          }
        }},
       {{"SUBLINEAR_PLANNING_THREADS", "", "a whole number from 1 to 64",
-        "Threads the offload search runs its starts on, once, after the traced iterations (docs/offload.md, \"Planning time\"); empty means the CPUs the process may run on, at most 8; the plan is the same for every count.", false},
+        "Threads the offload search runs its jobs on (its recompute searches and starts), once, after the traced iterations (docs/offload.md, \"Planning time\"); empty means the CPUs the process may run on, at most 8; the plan is the same for every count.", false},
        [](settings& s, const std::string& n, const std::string& v) { s.planning_threads = parse_planning_threads(n, v); }},
       {{"SUBLINEAR_TRACE", "", "a file path", "Write the traced iterations to this trace file (docs/trace-format.md).", false},
        [](settings& s, const std::string&, const std::string& v) { s.trace = v; }},

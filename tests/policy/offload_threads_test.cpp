@@ -2,11 +2,17 @@
 // policy/solver_offload.cpp): the plan is the same for every thread count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "policy/candidates.hpp"
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
+#include "policy/solvers.hpp"
 #include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
 
@@ -18,6 +24,14 @@ planner::options on_threads(const link_model& link, std::size_t threads, std::si
   o.offload = offload_mode::on;
   o.link = link;
   o.host_budget = host_budget;
+  o.threads = threads;
+  return o;
+}
+
+offload_settings settings_on(const link_model& link, std::size_t threads) {
+  offload_settings o;
+  o.mode = offload_mode::on;
+  o.link = link;
   o.threads = threads;
   return o;
 }
@@ -106,6 +120,80 @@ TEST(OffloadThreads, LargeGraphPlansTheSameOnFourThreads) {
     const plan four = planner->make_plan(it, budget, on_threads(link, 4));
     EXPECT_FALSE(one.offloads.empty());
     expect_same_plan(one, four);
+  }
+}
+
+// The recompute searches (the budget's own and the larger budgets' seeds) are jobs too:
+// with one thread every one runs on the calling thread with the caller's context; with
+// four, the same budgets are searched, on whichever thread, and the plan is the same.
+TEST(OffloadThreads, TheRecomputeSearchesAreJobsOnAnyThread) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::resnet(24, q, q));
+  const link_model link = test::link_at(static_cast<double>(q) / 1e-3);
+  const dataflow df(it);
+  const candidate_set cs(df);
+  const std::size_t lo = cs.lower_bound_bytes();
+  const std::size_t peak = simulate(it, plan{}).peak;
+  const std::size_t budget = lo + (peak - lo) / 4;
+  struct call {
+    std::size_t budget;
+    bool caller;  // on the calling thread, with the caller's context
+  };
+  std::vector<call> one_calls, four_calls;
+  std::optional<planner::context::evaluation> one, four;
+  const std::thread::id me = std::this_thread::get_id();
+  for (std::size_t threads : {1u, 4u}) {
+    planner::context ctx(it, true, true, settings_on(link, threads));
+    std::mutex m;
+    std::vector<call>& calls = threads == 1 ? one_calls : four_calls;
+    const recompute_search search = [&](planner::context& c, std::size_t b) {
+      {
+        const std::lock_guard<std::mutex> lock(m);
+        calls.push_back({b, &c == &ctx && std::this_thread::get_id() == me});
+      }
+      return solve_greedy(c, b);
+    };
+    (threads == 1 ? one : four) = with_offload(ctx, budget, search);
+  }
+  // The budget itself and 5%, 30% and 100% above it, while under the unplanned peak.
+  std::vector<std::size_t> expected{budget};
+  for (double step : {0.05, 0.3, 1.0}) {
+    const auto b = static_cast<std::size_t>(static_cast<double>(budget) * (1.0 + step));
+    if (b < peak) expected.push_back(b);
+  }
+  ASSERT_GE(expected.size(), 3u);
+  const auto budgets = [](std::vector<call> calls) {
+    std::vector<std::size_t> out;
+    for (const call& c : calls) out.push_back(c.budget);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  EXPECT_EQ(budgets(one_calls), expected);
+  EXPECT_EQ(budgets(four_calls), expected);
+  for (const call& c : one_calls) EXPECT_TRUE(c.caller) << c.budget;
+  ASSERT_TRUE(one.has_value());
+  ASSERT_TRUE(four.has_value());
+  expect_same_plan(one->result, four->result);
+}
+
+// A recompute search that fails on a worker fails the planning on the calling thread:
+// the exception comes back, and nothing waits for a seed that will not come.
+TEST(OffloadThreads, AFailingRecomputeSearchIsRethrownOnTheCaller) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::resnet(12, q, q));
+  const link_model link = test::link_at(static_cast<double>(q) / 1e-3);
+  const dataflow df(it);
+  const candidate_set cs(df);
+  const std::size_t lo = cs.lower_bound_bytes();
+  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 4;
+  for (std::size_t threads : {1u, 2u, 4u}) {
+    SCOPED_TRACE(threads);
+    planner::context ctx(it, true, true, settings_on(link, threads));
+    const recompute_search search = [&](planner::context& c, std::size_t b) {
+      if (b > budget) throw std::runtime_error("seed search failed");
+      return solve_greedy(c, b);
+    };
+    EXPECT_THROW((void)with_offload(ctx, budget, search), std::runtime_error);
   }
 }
 
