@@ -591,7 +591,7 @@ std::optional<evaluation> solve_offload_then_recompute(planner::context& ctx, st
 namespace {
 
 // A job of with_offload's search (Note [Parallel offload starts]): an offload search
-// from a seed (nullptr: from nothing), offloads first or not; or, with `search` set,
+// from a seed (nullptr: from nothing), offloads first or not; or, with `recompute` set,
 // the planner's recompute search at `budget`, whose plan becomes a seed.
 struct offload_job {
   const evaluation* seed = nullptr;
