@@ -312,9 +312,12 @@ class reforward_planner final : public attempt_planner {
 
  protected:
   [[nodiscard]] std::optional<plan> attempt(context& ctx, std::size_t budget) const override {
-    // With offload: the recompute-only search below, then keep/recompute/offload from it
-    // and from nothing (Note [Offload search]); the least added time wins.
-    std::optional<context::evaluation> best = with_offload(ctx, budget, attempt_recompute);
+    // With offload: the recompute-only search below, then keep/recompute/offload from it,
+    // from nothing and from greedy's recompute plans (Note [Offload search]); the least
+    // added time wins, so no plan of greedy's adds less.
+    std::optional<context::evaluation> best = with_offload(ctx, budget, attempt_recompute, [](context& c, std::size_t b) {
+      return solve_greedy(c, b);
+    });
     if (!best) return std::nullopt;
     return std::move(best->result);
   }

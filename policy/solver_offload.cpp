@@ -29,7 +29,9 @@
 //   + stalls); where there are more candidates than that pass can try one at a time
 //   (thousands on ResNet-1001), batches switch first (halved when they do not pay).
 //   Starts: nothing, the recompute-only plan, and recompute plans at budgets 5%, 30% and
-//   100% larger (Note [Offloaded recipe inputs]). From nothing and from each larger-budget
+//   100% larger (Note [Offloaded recipe inputs]); `reforward` also starts from `greedy`'s
+//   recompute plans at all four, whose looser drop sets the search turns into better
+//   mixes on some graphs (ResNet-152 at 0.20x). From nothing and from each larger-budget
 //   plan the peaks are also covered by offloads alone, which add no working set, so `on`
 //   meets every budget `only` meets; the stalls that leaves are repaired by keeping
 //   offloads, largest first, and covering the excess by recompute (the passes repeat at
@@ -598,6 +600,7 @@ struct offload_job {
   bool offload_first = false;
   int key = 0;               // a start's place in the comparison (ties to the smaller)
   std::size_t slot = 0;      // a recompute job's seed slot
+  std::size_t search = 0;    // a recompute job's search (with_offload's order)
   std::size_t budget = 0;    // a recompute job's budget
   bool recompute = false;
 };
@@ -607,10 +610,11 @@ struct offload_job {
 // its seed when it is done.
 class job_runner {
  public:
-  job_runner(planner::context& ctx, std::size_t budget, const recompute_search& search, std::size_t seed_slots)
+  job_runner(planner::context& ctx, std::size_t budget, std::vector<const recompute_search*> searches,
+             std::size_t seed_slots)
       : ctx_(ctx),
         budget_(budget),
-        search_(search),
+        searches_(std::move(searches)),
         workers_(ctx.offload().threads > 1 ? ctx.offload().threads - 1 : 0),
         seeds_(seed_slots) {}
   job_runner(const job_runner&) = delete;
@@ -688,7 +692,7 @@ class job_runner {
       results_.push_back({job.key, std::move(r)});
       return;
     }
-    std::optional<evaluation> seed = search_(ctx, job.budget);
+    std::optional<evaluation> seed = (*searches_[job.search])(ctx, job.budget);
     bool repeats = !seed.has_value();  // an equal seed's starts give the same results, at a smaller key
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -745,7 +749,7 @@ class job_runner {
   };
   planner::context& ctx_;
   const std::size_t budget_;
-  const recompute_search& search_;
+  const std::vector<const recompute_search*> searches_;
   const std::size_t workers_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
@@ -765,14 +769,15 @@ class job_runner {
 // Note [Parallel offload starts]
 // Rationale: the offload search runs from up to nine starts, each thousands of simulated
 //   plans (seconds on a deep model, paid once after the traced iterations), from seeds
-//   that are the planner's recompute searches at four budgets; all of it is independent
+//   that are recompute searches at four budgets (one or two searches); all of it is independent
 //   but for a start waiting on its seed.
-// Approach: jobs on a queue: the recompute searches (the budget and 5%, 30% and 100%
-//   above it), the two starts from nothing, and, as each search is done, the starts from
+// Approach: jobs on a queue: the recompute searches (each at the budget and 5%, 30% and
+//   100% above it), the two starts from nothing, and, as each search is done, the starts from
 //   its plan (none where an earlier seed was the same plan). Worker threads, each with a
 //   context of its own over the same iteration, and then the calling thread, on the
 //   caller's, take them in order. The results are compared in a fixed order (the
-//   recompute-only plan, its start, the seeds' in ladder order, the two from nothing),
+//   recompute-only plan, its start, the seeds' in ladder order, the second search's
+//   seeds' in ladder order, the two from nothing),
 //   ties to the earlier; each job's result depends only on the iteration, its budget and
 //   its seed (the solvers' caches in a context say only which budgets no plan of theirs
 //   meets), so the plan is the same for any number of threads (planner::options::threads;
@@ -780,7 +785,8 @@ class job_runner {
 // Limitations: each worker builds its own context (dataflow, candidates), and a
 //   recompute search on a worker refills its solvers' tables there; a start waits for its
 //   seed, so the longest seed and start bound the time.
-std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget, const recompute_search& search) {
+std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget, const recompute_search& search,
+                                       const recompute_search& also) {
   switch (ctx.offload().mode) {
     case offload_mode::off:
       return search(ctx, budget);
@@ -791,8 +797,8 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   }
   // Slot 0: the budget's own recompute plan; 1..3: larger budgets, whose plans keep more
   // checkpoints and recompute shorter segments (offloading those checkpoints may meet
-  // this budget for less). Their starts' keys: 0, then 1..6 in ladder order; from
-  // nothing 100 and 101.
+  // this budget for less). Slot s's starts have keys 2s - 1 and 2s (slot 0: key 0
+  // only); from nothing 100 and 101.
   const std::size_t top = ctx.unplanned_peak();
   std::vector<std::size_t> budgets{budget};
   for (const double step : {0.05, 0.3, 1.0}) {
@@ -800,13 +806,19 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     if (b >= top) break;
     budgets.push_back(b);
   }
-  job_runner runner(ctx, budget, search, budgets.size());
-  for (std::size_t k = 0; k < budgets.size(); ++k) {
-    offload_job job;
-    job.recompute = true;
-    job.slot = k;
-    job.budget = budgets[k];
-    runner.add(job);
+  // Slots of `also` follow, its budget's plan a seed like the others (slot budgets.size()).
+  std::vector<const recompute_search*> searches{&search};
+  if (also) searches.push_back(&also);
+  job_runner runner(ctx, budget, searches, searches.size() * budgets.size());
+  for (std::size_t q = 0; q < searches.size(); ++q) {
+    for (std::size_t k = 0; k < budgets.size(); ++k) {
+      offload_job job;
+      job.recompute = true;
+      job.search = q;
+      job.slot = q * budgets.size() + k;
+      job.budget = budgets[k];
+      runner.add(job);
+    }
   }
   runner.add({nullptr, false, 100});
   runner.add({nullptr, true, 101});

@@ -87,10 +87,11 @@ using recompute_search =
 // With offload off: search's plan at `budget`. With offload only: solve_offload without
 // recompute. With offload on: the cheapest (added time) of search's plan at `budget` and
 // of solve_offload from it, from nothing, and from search's plans at larger budgets (Note
-// [Offload search]), run on planner::options::threads threads (Note [Parallel offload
-// starts]).
+// [Offload search]), and, given `also`, from also's plans at the same budgets; run on
+// planner::options::threads threads (Note [Parallel offload starts]).
 [[nodiscard]] std::optional<planner::context::evaluation> with_offload(planner::context& ctx, std::size_t budget,
-                                                                       const recompute_search& search);
+                                                                       const recompute_search& search,
+                                                                       const recompute_search& also = {});
 
 // ---- solver_tiered.cpp ------------------------------------------------------------------
 

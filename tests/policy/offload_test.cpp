@@ -543,6 +543,41 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
               mixed, cheaper_than_only);
 }
 
+// reforward's offload search also starts from greedy's recompute plans, and its recompute
+// search includes greedy's: at every budget greedy meets, with offload off or on,
+// reforward meets it too and adds no more time (Note [Offload search]).
+TEST(OffloadRandomised, ReforwardNeverAddsMoreTimeThanGreedy) {
+  std::mt19937_64 rng(1001);
+  std::size_t compared = 0, less = 0;
+  for (std::uint64_t seed = 0; seed < 8; ++seed) {
+    const std::size_t quantum = 64 * 1024;
+    const iteration it = test::page_dag(seed + 20, 8 + seed % 5);
+    const double quantum_s = std::uniform_real_distribution<double>(1e-5, 2e-2)(rng);
+    link_model link = link_at(static_cast<double>(quantum) / quantum_s);
+    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    for (std::size_t budget : test::budgets_for(it, 5)) {
+      for (offload_mode mode : {offload_mode::off, offload_mode::on}) {
+        SCOPED_TRACE("seed " + std::to_string(seed) + " budget " + std::to_string(budget) +
+                     (mode == offload_mode::on ? " on" : " off"));
+        std::optional<plan> greedy;
+        try {
+          greedy = make_planner("greedy")->make_plan(it, budget, with(mode, link));
+        } catch (const infeasible_budget&) {
+          continue;
+        }
+        const plan reforward = make_planner("reforward")->make_plan(it, budget, with(mode, link));
+        const double by_greedy = greedy->added_compute_s + greedy->predicted_stall_s;
+        const double by_reforward = reforward.added_compute_s + reforward.predicted_stall_s;
+        EXPECT_LE(by_reforward, by_greedy * (1 + 1e-9) + 1e-12);
+        ++compared;
+        less += by_reforward < by_greedy * (1 - 1e-9) ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(compared, 40u);
+  std::printf("%zu budgets compared; reforward adds less than greedy at %zu\n", compared, less);
+}
+
 // ResNet-like with 200 blocks: 801 candidates, more than the improvement pass can try one
 // at a time, and a deep cut where the recompute-only plan is the best start. Copies of one
 // activation take a launch's time, so the link carries part of what recompute would; the
