@@ -767,21 +767,20 @@ class job_runner {
 }  // namespace
 
 // Note [Parallel offload starts]
-// Rationale: the offload search runs from up to nine starts, each thousands of simulated
-//   plans (seconds on a deep model, paid once after the traced iterations), from seeds
-//   that are recompute searches at four budgets (one or two searches); all of it is independent
-//   but for a start waiting on its seed.
+// Rationale: the offload search runs from up to seventeen starts, each thousands of
+//   simulated plans (seconds on a deep model, paid once after the traced iterations), from
+//   seeds that are recompute searches (one or two) at four budgets; all of it is
+//   independent but for a start waiting on its seed.
 // Approach: jobs on a queue: the recompute searches (each at the budget and 5%, 30% and
-//   100% above it), the two starts from nothing, and, as each search is done, the starts from
-//   its plan (none where an earlier seed was the same plan). Worker threads, each with a
-//   context of its own over the same iteration, and then the calling thread, on the
-//   caller's, take them in order. The results are compared in a fixed order (the
-//   recompute-only plan, its start, the seeds' in ladder order, the second search's
-//   seeds' in ladder order, the two from nothing),
-//   ties to the earlier; each job's result depends only on the iteration, its budget and
-//   its seed (the solvers' caches in a context say only which budgets no plan of theirs
-//   meets), so the plan is the same for any number of threads (planner::options::threads;
-//   1: all on the calling thread).
+//   100% above it), the two starts from nothing, and, as each search is done, the starts
+//   from its plan (none where an earlier seed was the same plan). Worker threads, each
+//   with a context of its own over the same iteration, and then the calling thread, on
+//   the caller's, take them in order. The results are compared in a fixed order (the
+//   recompute-only plan, its start, the seeds' in ladder order, the second search's in
+//   ladder order, the two from nothing), ties to the earlier; each job's result depends
+//   only on the iteration, its budget and its seed (the solvers' caches in a context say
+//   only which budgets no plan of theirs meets), so the plan is the same for any number
+//   of threads (planner::options::threads; 1: all on the calling thread).
 // Limitations: each worker builds its own context (dataflow, candidates), and a
 //   recompute search on a worker refills its solvers' tables there; a start waits for its
 //   seed, so the longest seed and start bound the time.
