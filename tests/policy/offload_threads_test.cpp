@@ -36,6 +36,26 @@ offload_settings settings_on(const link_model& link, std::size_t threads) {
   return o;
 }
 
+// A ResNet-like graph of `blocks` blocks of 1 MiB activations, a link that copies one in
+// a millisecond, and a budget `share` of the way from the least the candidates allow to
+// the unplanned peak.
+struct resnet_case {
+  iteration it;
+  link_model link;
+  std::size_t peak = 0;
+  std::size_t budget = 0;
+};
+resnet_case resnet_at(std::size_t blocks, double share) {
+  const std::size_t q = std::size_t{1} << 20;
+  resnet_case r{synthetic::build(synthetic::resnet(blocks, q, q)), test::link_at(static_cast<double>(q) / 1e-3)};
+  const dataflow df(r.it);
+  const candidate_set cs(df);
+  const std::size_t lo = cs.lower_bound_bytes();
+  r.peak = simulate(r.it, plan{}).peak;
+  r.budget = lo + static_cast<std::size_t>(static_cast<double>(r.peak - lo) * share);
+  return r;
+}
+
 // Every field of the plan the runtime acts on, and the figures it reports.
 void expect_same_plan(const plan& x, const plan& y) {
   ASSERT_EQ(x.evictions.size(), y.evictions.size());
@@ -106,13 +126,7 @@ TEST(OffloadThreads, ThePlanIsTheSameOnOneThreadAndOnMany) {
 // A graph with hundreds of candidates, where the starts run hundreds of simulations each:
 // the same plan on one thread and on four.
 TEST(OffloadThreads, LargeGraphPlansTheSameOnFourThreads) {
-  const std::size_t q = std::size_t{1} << 20;
-  const iteration it = synthetic::build(synthetic::resnet(60, q, q));
-  const link_model link = test::link_at(static_cast<double>(q) / 1e-3);
-  const dataflow df(it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
-  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 10;
+  const auto [it, link, peak, budget] = resnet_at(60, 0.1);
   for (const char* name : {"greedy", "reforward"}) {
     SCOPED_TRACE(name);
     const auto planner = make_planner(name);
@@ -127,14 +141,7 @@ TEST(OffloadThreads, LargeGraphPlansTheSameOnFourThreads) {
 // with one thread every one runs on the calling thread with the caller's context; with
 // four, the same budgets are searched, on whichever thread, and the plan is the same.
 TEST(OffloadThreads, TheRecomputeSearchesAreJobsOnAnyThread) {
-  const std::size_t q = std::size_t{1} << 20;
-  const iteration it = synthetic::build(synthetic::resnet(24, q, q));
-  const link_model link = test::link_at(static_cast<double>(q) / 1e-3);
-  const dataflow df(it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
-  const std::size_t peak = simulate(it, plan{}).peak;
-  const std::size_t budget = lo + (peak - lo) / 4;
+  const auto [it, link, peak, budget] = resnet_at(24, 0.25);
   struct call {
     std::size_t budget;
     bool caller;  // on the calling thread, with the caller's context
@@ -179,13 +186,7 @@ TEST(OffloadThreads, TheRecomputeSearchesAreJobsOnAnyThread) {
 // A recompute search that fails on a worker fails the planning on the calling thread:
 // the exception comes back, and nothing waits for a seed that will not come.
 TEST(OffloadThreads, AFailingRecomputeSearchIsRethrownOnTheCaller) {
-  const std::size_t q = std::size_t{1} << 20;
-  const iteration it = synthetic::build(synthetic::resnet(12, q, q));
-  const link_model link = test::link_at(static_cast<double>(q) / 1e-3);
-  const dataflow df(it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
-  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 4;
+  const auto [it, link, peak, budget] = resnet_at(12, 0.25);
   for (std::size_t threads : {1u, 2u, 4u}) {
     SCOPED_TRACE(threads);
     planner::context ctx(it, true, true, settings_on(link, threads));
