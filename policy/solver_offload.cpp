@@ -594,29 +594,30 @@ namespace {
 
 // A job of with_offload's search (Note [Parallel offload starts]): an offload search
 // from a seed (nullptr: from nothing), offloads first or not; or, with `recompute` set,
-// the planner's recompute search at `budget`, whose plan becomes a seed.
+// the recompute search of seed slot `slot`, whose plan becomes that slot's seed.
 struct offload_job {
   const evaluation* seed = nullptr;
   bool offload_first = false;
-  int key = 0;               // a start's place in the comparison (ties to the smaller)
-  std::size_t slot = 0;      // a recompute job's seed slot
-  std::size_t search = 0;    // a recompute job's search (with_offload's order)
-  std::size_t budget = 0;    // a recompute job's budget
+  int key = 0;           // a start's place in the comparison (ties to the smaller)
   bool recompute = false;
+  std::size_t slot = 0;  // a recompute job's seed slot
 };
 
 // Runs the jobs, on worker threads where there are cores for them, and gives back the
-// starts' results in the order of their keys. A recompute job queues the starts from
-// its seed when it is done.
+// starts' results in the order of their keys. Seed slot s is search s / budgets at
+// budget s % budgets; a recompute job queues the starts from its seed when it is done.
 class job_runner {
  public:
   job_runner(planner::context& ctx, std::size_t budget, std::vector<const recompute_search*> searches,
-             std::size_t seed_slots)
+             std::vector<std::size_t> budgets)
       : ctx_(ctx),
         budget_(budget),
         searches_(std::move(searches)),
+        budgets_(std::move(budgets)),
         workers_(ctx.offload().threads > 1 ? ctx.offload().threads - 1 : 0),
-        seeds_(seed_slots) {}
+        seeds_(searches_.size() * budgets_.size()) {}
+
+  [[nodiscard]] std::size_t seed_slots() const noexcept { return seeds_.size(); }
   job_runner(const job_runner&) = delete;
   job_runner& operator=(const job_runner&) = delete;
   ~job_runner() {  // unwinding: the workers stop after the job each is on
@@ -692,7 +693,8 @@ class job_runner {
       results_.push_back({job.key, std::move(r)});
       return;
     }
-    std::optional<evaluation> seed = (*searches_[job.search])(ctx, job.budget);
+    const std::size_t per_search = budgets_.size();
+    std::optional<evaluation> seed = (*searches_[job.slot / per_search])(ctx, budgets_[job.slot % per_search]);
     bool repeats = !seed.has_value();  // an equal seed's starts give the same results, at a smaller key
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -750,6 +752,7 @@ class job_runner {
   planner::context& ctx_;
   const std::size_t budget_;
   const std::vector<const recompute_search*> searches_;
+  const std::vector<std::size_t> budgets_;
   const std::size_t workers_;
   std::vector<std::thread> threads_;
   std::mutex mutex_;
@@ -796,8 +799,8 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   }
   // Slot 0: the budget's own recompute plan; 1..3: larger budgets, whose plans keep more
   // checkpoints and recompute shorter segments (offloading those checkpoints may meet
-  // this budget for less). Slot s's starts have keys 2s - 1 and 2s (slot 0: key 0
-  // only); from nothing 100 and 101.
+  // this budget for less); then `also`'s at the same budgets. Slot s's starts have keys
+  // 2s - 1 and 2s (slot 0: key 0 only); the two from nothing come last.
   const std::size_t top = ctx.unplanned_peak();
   std::vector<std::size_t> budgets{budget};
   for (const double step : {0.05, 0.3, 1.0}) {
@@ -805,22 +808,14 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     if (b >= top) break;
     budgets.push_back(b);
   }
-  // Slots of `also` follow, its budget's plan a seed like the others (slot budgets.size()).
   std::vector<const recompute_search*> searches{&search};
   if (also) searches.push_back(&also);
-  job_runner runner(ctx, budget, searches, searches.size() * budgets.size());
-  for (std::size_t q = 0; q < searches.size(); ++q) {
-    for (std::size_t k = 0; k < budgets.size(); ++k) {
-      offload_job job;
-      job.recompute = true;
-      job.search = q;
-      job.slot = q * budgets.size() + k;
-      job.budget = budgets[k];
-      runner.add(job);
-    }
-  }
-  runner.add({nullptr, false, 100});
-  runner.add({nullptr, true, 101});
+  job_runner runner(ctx, budget, std::move(searches), std::move(budgets));
+  const std::size_t slots = runner.seed_slots();
+  for (std::size_t s = 0; s < slots; ++s) runner.add({nullptr, false, 0, true, s});
+  const int last = 2 * static_cast<int>(slots);
+  runner.add({nullptr, false, last});
+  runner.add({nullptr, true, last + 1});
   std::vector<std::optional<evaluation>> results = runner.finish();
   std::optional<evaluation> best = std::move(runner.seed(0));
   for (std::optional<evaluation>& e : results) {

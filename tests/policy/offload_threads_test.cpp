@@ -1,4 +1,4 @@
-// The offload search's starts on worker threads (Note [Parallel offload starts] in
+// The offload search's jobs on worker threads (Note [Parallel offload starts] in
 // policy/solver_offload.cpp): the plan is the same for every thread count.
 #include <gtest/gtest.h>
 
