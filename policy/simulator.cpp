@@ -536,30 +536,48 @@ std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& rec
   if (temporaries.empty()) return 0;
   // Each temporary holds its bytes from the first recipe launch that touches it to the
   // last; the most held at once is what the recipe needs.
-  // One pass over the recipe's touches: multi-pass plans rebuild whole chains, with
-  // thousands of launches and temporaries (a scan per temporary was quadratic there).
-  std::vector<buffer_id> temps(temporaries);
-  std::sort(temps.begin(), temps.end());
-  temps.erase(std::unique(temps.begin(), temps.end()), temps.end());
-  std::vector<std::size_t> first(temps.size(), recipe.size()), last(temps.size(), 0);
+  // One pass over the recipe's touches, each looked up by buffer id: multi-pass plans
+  // rebuild whole chains, with thousands of launches and temporaries, and the search
+  // simulates every recipe of every plan it tries. The tables are this thread's, reused.
+  struct tables {
+    std::vector<std::uint32_t> slot;  // by buffer id: the temporary's index, or none
+    std::vector<buffer_id> temps;
+    std::vector<std::size_t> first, last;
+    std::vector<std::int64_t> delta;
+  };
+  thread_local tables w;
+  if (w.slot.size() < it.buffers.size()) w.slot.resize(it.buffers.size(), none);
+  w.temps.clear();
+  w.first.clear();
+  w.last.clear();
+  w.delta.assign(recipe.size() + 1, 0);
+  w.temps.reserve(temporaries.size());
+  w.first.reserve(temporaries.size());
+  w.last.reserve(temporaries.size());
+  for (buffer_id x : temporaries) {
+    if (w.slot[x] != none) continue;  // listed twice
+    w.slot[x] = static_cast<std::uint32_t>(w.temps.size());
+    w.temps.push_back(x);
+    w.first.push_back(recipe.size());
+    w.last.push_back(0);
+  }
   for (std::size_t i = 0; i < recipe.size(); ++i) {
     for (buffer_id x : it.launches[recipe[i]].touched) {
-      const auto at = std::lower_bound(temps.begin(), temps.end(), x);
-      if (at == temps.end() || *at != x) continue;
-      const auto k = static_cast<std::size_t>(at - temps.begin());
-      first[k] = std::min(first[k], i);
-      last[k] = i;
+      const std::uint32_t k = w.slot[x];
+      if (k == none) continue;
+      w.first[k] = std::min(w.first[k], i);
+      w.last[k] = i;
     }
   }
-  std::vector<std::int64_t> delta(recipe.size() + 1, 0);
-  for (std::size_t k = 0; k < temps.size(); ++k) {
-    if (first[k] == recipe.size()) first[k] = last[k] = 0;
-    const auto b = static_cast<std::int64_t>(round_up(it.buffers[temps[k]].size, unplanned_rounding));
-    delta[first[k]] += b;
-    delta[last[k] + 1] -= b;
+  for (std::size_t k = 0; k < w.temps.size(); ++k) {
+    w.slot[w.temps[k]] = none;
+    if (w.first[k] == recipe.size()) w.first[k] = w.last[k] = 0;
+    const auto b = static_cast<std::int64_t>(round_up(it.buffers[w.temps[k]].size, unplanned_rounding));
+    w.delta[w.first[k]] += b;
+    w.delta[w.last[k] + 1] -= b;
   }
   std::int64_t level = 0, most = 0;
-  for (auto d : delta) {
+  for (auto d : w.delta) {
     level += d;
     most = std::max(most, level);
   }
