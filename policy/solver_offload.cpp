@@ -41,6 +41,24 @@
 //   docs/offload.md); only candidates (live across the turning point) are offloaded, once
 //   each; the passes are bounded on large graphs.
 //
+// Note [Hopeless starts]
+// Rationale: over a slow link a start from a recompute plan at a larger budget can meet
+//   the budget by offloading the drops its recipes' working sets peak at, more copies
+//   than the link carries: on the host device's link (4.5 ms a copy) ResNet-434 at 0.25x
+//   ends such starts at 14-51 times the iteration's compute in stalls, after covers of
+//   1,000-2,600 rounds (about a second of planning each). The pass after the cover tries
+//   a bounded number of changes (76 there) and took back 1.5-6% of those stalls.
+// Approach: a start that may recompute gives up (no plan) once its plan stalls longer
+//   than eight times the iteration computes (traced durations, nothing planned) with
+//   more offloads than that pass may try. On the recorded traces of docs/offload.md
+//   ("Choosing") the starts whose plans came near the best never stalled more than
+//   3.1 times the iteration in their covers; on ResNet-434 the others gave up within 210
+//   rounds.
+// Limitations: a heuristic, not a bound. On a small graph, where the pass can try every
+//   offload, it has taken a plan back from over 8 iterations of stalls to 2, so the rule
+//   waits for more offloads than trials. The starts from offloads alone never give up,
+//   so `on` still meets every budget `only` meets.
+//
 // Note [Offloaded recipe inputs]
 // Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
 //   memory and the segment is recomputed from it. A recipe reads its inputs in place, so
@@ -192,6 +210,7 @@ class offload_search {
       start_[i] = clock;
       clock += it_.launches[i].cost_s;
     }
+    compute_s_ = clock;
     const std::size_t work = it_.launches.size() + k + 1;
     trials_ = std::max<std::size_t>(16, 500'000 / work);
   }
@@ -208,13 +227,20 @@ class offload_search {
       current = evaluate();
     }
     for (std::size_t round = 0; !current.fits(budget_) && round < 2 * cs_.size() + 8; ++round) {
-      if (!current.ok) return std::nullopt;
+      if (!current.ok || hopeless(current)) return std::nullopt;
       if (!cover_peak(current)) break;
     }
-    if (!current.fits(budget_)) return std::nullopt;
+    if (!current.fits(budget_) || hopeless(current)) return std::nullopt;
     switch_in_batches(current, action::drop, action::offload);
     improve(current);
     return current;
+  }
+
+  // Whether a start that may recompute gives up (Note [Hopeless starts]): it stalls
+  // longer than eight iterations compute, on more offloads than improve() may try.
+  [[nodiscard]] bool hopeless(const evaluation& current) const {
+    if (!recompute_ || !(current.sim.predicted_stall_s > 8.0 * compute_s_)) return false;
+    return static_cast<std::size_t>(std::count(actions_.begin(), actions_.end(), action::offload)) > trials_;
   }
 
   // Candidates with action `from` take action `to` instead, in batches (most recompute
@@ -569,6 +595,7 @@ class offload_search {
   std::vector<launch_id> horizons_;  // the seed's (Note [Multi-pass]); empty: none
   std::vector<std::uint8_t> forbidden_;
   std::vector<double> start_;  // launch start times, nothing planned
+  double compute_s_ = 0.0;     // the iteration's compute, nothing planned
   std::size_t host_used_ = 0;
   double host_load_s_ = 0.0, device_load_s_ = 0.0;
   std::size_t trials_ = 16;

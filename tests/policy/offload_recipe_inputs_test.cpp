@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "policy/candidates.hpp"
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
 #include "policy/solvers.hpp"
@@ -154,6 +155,63 @@ TEST(OffloadRecipeInputs, WhereRecipesAreThePeakTheirTargetsComeBackByCopy) {
     }
   }
   EXPECT_GT(offloaded_recipe_targets, 0u);
+}
+
+// A start from a recompute plan over a link a hundred times slower than the launches (a
+// copy takes a hundred): on a ResNet-like graph of 200 blocks its cover stalls past eight
+// iterations' compute with more offloads than the pass after it may try, and it gives up
+// (Note [Hopeless starts]); over a link as fast as the launches it plans. The start from
+// offloads alone never gives up, so with offload on the budget is still met.
+TEST(OffloadHopelessStarts, AStartStallingPastEightIterationsOnMoreOffloadsThanTrialsGivesUp) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::resnet(200, q, q));
+  const dataflow df(it);
+  const std::size_t lo = candidate_set(df).lower_bound_bytes();
+  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 4;
+  for (const double launches_per_copy : {1.0, 100.0}) {
+    SCOPED_TRACE(launches_per_copy);
+    offload_settings off;
+    off.mode = offload_mode::on;
+    off.link = test::link_at(static_cast<double>(q) / (1e-3 * launches_per_copy));
+    planner::context ctx(it, true, true, off);
+    const auto seed = solve_greedy(ctx, budget * 2);
+    ASSERT_TRUE(seed.has_value());
+    const auto plain = solve_offload(ctx, budget, true, &*seed);
+    if (launches_per_copy == 1.0) {
+      EXPECT_TRUE(plain.has_value());
+      continue;
+    }
+    EXPECT_FALSE(plain.has_value());
+    const auto first = solve_offload_then_recompute(ctx, budget, &*seed);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_LE(first->sim.peak, budget);
+    const auto chosen = with_offload(ctx, budget, [](planner::context& c, std::size_t b) { return solve_greedy(c, b); });
+    ASSERT_TRUE(chosen.has_value());
+    EXPECT_LE(chosen->sim.peak, budget);
+    EXPECT_LE(chosen->sim.added_time_s(), first->sim.added_time_s());
+  }
+}
+
+// On a small graph the pass after the cover may try every offload, and the start does not
+// give up however long it stalls: over the same slow link a chain of 32 layers, whose
+// covers stall past eight iterations (the stalls alone would give them up), still plans.
+TEST(OffloadHopelessStarts, WhereThePassMayTryEveryOffloadTheStartGoesOn) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::chain(32, q, q));
+  offload_settings off;
+  off.mode = offload_mode::on;
+  off.link = test::link_at(static_cast<double>(q) / 1e-1);  // a copy takes a hundred launches
+  planner::context ctx(it, true, true, off);
+  const auto seed = solve_chain(ctx, simulate(it, plan{}).peak * 3 / 10);
+  ASSERT_TRUE(seed.has_value());
+  double compute_s = 0.0;
+  for (const launch& l : it.launches) compute_s += l.cost_s;
+  for (const std::size_t percent : {90, 70}) {
+    SCOPED_TRACE(percent);
+    const auto found = solve_offload(ctx, seed->sim.peak * percent / 100, true, &*seed);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_GT(found->sim.predicted_stall_s, compute_s);
+  }
 }
 }  // namespace
 }  // namespace sublinear::policy
