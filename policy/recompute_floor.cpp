@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -256,17 +257,24 @@ double relaxed_cover(const std::vector<std::vector<option>>& groups, std::size_t
 std::vector<double> cover_all(const std::vector<std::vector<option>>& groups, std::size_t need) {
   std::vector<double> best(need + 1, infinite);
   best[0] = 0.0;
-  std::vector<double> next(need + 1);
+  std::vector<double> next(need + 1, infinite);
+  // Past `reach` (the most units the groups so far free, capped at need) every entry is
+  // infinite, so each group only updates up to its own reach.
+  std::size_t reach = 0;
   for (const std::vector<option>& g : groups) {
-    next = best;
+    std::size_t most = 0;
+    for (const option& o : g) most = std::max(most, o.units);
+    const std::size_t to = std::min(need, reach + most);
+    std::copy(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(to + 1), next.begin());
     for (const option& o : g) {
       if (o.units == 0) continue;
-      for (std::size_t w = 1; w <= need; ++w) {
+      for (std::size_t w = 1; w <= to; ++w) {
         const std::size_t from = w > o.units ? w - o.units : 0;
         if (best[from] + o.cost < next[w]) next[w] = best[from] + o.cost;
       }
     }
     best.swap(next);
+    reach = to;
   }
   return best;
 }
@@ -465,6 +473,13 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
     if (free_bytes < need_bytes) {
       const std::size_t rest = need_bytes - free_bytes;
       const std::size_t unit = std::max<std::size_t>(1, (rest + options.units - 1) / std::max<std::size_t>(1, options.units));
+      std::optional<link_excess> host_link, device_link;
+      if (offload) {
+        host_link.emplace(to_host_windows, options.link.to_host, link_ratio);
+        device_link.emplace(to_device_windows, options.link.to_device, link_ratio);
+        // Offloading all of it bounds the cost here from above: no higher floor here.
+        if (rest <= offloadable && host_link->at(rest) + device_link->at(rest) <= floor) continue;
+      }
       // Groups: buffers joined through shared writers and shared freed inputs (node n + i
       // for freed input i).
       union_find joined(n + freed.size());
@@ -490,10 +505,10 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       if (greedy_cover(groups, rest) <= floor) continue;
       if (offload) {
         // w units recomputed, the rest offloaded (see Note [Offload floor]).
+        const link_excess& to_host = *host_link;
+        const link_excess& to_device = *device_link;
         const std::size_t units = (rest + unit - 1) / unit;
         const std::vector<double> best = cover_all(groups, units);
-        const link_excess to_host(to_host_windows, options.link.to_host, link_ratio);
-        const link_excess to_device(to_device_windows, options.link.to_device, link_ratio);
         cost = infinite;
         for (std::size_t w = 0; w <= units; ++w) {
           const std::size_t by_link = rest > w * unit ? rest - w * unit : 0;
