@@ -32,11 +32,13 @@
 //   100% larger (Note [Offloaded recipe inputs]); `reforward` also starts from `greedy`'s
 //   recompute plans at all four, whose looser drop sets the search turns into better
 //   mixes on some graphs (ResNet-152 at 0.20x). From nothing and from each larger-budget
-//   plan the peaks are also covered by offloads alone, which add no working set, so `on`
-//   meets every budget `only` meets; the stalls that leaves are repaired by keeping
-//   offloads, largest first, and covering the excess by recompute (the passes repeat at
-//   most three times while they gain). The least added time wins, so with offload on a
-//   plan never adds more than without.
+//   plan the peaks are also covered by offloads alone (no working set: `on` meets every
+//   budget `only` meets). From nothing an offload chosen at a peak is out over the whole
+//   run over the budget around it (far fewer rounds), launch by launch where that finds
+//   no plan; `only` goes launch by launch first (fewer stalls where it fits). The stalls
+//   left are repaired by keeping offloads, largest first, and covering the excess by
+//   recompute (at most three passes, while they gain). The least added time wins, so
+//   with offload on a plan never adds more than without.
 // Limitations: greedy, so not optimal (deep cuts stay far from the floor:
 //   docs/offload.md); only candidates (live across the turning point) are offloaded, once
 //   each; the passes are bounded on large graphs.
@@ -236,6 +238,10 @@ class offload_search {
     return current;
   }
 
+  // Whether cover_peak asks an offload chosen or widened at a peak to be out over the
+  // whole run of launches over the budget around it (Note [Offload search]).
+  void widen(bool on) { widen_ = on; }
+
   // Whether a start that may recompute gives up (Note [Hopeless starts]): it stalls
   // longer than eight iterations compute, on more offloads than improve() may try.
   [[nodiscard]] bool hopeless(const evaluation& current) const {
@@ -299,6 +305,7 @@ class offload_search {
     const bool recompute = recompute_;
     recompute_ = false;
     std::optional<evaluation> current = run(seed);
+    widen_ = false;
     recompute_ = recompute;
     if (current && recompute_) {
       switch_in_batches(*current, action::offload, action::drop);
@@ -427,6 +434,16 @@ class offload_search {
     const launch_id t = current.sim.peak_at;
     const std::size_t excess = current.sim.peak - budget_;
     const std::vector<launch_id> back = effective_restore(current.result);
+    // The launches around t over the budget, over which an offload chosen or widened
+    // here is asked to be out (widen()).
+    launch_id run_lo = t, run_hi = t;
+    if (widen_) {
+      const std::vector<std::size_t> during = ctx_.sim().timeline(current.result);
+      if (t < during.size()) {
+        while (run_lo > 0 && during[run_lo - 1] > budget_) --run_lo;
+        while (run_hi + 1 < during.size() && during[run_hi + 1] > budget_) ++run_hi;
+      }
+    }
     struct choice {
       std::uint32_t c;
       action a;
@@ -497,8 +514,10 @@ class offload_search {
         }
         set(ch.c, now->a);
       }
-      lo_[ch.c] = lo_[ch.c] == none ? t : std::min(lo_[ch.c], t);
-      hi_[ch.c] = hi_[ch.c] == none ? t : std::max(hi_[ch.c], t);
+      const launch_id wlo = std::min(t, std::max<launch_id>(run_lo, cs_[ch.c].evict_after + 1));
+      const launch_id whi = std::max(t, std::min<launch_id>(run_hi, back[ch.c] - 1));
+      lo_[ch.c] = lo_[ch.c] == none ? wlo : std::min(lo_[ch.c], wlo);
+      hi_[ch.c] = hi_[ch.c] == none ? whi : std::max(hi_[ch.c], whi);
       batch.push_back(ch.c);
       freed += cs_[ch.c].bytes;
     }
@@ -590,6 +609,7 @@ class offload_search {
   const std::size_t budget_;
   bool recompute_;
   bool offload_ = true;  // cover_peak may choose offload
+  bool widen_ = false;   // see widen()
   std::vector<action> actions_;
   std::vector<launch_id> lo_, hi_;
   std::vector<launch_id> horizons_;  // the seed's (Note [Multi-pass]); empty: none
@@ -607,14 +627,27 @@ std::optional<evaluation> solve_offload(planner::context& ctx, std::size_t budge
                                         const evaluation* seed) {
   if (ctx.offload().mode == offload_mode::off || !ctx.offload().link.usable()) return std::nullopt;
   offload_search search(ctx, budget, recompute);
-  return search.run(seed);
+  std::optional<evaluation> found = search.run(seed);
+  if (found || recompute || seed != nullptr) return found;
+  // Offloads alone from nothing (`only`): launch by launch first, which stalls less where
+  // it fits; where its rounds run out, each offload out over the whole run at once.
+  offload_search wide(ctx, budget, false);
+  wide.widen(true);
+  return wide.run(nullptr);
 }
 
 std::optional<evaluation> solve_offload_then_recompute(planner::context& ctx, std::size_t budget,
                                                        const evaluation* seed) {
   if (ctx.offload().mode == offload_mode::off || !ctx.offload().link.usable()) return std::nullopt;
   offload_search search(ctx, budget, true);
-  return search.run_from_offload_only(seed);
+  if (seed != nullptr) return search.run_from_offload_only(seed);
+  // From nothing: each offload out over the whole run at once, which takes far fewer
+  // rounds; where that finds no plan, launch by launch (so this meets what `only` meets).
+  search.widen(true);
+  std::optional<evaluation> found = search.run_from_offload_only(nullptr);
+  if (found) return found;
+  offload_search narrow(ctx, budget, true);
+  return narrow.run_from_offload_only(nullptr);
 }
 
 namespace {

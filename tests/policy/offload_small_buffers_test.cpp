@@ -31,7 +31,8 @@ TEST(OffloadSmallBuffers, TheOffloadOnlyCoverLeavesThemAndStopsAtOnce) {
   const std::size_t budget = simulate(it, plan{}).peak / 2;
   const std::size_t before = ctx.evaluations();
   EXPECT_FALSE(solve_offload_then_recompute(ctx, budget, nullptr).has_value());
-  EXPECT_LE(ctx.evaluations() - before, 1u);
+  // One evaluation for each of its two covers from nothing (Note [Offload search]).
+  EXPECT_LE(ctx.evaluations() - before, 2u);
   // The planners meet the budget by recompute; none of their plans adds time over
   // the recompute-only plan.
   for (const char* name : {"greedy", "reforward"}) {

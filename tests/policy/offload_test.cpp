@@ -3,13 +3,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
+#include "policy/candidates.hpp"
 #include "policy/oracle/actions.hpp"
 #include "policy/planner.hpp"
 #include "policy/recompute_floor.hpp"
 #include "policy/simulator.hpp"
+#include "policy/solvers.hpp"
 #include "policy/testing/synthetic.hpp"
 #include "policy_support.hpp"
 
@@ -279,6 +282,31 @@ TEST_P(OffloadPlanners, OnlyNeverRecomputesEvenWhenItStalls) {
   const simulation r = simulate(s.it, p, slow);
   ASSERT_TRUE(r.fits(without_a)) << r.error;
   EXPECT_EQ(r.predicted_stall_s, p.predicted_stall_s);
+}
+
+// `only` covers the peaks with offloads alone from nothing, launch by launch; where that
+// runs out of rounds without fitting, again with each offload chosen or widened at a peak
+// out over the whole run of launches over the budget around it (Note [Offload search]).
+// A ResNet-like graph at a deep budget, over 300 launches over it: launch by launch finds
+// no plan, the second cover does.
+TEST(OffloadOnly, WhereLaunchByLaunchFindsNoPlanEachOffloadCoversTheRunAtOnce) {
+  const std::size_t q = std::size_t{1} << 20;
+  const iteration it = synthetic::build(synthetic::resnet(24, q, q));
+  const dataflow df(it);
+  const std::size_t lo = candidate_set(df).lower_bound_bytes();
+  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 10;
+  const std::vector<std::size_t> during = simulator(it).timeline(plan{});
+  const auto over = static_cast<std::size_t>(std::count_if(during.begin(), during.end(), [&](std::size_t d) { return d > budget; }));
+  ASSERT_GT(over, 300u);
+  offload_settings off;
+  off.mode = offload_mode::only;
+  off.link = link_at(static_cast<double>(q) / 1e-3);  // a copy takes one launch
+  planner::context ctx(it, true, true, off);
+  const auto found = solve_offload(ctx, budget, false);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_LE(found->sim.peak, budget);
+  EXPECT_TRUE(found->result.evictions.empty());
+  EXPECT_FALSE(found->result.offloads.empty());
 }
 
 TEST_P(OffloadPlanners, HostBudgetTooSmallRecomputesOrSaysWhy) {
