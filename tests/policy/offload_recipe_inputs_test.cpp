@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "policy/candidates.hpp"
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
 #include "policy/solvers.hpp"
@@ -165,9 +164,7 @@ TEST(OffloadRecipeInputs, WhereRecipesAreThePeakTheirTargetsComeBackByCopy) {
 TEST(OffloadHopelessStarts, AStartStallingPastEightIterationsOnMoreOffloadsThanTrialsGivesUp) {
   const std::size_t q = std::size_t{1} << 20;
   const iteration it = synthetic::build(synthetic::resnet(200, q, q));
-  const dataflow df(it);
-  const std::size_t lo = candidate_set(df).lower_bound_bytes();
-  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 4;
+  const std::size_t budget = test::budget_at(it, 1, 4);
   for (const double launches_per_copy : {1.0, 100.0}) {
     SCOPED_TRACE(launches_per_copy);
     offload_settings off;

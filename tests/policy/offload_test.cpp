@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <random>
 
-#include "policy/candidates.hpp"
 #include "policy/oracle/actions.hpp"
 #include "policy/planner.hpp"
 #include "policy/recompute_floor.hpp"
@@ -292,9 +291,7 @@ TEST_P(OffloadPlanners, OnlyNeverRecomputesEvenWhenItStalls) {
 TEST(OffloadOnly, WhereLaunchByLaunchFindsNoPlanEachOffloadCoversTheRunAtOnce) {
   const std::size_t q = std::size_t{1} << 20;
   const iteration it = synthetic::build(synthetic::resnet(24, q, q));
-  const dataflow df(it);
-  const std::size_t lo = candidate_set(df).lower_bound_bytes();
-  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 10;
+  const std::size_t budget = test::budget_at(it, 1, 10);
   const std::vector<std::size_t> during = simulator(it).timeline(plan{});
   const auto over = static_cast<std::size_t>(std::count_if(during.begin(), during.end(), [&](std::size_t d) { return d > budget; }));
   ASSERT_GT(over, 300u);
@@ -615,10 +612,7 @@ TEST(OffloadLargeGraph, BatchesReachTheDropsTheOneAtATimePassCannot) {
   const std::size_t q = std::size_t{1} << 20;
   const iteration it = synthetic::build(synthetic::resnet(200, q, q));
   const link_model link = link_at(static_cast<double>(q) / 1e-3);
-  const dataflow df(it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
-  const std::size_t budget = lo + (simulate(it, plan{}).peak - lo) / 20;
+  const std::size_t budget = test::budget_at(it, 1, 20);
   const auto planner = make_planner("reforward");
   const plan off = planner->make_plan(it, budget, with(offload_mode::off, link));
   const plan on = planner->make_plan(it, budget, with(offload_mode::on, link));

@@ -118,6 +118,14 @@ inline reference brute_force(const iteration& it, std::size_t budget) {
   return out;
 }
 
+// The budget `part`/`parts` of the way from the least any plan can map (candidate_set's
+// lower bound) to the unplanned peak.
+inline std::size_t budget_at(const iteration& it, std::size_t part, std::size_t parts) {
+  const dataflow df(it);
+  const std::size_t lo = candidate_set(df).lower_bound_bytes();
+  return lo + (simulate(it, plan{}).peak - lo) * part / parts;
+}
+
 // `count` budgets spread evenly from the least any plan can map (candidate_set's lower
 // bound) to the unplanned peak.
 inline std::vector<std::size_t> budgets_for(const iteration& it, std::size_t count) {
