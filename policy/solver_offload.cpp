@@ -630,7 +630,7 @@ std::optional<evaluation> solve_offload(planner::context& ctx, std::size_t budge
   std::optional<evaluation> found = search.run(seed);
   if (found || recompute || seed != nullptr) return found;
   // Offloads alone from nothing (`only`): launch by launch first, which stalls less where
-  // it fits; where its rounds run out, each offload out over the whole run at once.
+  // it fits; where that finds no plan, each offload out over the whole run at once.
   offload_search wide(ctx, budget, false);
   wide.widen(true);
   return wide.run(nullptr);
