@@ -60,6 +60,7 @@ class dtr_run {
     blocked_.assign(nb, 0);
     evicted_mask_.assign(nb, 0);
     visited_.assign(nb, 0);
+    scratch_slot_.assign(nb, none);
     launch_seen_.assign(n, 0);
     footprint_.resize(nb);
     for (buffer_id b = 0; b < nb; ++b) {
@@ -116,7 +117,7 @@ class dtr_run {
         carrier.recipe = std::move(rr.launches);
         carrier.temporaries = rr.temporaries;
         carrier.also_regenerates.assign(rr.regenerated.begin() + 1, rr.regenerated.end());
-        scratch = scratch_bytes(it_, carrier.recipe, rr.temporaries);
+        scratch = scratch_bytes(it_, carrier.recipe, rr.temporaries, scratch_slot_);
         out_.evictions.push_back(std::move(carrier));
         for (std::size_t i = 1; i < rr.regenerated.size(); ++i) {
           const buffer_id x = rr.regenerated[i];
@@ -261,6 +262,7 @@ class dtr_run {
   std::vector<std::uint32_t> visited_;      // per buffer, for score()
   std::vector<std::uint32_t> launch_seen_;  // per launch, for score()
   std::vector<buffer_id> frontier_;
+  std::vector<std::uint32_t> scratch_slot_;  // per buffer, none: scratch_bytes' table
   std::vector<std::pair<double, buffer_id>> ranked_;  // pick_victim's candidates by h
   std::uint32_t visit_ = 0;
   plan out_;

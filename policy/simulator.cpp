@@ -484,6 +484,7 @@ simulation simulator::run(const plan& p) const {
     return ra != rb ? ra < rb : a < b;
   });
   std::vector<std::uint32_t> mapped_here;  // packs the recipes at this restore point mapped so far
+  std::vector<std::uint32_t> slot(nb, none);  // scratch_bytes' table
   for (std::size_t c = 0; c < carriers.size();) {
     const launch_id t = p.evictions[carriers[c]].restore_before;
     std::size_t running = during[t] - restored_bytes[t];
@@ -502,7 +503,7 @@ simulation simulator::run(const plan& p) const {
       const eviction& ev = p.evictions[carriers[c]];
       running += adds(ev.target);
       for (buffer_id x : ev.also_regenerates) running += adds(x);
-      const std::size_t scratch = scratch_bytes(it, ev.recipe, ev.temporaries);
+      const std::size_t scratch = scratch_bytes(it, ev.recipe, ev.temporaries, slot);
       if (running + scratch > out.peak) {
         out.peak = running + scratch;
         out.peak_at = t;
@@ -532,56 +533,54 @@ std::vector<std::size_t> simulator::timeline(const plan& p) const {
 }
 
 std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
-                          const std::vector<buffer_id>& temporaries) {
+                          const std::vector<buffer_id>& temporaries, std::vector<std::uint32_t>& slot) {
   if (temporaries.empty()) return 0;
   // Each temporary holds its bytes from the first recipe launch that touches it to the
-  // last; the most held at once is what the recipe needs.
-  // One pass over the recipe's touches, each looked up by buffer id: multi-pass plans
-  // rebuild whole chains, with thousands of launches and temporaries, and the search
-  // simulates every recipe of every plan it tries. The tables are this thread's, reused.
-  struct tables {
-    std::vector<std::uint32_t> slot;  // by buffer id: the temporary's index, or none
-    std::vector<buffer_id> temps;
-    std::vector<std::size_t> first, last;
-    std::vector<std::int64_t> delta;
-  };
-  thread_local tables w;
-  if (w.slot.size() < it.buffers.size()) w.slot.resize(it.buffers.size(), none);
-  w.temps.clear();
-  w.first.clear();
-  w.last.clear();
-  w.delta.assign(recipe.size() + 1, 0);
-  w.temps.reserve(temporaries.size());
-  w.first.reserve(temporaries.size());
-  w.last.reserve(temporaries.size());
+  // last; the most held at once is what the recipe needs. One pass over the recipe's
+  // touches, each looked up in `slot` by buffer id: multi-pass plans rebuild whole
+  // chains, with thousands of launches and temporaries, and the search simulates every
+  // recipe of every plan it tries.
+  std::vector<buffer_id> temps;
+  std::vector<std::size_t> first, last;
+  temps.reserve(temporaries.size());
+  first.reserve(temporaries.size());
+  last.reserve(temporaries.size());
+  std::vector<std::int64_t> delta(recipe.size() + 1, 0);
   for (buffer_id x : temporaries) {
-    if (w.slot[x] != none) continue;  // listed twice
-    w.slot[x] = static_cast<std::uint32_t>(w.temps.size());
-    w.temps.push_back(x);
-    w.first.push_back(recipe.size());
-    w.last.push_back(0);
+    if (slot[x] != none) continue;  // listed twice
+    slot[x] = static_cast<std::uint32_t>(temps.size());
+    temps.push_back(x);
+    first.push_back(recipe.size());
+    last.push_back(0);
   }
   for (std::size_t i = 0; i < recipe.size(); ++i) {
     for (buffer_id x : it.launches[recipe[i]].touched) {
-      const std::uint32_t k = w.slot[x];
+      const std::uint32_t k = slot[x];
       if (k == none) continue;
-      w.first[k] = std::min(w.first[k], i);
-      w.last[k] = i;
+      first[k] = std::min(first[k], i);
+      last[k] = i;
     }
   }
-  for (std::size_t k = 0; k < w.temps.size(); ++k) {
-    w.slot[w.temps[k]] = none;
-    if (w.first[k] == recipe.size()) w.first[k] = w.last[k] = 0;
-    const auto b = static_cast<std::int64_t>(round_up(it.buffers[w.temps[k]].size, unplanned_rounding));
-    w.delta[w.first[k]] += b;
-    w.delta[w.last[k] + 1] -= b;
+  for (std::size_t k = 0; k < temps.size(); ++k) {
+    slot[temps[k]] = none;
+    if (first[k] == recipe.size()) first[k] = last[k] = 0;
+    const auto b = static_cast<std::int64_t>(round_up(it.buffers[temps[k]].size, unplanned_rounding));
+    delta[first[k]] += b;
+    delta[last[k] + 1] -= b;
   }
   std::int64_t level = 0, most = 0;
-  for (auto d : w.delta) {
+  for (auto d : delta) {
     level += d;
     most = std::max(most, level);
   }
   return round_up(static_cast<std::size_t>(most), granularity_of(it));
+}
+
+std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
+                          const std::vector<buffer_id>& temporaries) {
+  if (temporaries.empty()) return 0;
+  std::vector<std::uint32_t> slot(it.buffers.size(), none);
+  return scratch_bytes(it, recipe, temporaries, slot);
 }
 
 simulation simulate(const iteration& it, const plan& p, const link_model& link, std::size_t host_budget) {

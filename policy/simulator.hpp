@@ -103,7 +103,11 @@ class simulator {
 };
 
 // Bytes mapped for one recipe's temporaries: the most held at once over the recipe's
-// launches (see Note [Plan simulation]).
+// launches (see Note [Plan simulation]). `slot` is a table with an entry per buffer, each
+// `none`, which it uses and leaves so: a caller that asks for many recipes keeps one.
+[[nodiscard]] std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
+                                        const std::vector<buffer_id>& temporaries, std::vector<std::uint32_t>& slot);
+// The same with a table of its own.
 [[nodiscard]] std::size_t scratch_bytes(const iteration& it, const std::vector<launch_id>& recipe,
                                         const std::vector<buffer_id>& temporaries);
 

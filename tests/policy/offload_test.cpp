@@ -284,7 +284,7 @@ TEST_P(OffloadPlanners, OnlyNeverRecomputesEvenWhenItStalls) {
 }
 
 // `only` covers the peaks with offloads alone from nothing, launch by launch; where that
-// runs out of rounds without fitting, again with each offload chosen or widened at a peak
+// finds no plan, again with each offload chosen or widened at a peak
 // out over the whole run of launches over the budget around it (Note [Offload search]).
 // A ResNet-like graph at a deep budget, over 300 launches over it: launch by launch finds
 // no plan, the second cover does.

@@ -9,7 +9,6 @@
 #include <thread>
 #include <vector>
 
-#include "policy/candidates.hpp"
 #include "policy/planner.hpp"
 #include "policy/simulator.hpp"
 #include "policy/solvers.hpp"
@@ -37,22 +36,19 @@ offload_settings settings_on(const link_model& link, std::size_t threads) {
 }
 
 // A ResNet-like graph of `blocks` blocks of 1 MiB activations, a link that copies one in
-// a millisecond, and a budget `share` of the way from the least the candidates allow to
-// the unplanned peak.
+// a millisecond, and a budget `part`/`parts` of the way from the least the candidates
+// allow to the unplanned peak (test::budget_at).
 struct resnet_case {
   iteration it;
   link_model link;
   std::size_t peak = 0;
   std::size_t budget = 0;
 };
-resnet_case resnet_at(std::size_t blocks, double share) {
+resnet_case resnet_at(std::size_t blocks, std::size_t part, std::size_t parts) {
   const std::size_t q = std::size_t{1} << 20;
   resnet_case r{synthetic::build(synthetic::resnet(blocks, q, q)), test::link_at(static_cast<double>(q) / 1e-3)};
-  const dataflow df(r.it);
-  const candidate_set cs(df);
-  const std::size_t lo = cs.lower_bound_bytes();
   r.peak = simulate(r.it, plan{}).peak;
-  r.budget = lo + static_cast<std::size_t>(static_cast<double>(r.peak - lo) * share);
+  r.budget = test::budget_at(r.it, part, parts);
   return r;
 }
 
@@ -126,7 +122,7 @@ TEST(OffloadThreads, ThePlanIsTheSameOnOneThreadAndOnMany) {
 // A graph with hundreds of candidates, where the starts run hundreds of simulations each:
 // the same plan on one thread and on four.
 TEST(OffloadThreads, LargeGraphPlansTheSameOnFourThreads) {
-  const auto [it, link, peak, budget] = resnet_at(60, 0.1);
+  const auto [it, link, peak, budget] = resnet_at(60, 1, 10);
   for (const char* name : {"greedy", "reforward"}) {
     SCOPED_TRACE(name);
     const auto planner = make_planner(name);
@@ -141,7 +137,7 @@ TEST(OffloadThreads, LargeGraphPlansTheSameOnFourThreads) {
 // with one thread every one runs on the calling thread with the caller's context; with
 // four, the same budgets are searched, on whichever thread, and the plan is the same.
 TEST(OffloadThreads, TheRecomputeSearchesAreJobsOnAnyThread) {
-  const auto [it, link, peak, budget] = resnet_at(24, 0.25);
+  const auto [it, link, peak, budget] = resnet_at(24, 1, 4);
   struct call {
     std::size_t budget;
     bool caller;  // on the calling thread, with the caller's context
@@ -186,7 +182,7 @@ TEST(OffloadThreads, TheRecomputeSearchesAreJobsOnAnyThread) {
 // A recompute search that fails on a worker fails the planning on the calling thread:
 // the exception comes back, and nothing waits for a seed that will not come.
 TEST(OffloadThreads, AFailingRecomputeSearchIsRethrownOnTheCaller) {
-  const auto [it, link, peak, budget] = resnet_at(12, 0.25);
+  const auto [it, link, peak, budget] = resnet_at(12, 1, 4);
   for (std::size_t threads : {1u, 2u, 4u}) {
     SCOPED_TRACE(threads);
     planner::context ctx(it, true, true, settings_on(link, threads));
