@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <exception>
+#include <future>
 #include <set>
 #include <string>
 #include <utility>
@@ -142,6 +143,20 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     po.threads = planning_threads(opts.config.planning_threads);
     return po;
   };
+  // How far the plan will be from any plan at the same share (reported). It depends on
+  // the iteration and that share only, so it runs beside the planning threads; a share
+  // changed by the scaled cache below is computed again. Nothing writes `g` until it is
+  // taken. (libstdc++ runs the job deferred where no thread can be started.)
+  policy::recompute_floor_options fo;
+  if (const policy::planner::options po = planner_options();
+      po.offload != policy::offload_mode::off && policy::make_planner(opts.config.policy)->offloads()) {
+    fo.link = po.link;  // a floor of added time over plans that may also offload (planners that do)
+    fo.host_budget = po.host_budget;
+  }
+  const auto floor_at = [&g, fo](std::size_t share) { return policy::find_recompute_floor(g, share, fo); };
+  const std::size_t floor_share = budget_bytes > overhead ? budget_bytes - overhead : 0;
+  std::future<policy::recompute_floor> floor_job =
+      std::async(std::launch::async | std::launch::deferred, floor_at, floor_share);
   const auto make = [&](std::size_t planner_overhead) {
     return policy::make_planner(opts.config.policy)
         ->make_plan(g, budget_bytes > planner_overhead ? budget_bytes - planner_overhead : 0, planner_options());
@@ -231,18 +246,12 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   }
   if (opts.amend_plan && offload_refused.empty() && opts.config.offload != policy::offload_mode::off)
     opts.amend_plan(g, plan);
-  // How far the plan is from any plan at the same share (reported; planning is done).
   plan_cost.added_s = plan.added_compute_s;
   for (const auto& l : g.launches) plan_cost.traced_s += l.cost_s;
-  policy::recompute_floor_options fo;
-  if (const policy::planner::options po = planner_options();
-      po.offload != policy::offload_mode::off && policy::make_planner(opts.config.policy)->offloads()) {
-    fo.link = po.link;  // a floor of added time over plans that may also offload (planners that do)
-    fo.host_budget = po.host_budget;
-    plan_cost.floor_with_offload = fo.link.usable();
-  }
-  const policy::recompute_floor floor =
-      policy::find_recompute_floor(g, budget_bytes > overhead ? budget_bytes - overhead : 0, fo);
+  plan_cost.floor_with_offload = fo.link.usable();
+  const std::size_t share = budget_bytes > overhead ? budget_bytes - overhead : 0;
+  policy::recompute_floor floor = floor_job.get();
+  if (share != floor_share) floor = floor_at(share);
   plan_cost.floor_s = floor.feasible ? floor.added_s : 0.0;  // a plan exists: it is feasible
   // From here on the engine's graph has the retained lifetimes: recipes, the valve's
   // checks and the simulator agree on them.

@@ -818,6 +818,11 @@ TEST(EngineFaults, ThePlanWithTheScaledCacheDoesNotLiftItsBudgetWhenTheDeviceRun
       rt.mark_iteration();
     }
     if (rt.get().budget() == 0 || rt.get().plan_allowance() != policy::cache_allowance_mode::scaled) continue;
+    // The floor is the one at the scaled share the plan was made for: no plan there adds
+    // less than it, this one included.
+    const engine::plan_compute compute = rt.get().planned_compute();
+    EXPECT_GT(compute.floor_s, 0.0);
+    EXPECT_LE(compute.floor_s, compute.added_s * (1 + 1e-9));
     const std::size_t planned_budget = m.alloc.get_stats().budget;
     try {
       m.iteration(12, kFloats, false, [&] { m.exhaust_device(); });
