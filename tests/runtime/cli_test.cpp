@@ -166,9 +166,9 @@ struct recorded_iteration {
 };
 
 // Records the first training iteration of a model as the runtime traces it: the recorder
-// starts with the model's state live, the host collector times launches and observes
-// writes.
-recorded_iteration record_first_iteration(model_kind kind) {
+// starts with the model's state live, the host collector observes writes and, `timed`,
+// times launches (untimed, a launch costs its touched bytes: the same in every run).
+recorded_iteration record_first_iteration(model_kind kind, bool timed = true) {
   tight_session session;
   auto ctx = session.make_context();
   auto model = test_model(kind);
@@ -184,7 +184,7 @@ recorded_iteration record_first_iteration(model_kind kind) {
   auto* previous = session.allocator().set_observer(&rec);
   for (const auto& b : session.allocator().live_blocks()) rec.on_allocate(b.base, b.requested, b.stream, b.evictable);
   tracer::host_collector_options co;
-  co.time_launches = true;
+  co.time_launches = timed;
   co.observe_writes = true;
   auto collector = std::make_unique<tracer::host_collector>(session.device(), rec, co);
   rec.start();
@@ -253,9 +253,12 @@ runtime_outcome run_with_budget(model_kind kind, const std::string& policy, cons
 }
 
 runtime_outcome run_with_budget(model_kind kind, const std::string& policy, std::size_t budget_bytes) {
-  // The preview is made from an unbudgeted recording: trace unbudgeted too, so that both
-  // plan from the same iteration (Note [Offloading the traced iteration] in engine_offload.cpp).
-  return run_with_budget(kind, policy, std::to_string(budget_bytes), false, true);
+  // The preview is made from an unbudgeted, untimed recording: trace unbudgeted and untimed
+  // too, so that both plan from the same iteration at the same costs (Note [Offloading the
+  // traced iteration] in engine_offload.cpp). Timed, a cost-aware planner may choose
+  // differently in the two runs: under TSan the MLP's `greedy` case measured more than the
+  // preview's peak and its slack in 2 runs of 13, and in none of 8 untimed.
+  return run_with_budget(kind, policy, std::to_string(budget_bytes), false, false);
 }
 
 struct agreement_case {
@@ -267,7 +270,7 @@ class PlanPreview : public ::testing::TestWithParam<agreement_case> {};
 
 TEST_P(PlanPreview, PredictedPeakMatchesWhatTheRuntimeMeasuresWithinAPagePerEvictedBuffer) {
   const auto c = GetParam();
-  const recorded_iteration rec = record_first_iteration(c.kind);
+  const recorded_iteration rec = record_first_iteration(c.kind, false);
   // Through a file, as `sublinear plan` reads it.
   const std::string path = ::testing::TempDir() + "/plan_preview_" +
                            std::string(workloads::models::to_string(c.kind)) + "_" + c.policy + ".sltrace";
