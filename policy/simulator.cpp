@@ -484,7 +484,7 @@ simulation simulator::run(const plan& p) const {
     return ra != rb ? ra < rb : a < b;
   });
   std::vector<std::uint32_t> mapped_here;  // packs the recipes at this restore point mapped so far
-  std::vector<std::uint32_t> slot(nb, none);  // scratch_bytes' table
+  std::vector<std::uint32_t> slot;  // scratch_bytes' table, made at the first recipe with temporaries
   for (std::size_t c = 0; c < carriers.size();) {
     const launch_id t = p.evictions[carriers[c]].restore_before;
     std::size_t running = during[t] - restored_bytes[t];
@@ -503,6 +503,7 @@ simulation simulator::run(const plan& p) const {
       const eviction& ev = p.evictions[carriers[c]];
       running += adds(ev.target);
       for (buffer_id x : ev.also_regenerates) running += adds(x);
+      if (slot.empty() && !ev.temporaries.empty()) slot.assign(nb, none);
       const std::size_t scratch = scratch_bytes(it, ev.recipe, ev.temporaries, slot);
       if (running + scratch > out.peak) {
         out.peak = running + scratch;
