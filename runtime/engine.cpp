@@ -24,6 +24,7 @@
 #include "runtime/engine.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -193,6 +194,7 @@ void engine::impl::end_iteration() {
     case engine_state::trace:
       if (++traced_iterations >= static_cast<std::size_t>(opts.config.trace_iterations)) {
         traced_iterations = 0;
+        const auto planning_started = std::chrono::steady_clock::now();
         try {
           build_plan_from_trace();
         } catch (const std::exception& e) {
@@ -200,6 +202,7 @@ void engine::impl::end_iteration() {
           have_plan = false;
           log_warn(std::string("planning failed: ") + e.what() + "; continuing without eviction");
         }
+        plan_cost.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - planning_started).count();
         if (have_plan) {
           st = opts.config.validate == validate_mode::off ? engine_state::steady : engine_state::validate;
         } else {
@@ -239,7 +242,9 @@ void engine::impl::end_iteration() {
                  current.budget_lifted) {
         // A lifted budget re-plans with the whole traced cache (scaled_refused); without a
         // plan the engine runs plain caching from here on.
+        const auto planning_started = std::chrono::steady_clock::now();
         make_plan(reports.empty() ? 0 : std::max(max_traced_peak(), planning_peak));
+        plan_cost.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - planning_started).count();
         if (!have_plan) {
           st = engine_state::steady;
           alloc.empty_cache();
@@ -709,7 +714,10 @@ policy::cache_allowance_mode engine::plan_allowance() const {
 
 engine::plan_compute engine::planned_compute() const {
   std::lock_guard lock(impl_->mutex);
-  return impl_->have_plan ? impl_->plan_cost : plan_compute{};
+  if (impl_->have_plan) return impl_->plan_cost;
+  plan_compute none_made;  // the time spent finding there is none is still the program's
+  none_made.planning_s = impl_->plan_cost.planning_s;
+  return none_made;
 }
 
 engine::plan_time engine::predicted_time() const {

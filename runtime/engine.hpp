@@ -120,6 +120,9 @@ class engine final : public allocator::allocation_observer {
     bool floor_with_offload = false;  // floor_s bounds added time over plans that may also
                                       // offload (Note [Offload floor]), not compute
     double traced_s = 0.0;  // the traced iteration's compute
+    // Wall time the program paused at the iteration marker to make this plan: the traced
+    // iteration's analysis, the planner, the floor and the host pool (in no iteration's time).
+    double planning_s = 0.0;
   };
   [[nodiscard]] plan_compute planned_compute() const;
 

@@ -426,6 +426,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
     row(b.plan_cost.floor_with_offload ? "  offload floor (no plan less)" : "  recompute floor (no plan less)",
         share(b.plan_cost.floor_s));
   }
+  if (b.plan_cost.planning_s > 0) row("planning (pause at the marker)", seconds(b.plan_cost.planning_s));
   if (b.cache_allowance == "scaled") row("allocator's cache allowance", "scaled");
   if (b.budget_lifted > 0) row("iterations that ran over (lifted)", std::to_string(b.budget_lifted));
   row("peak mapped (planned iterations)", bytes(b.peak));
@@ -497,6 +498,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"recompute_floor_s", num(b.plan_cost.floor_s)},
       {"floor_with_offload", b.plan_cost.floor_with_offload ? "true" : "false"},
       {"traced_compute_s", num(b.plan_cost.traced_s)},
+      {"planning_s", num(b.plan_cost.planning_s)},
       {"peak_bytes", std::to_string(b.peak)},
       {"iter_s", num(b.iter_s)},
       {"validate_iter_s", num(b.validate_iter_s)},

@@ -167,6 +167,7 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.floor_s = pc.floor_s;
   plan.floor_with_offload = pc.floor_with_offload;
   plan.traced_compute_s = pc.traced_s;
+  plan.planning_s = pc.planning_s;
   plan.error = e.plan_error();
   const engine::plan_link pl = e.planned_link();
   plan.offloads = pl.offloads;
@@ -277,6 +278,7 @@ std::string to_json(const run_report& r) {
   w.member("floor_s", r.plan.floor_s);
   w.member("floor_with_offload", r.plan.floor_with_offload);
   w.member("traced_compute_s", r.plan.traced_compute_s);
+  w.member("planning_s", r.plan.planning_s);
   w.member("offloads", r.plan.offloads);
   w.member("offloaded_bytes", r.plan.offloaded_bytes);
   w.member("host_bytes", r.plan.host_bytes);
@@ -483,6 +485,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.floor_s = seconds_or_zero("floor_s");
   if (const json::value* f = plan.find("floor_with_offload")) r.plan.floor_with_offload = f->as_bool();  // optional
   r.plan.traced_compute_s = seconds_or_zero("traced_compute_s");
+  r.plan.planning_s = seconds_or_zero("planning_s");
   r.plan.offloads = size_or(plan, "offloads");
   r.plan.offloaded_bytes = size_or(plan, "offloaded_bytes");
   r.plan.host_bytes = size_or(plan, "host_bytes");
@@ -658,6 +661,9 @@ std::string render_text(const run_report& r, std::size_t top) {
     out << "  budget             none in force"
         << (r.plan.error.empty() ? std::string() : ": " + r.plan.error) << "\n";
   }
+  if (r.plan.planning_s > 0)
+    out << "  planning           " << text::seconds(r.plan.planning_s)
+        << " (the pause at the marker after the traced iteration, in no iteration's time)\n";
   if (r.baseline) out << "  baseline peak      " << format_bytes(r.baseline->peak_mapped) << " mapped (run without a budget)\n";
   if (t.traced_peak > 0) out << "  traced peak        " << format_bytes(t.traced_peak) << " mapped (traced iterations)\n";
   // Only the traced iterations' offloads (Note [Offloading the traced iteration]); the

@@ -55,6 +55,9 @@ struct plan_summary {
   double floor_s = 0.0;
   bool floor_with_offload = false;  // floor_s is the offload floor (added time), not the recompute floor
   double traced_compute_s = 0.0;
+  // Wall time the program paused at the marker to make the plan (engine::plan_compute;
+  // 0 in older reports), with or without a plan made.
+  double planning_s = 0.0;
   // Offload (docs/runtime.md, "Offload execution"): the plan's copies per iteration as the
   // simulator predicts them, and the link the plan was made for (0 / "" in older reports).
   std::size_t offloads = 0;

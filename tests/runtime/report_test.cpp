@@ -252,6 +252,25 @@ TEST(ReportJson, ThePlanCarriesItsRecomputeAndTheFloorBelowIt) {
   EXPECT_EQ(render_text(r, 5).find("planned recompute"), std::string::npos);
 }
 
+// The pause at the marker that made the plan: measured, carried through the JSON, shown in
+// the text; an older report without it reads as 0 and the text leaves the line out.
+TEST(ReportJson, ThePlanCarriesThePauseThatMadeIt) {
+  const run_report& real = real_report();
+  ASSERT_TRUE(real.plan.error.empty()) << real.plan.error;
+  EXPECT_GT(real.plan.planning_s, 0.0) << "the engine planned at a marker";
+  EXPECT_EQ(parse_report(to_json(real), "r.json").plan.planning_s, real.plan.planning_s);
+  EXPECT_NE(render_text(real, 5).find("the pause at the marker"), std::string::npos) << render_text(real, 5);
+
+  std::string old = to_json(handmade_report());
+  const std::string member = "\"planning_s\": 0,";
+  const auto at = old.find(member);
+  ASSERT_NE(at, std::string::npos) << old.substr(0, 600);
+  old.erase(at, member.size());
+  const run_report r = parse_report(old, "old.json");
+  EXPECT_EQ(r.plan.planning_s, 0.0);
+  EXPECT_EQ(render_text(r, 5).find("the pause at the marker"), std::string::npos);
+}
+
 // With offload on, the floor is the offload floor (added time, Note [Offload floor]) and
 // the text names it so.
 TEST(ReportJson, AnOffloadFloorIsNamedAsOne) {
