@@ -54,6 +54,31 @@ struct unit {
 // Choices: 0 none (infeasible), 1 base, 2 keep the tape, 3 + s' a checkpoint at s'.
 using choice_t = std::uint16_t;
 
+// best[m] = min(best[m], add + a[m] (+ b[m])) for m < n, why[m] = ch where it lowers. The
+// table's inner loops (most of its time on long chains): written without branches and on
+// rows that do not overlap, so the compiler can vectorize them (policy/CMakeLists.txt);
+// each entry gets the same arithmetic in the same order as one at a time.
+void relax(float* __restrict best, choice_t* __restrict why, std::size_t n, float add, const float* __restrict a,
+           const float* __restrict b, choice_t ch) {
+  for (std::size_t m = 0; m < n; ++m) {
+    const float c = add + a[m] + b[m];
+    const float old = best[m];
+    const auto mask = static_cast<choice_t>(-static_cast<int>(c < old));
+    best[m] = c < old ? c : old;
+    why[m] = static_cast<choice_t>((ch & mask) | (why[m] & ~mask));
+  }
+}
+void relax(float* __restrict best, choice_t* __restrict why, std::size_t n, float add, const float* __restrict a,
+           choice_t ch) {
+  for (std::size_t m = 0; m < n; ++m) {
+    const float c = add + a[m];
+    const float old = best[m];
+    const auto mask = static_cast<choice_t>(-static_cast<int>(c < old));
+    best[m] = c < old ? c : old;
+    why[m] = static_cast<choice_t>((ch & mask) | (why[m] & ~mask));
+  }
+}
+
 // Note [Multi-level table]
 // Rationale: Rotor's recurrence, with bytes as the runtime will hold them.
 // Approach: bytes are footprints once planned (whole pages) for buffers a recipe
@@ -223,27 +248,25 @@ class multi_level_table {
         const std::size_t t = s + len - 1;
         float* best = &cost_[pair(s, t)];
         choice_t* why = &choice_[pair(s, t)];
-        // best[m] = min(best[m], add + a[m - shift_a] + b[m - shift_b]) from m = need.
-        const auto offer = [&](std::size_t need, float add, const float* a, std::size_t shift_a, const float* b,
-                               std::size_t shift_b, choice_t ch) {
-          for (std::size_t m = std::max({need, shift_a, shift_b}); m < L; ++m) {
-            const float c = add + (a ? a[m - shift_a] : 0.0f) + (b ? b[m - shift_b] : 0.0f);
-            if (c < best[m]) best[m] = c, why[m] = ch;
-          }
-        };
         if (s == t) {
-          offer(slots(units_[t].tape + units_[t].out), static_cast<float>(units_[t].forward_s), nullptr, 0, nullptr, 0, 1);
+          const auto add = static_cast<float>(units_[t].forward_s);
+          for (std::size_t m = slots(units_[t].tape + units_[t].out); m < L; ++m) {
+            if (add < best[m]) best[m] = add, why[m] = 1;
+          }
           continue;
         }
+        // Rows of other pairs: (s + 1, t), (split, t) and (s, split - 1) are never (s, t).
         const std::size_t kept = slots(units_[s].tape + units_[s].out);
-        offer(kept, static_cast<float>(units_[s].forward_s), &cost_[pair(s + 1, t)], kept, nullptr, 0, 2);
+        if (kept < L) relax(best + kept, why + kept, L - kept, static_cast<float>(units_[s].forward_s), &cost_[pair(s + 1, t)], 2);
         const std::size_t held = slots(units_[t].out);  // x_t, until unit t's backward is done
         std::size_t transient = 0;
         for (std::size_t split = s + 1; split <= t; ++split) {
           transient = std::max(transient, slots(units_[split - 1].tape + units_[split - 1].out));
           const std::size_t a = slots(units_[split - 1].out);
-          offer(held + transient, static_cast<float>(prefix[split] - prefix[s]), &cost_[pair(split, t)], a,
-                &cost_[pair(s, split - 1)], 0, static_cast<choice_t>(split + 3));
+          const std::size_t from = std::max(held + transient, a);
+          if (from >= L) continue;
+          relax(best + from, why + from, L - from, static_cast<float>(prefix[split] - prefix[s]),
+                &cost_[pair(split, t) + (from - a)], &cost_[pair(s, split - 1) + from], static_cast<choice_t>(split + 3));
         }
       }
     }
@@ -257,18 +280,12 @@ class multi_level_table {
         for (std::size_t m = whole; m < L; ++m) best[m] = 0.0f, why[m] = 1;
         continue;
       }
-      const float* next = &top_cost_[(s + 1) * L];
-      for (std::size_t m = whole; m < L; ++m) {
-        if (next[m - whole] < best[m]) best[m] = next[m - whole], why[m] = 2;
-      }
+      if (whole < L) relax(best + whole, why + whole, L - whole, 0.0f, &top_cost_[(s + 1) * L], 2);
       for (std::size_t split = s + 1; split < n_; ++split) {
         const std::size_t a = slots(units_[split - 1].out_kept);
-        const float* rest = &top_cost_[split * L];
-        const float* inner = &cost_[pair(s, split - 1)];
-        for (std::size_t m = a; m < L; ++m) {
-          const float c = rest[m - a] + inner[m];
-          if (c < best[m]) best[m] = c, why[m] = static_cast<choice_t>(split + 3);
-        }
+        if (a >= L) continue;
+        relax(best + a, why + a, L - a, 0.0f, &top_cost_[split * L], &cost_[pair(s, split - 1) + a],
+              static_cast<choice_t>(split + 3));
       }
     }
     top_cost_.resize(L);  // Top(0, m) is all a schedule needs from here
