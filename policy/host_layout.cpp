@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "common/round_up.hpp"
+#include "policy/offload_packs.hpp"
 
 namespace sublinear::policy {
 
@@ -117,6 +118,25 @@ host_layout lay_out_host_pool(const iteration& it, const std::vector<offload>& o
   std::vector<std::size_t> sizes(offloads.size());
   for (std::size_t j = 0; j < offloads.size(); ++j) sizes[j] = it.buffers[offloads[j].target].size;
   return lay_out_host_pool(offloads, sizes);
+}
+
+host_layout lay_out_host_pool(const iteration& it, const plan& p) {
+  const link_copies moved = copies_of(it, p);
+  std::vector<offload> carriers;
+  std::vector<std::size_t> sizes;
+  std::vector<std::uint32_t> slot_of(p.offloads.size(), none);
+  for (std::size_t j = 0; j < p.offloads.size(); ++j) {
+    if (moved.carrier[j] != j) continue;
+    slot_of[j] = static_cast<std::uint32_t>(carriers.size());
+    carriers.push_back(p.offloads[j]);
+    sizes.push_back(moved.bytes[j]);
+  }
+  host_layout carried = lay_out_host_pool(carriers, sizes);
+  host_layout out = carried;
+  out.offsets.assign(p.offloads.size(), 0);
+  for (std::size_t j = 0; j < p.offloads.size(); ++j)
+    out.offsets[j] = carried.offsets[slot_of[moved.carrier[j]]] + moved.offset[j];
+  return out;
 }
 
 }  // namespace sublinear::policy

@@ -49,6 +49,10 @@ struct host_layout {
 // The same, with the sizes of the iteration's buffers (every target must be one).
 [[nodiscard]] host_layout lay_out_host_pool(const iteration& it, const std::vector<offload>& offloads);
 
+// The pool of a plan's offloads: one slot per copy (Note [Offload packs]: an offloaded
+// pack's members at their offsets in their pack's slot), offsets per offload.
+[[nodiscard]] host_layout lay_out_host_pool(const iteration& it, const plan& p);
+
 // First fit in the given order (a permutation of the offloads' indices): the building
 // block of lay_out_host_pool, for comparing orders.
 [[nodiscard]] host_layout place_first_fit(const std::vector<offload>& offloads, const std::vector<std::size_t>& sizes,

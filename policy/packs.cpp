@@ -34,7 +34,7 @@ std::size_t packed_footprint(const iteration& it, std::vector<buffer_id> buffers
 }
 
 void add_packs(const iteration& it, plan& p) {
-  p.packs.clear();
+  std::erase_if(p.packs, [](const pack& pk) { return !pk.offloaded; });  // offloaded packs are the search's
   const std::size_t page = it.granularity;
   if (p.evictions.empty() || !packs_apply(it)) return;
   // Each evicted buffer's group: the entry whose recipe first regenerates it.

@@ -30,8 +30,9 @@
 
 namespace sublinear::policy {
 
-// Replaces p.packs with packs of its evicted buffers of at most half a page (above).
-// Leaves p.packs empty where packing does not apply: one page is under 1 KiB.
+// Replaces p.packs' recompute packs with packs of its evicted buffers of at most half a
+// page (above); offloaded packs (Note [Offload packs]) stay. Adds none where packing
+// does not apply: one page is under 1 KiB.
 void add_packs(const iteration& it, plan& p);
 
 // Whether add_packs packs anything on this iteration (pages of 1 KiB or more).

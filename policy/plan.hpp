@@ -58,10 +58,14 @@ struct retention {
 // Evicted buffers smaller than a page that share one run of pages (Note [Packs] in
 // packs.hpp): the pages are mapped while any member is resident. Members are listed in
 // allocation order, each at its offset (a multiple of 512) from the pack's start.
+// An offloaded pack's members are offload targets instead, all with the same four points,
+// and one copy each way moves the pack's first `bytes` (Note [Offload packs] in
+// offload_packs.hpp).
 struct pack {
   std::vector<buffer_id> members;
   std::vector<std::size_t> offsets;
   std::size_t bytes = 0;  // the members' extent; the pack takes round_up(bytes, granularity)
+  bool offloaded = false;
 };
 
 // A buffer copied to host memory and back instead of recomputed (Note [Offload] in
@@ -87,7 +91,7 @@ struct plan {
   std::size_t budget = 0;            // bytes the plan was made for
   std::vector<eviction> evictions;
   std::vector<retention> retentions;  // simulate on with_retentions(iteration, retentions)
-  std::vector<pack> packs;            // every member is some eviction's target
+  std::vector<pack> packs;            // every member is some eviction's target, or offload's (offloaded packs)
   std::vector<offload> offloads;      // copied to host and back (none when offload is off)
   // Filled by the simulator:
   std::size_t predicted_peak = 0;    // peak mapped bytes at page granularity

@@ -52,12 +52,16 @@ planner::context::evaluation planner::context::evaluate(std::span<const std::uin
 planner::context::evaluation planner::context::evaluate_actions(std::span<const action> actions,
                                                                 std::span<const launch_id> need_lo,
                                                                 std::span<const launch_id> need_hi,
-                                                                std::span<const launch_id> horizons) {
+                                                                std::span<const launch_id> horizons,
+                                                                std::span<const std::uint32_t> packed) {
   ++evaluations_;
   evaluation e;
   e.dropped.assign(candidates_.size(), 0);
   e.horizons.assign(horizons.begin(), horizons.end());
+  e.need_lo.assign(need_lo.begin(), need_lo.end());
+  e.need_hi.assign(need_hi.begin(), need_hi.end());
   std::vector<offload_request> requests;
+  std::vector<std::uint32_t> request_pack;  // per request: its `packed` value
   for (std::uint32_t c = 0; c < candidates_.size() && c < actions.size(); ++c) {
     if (actions[c] == action::drop) e.dropped[c] = 1;
     if (actions[c] != action::offload) continue;
@@ -69,6 +73,7 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
     if (c < need_lo.size()) r.need_lo = need_lo[c];
     if (c < need_hi.size()) r.need_hi = need_hi[c];
     requests.push_back(r);
+    request_pack.push_back(c < packed.size() ? packed[c] : none);
   }
   // The offload search changes offloads many times over one drop set (a whole cover
   // from offloads alone): the packed drop plan of the last drop set is kept.
@@ -84,7 +89,20 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
   }
   e.result = last_drops_->result;
   fetch_before_recipes(*it_, e.result, requests);
+  std::vector<pack> packs;
+  if (!pack_requests(*it_, requests, request_pack, packs, e.error)) return e;
+  const std::size_t placed = e.result.offloads.size();
   place_offloads(*it_, offload_.link, e.result, requests);
+  // Each pack's other members ride on its first member's offload, at the same points.
+  for (std::size_t j = placed, k = 0; j < placed + requests.size(); ++j) {
+    if (k >= packs.size() || e.result.offloads[j].target != packs[k].members.front()) continue;
+    for (std::size_t i = 1; i < packs[k].members.size(); ++i) {
+      policy::offload o = e.result.offloads[j];
+      o.target = packs[k].members[i];
+      e.result.offloads.push_back(o);
+    }
+    e.result.packs.push_back(std::move(packs[k++]));
+  }
   e.sim = sim_.run(e.result);
   if (!e.sim.valid) {
     e.error = e.sim.error;
@@ -131,7 +149,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     record(s, p);
     return p;
   };
-  offload_settings off{o.offload, o.link, o.host_budget, o.threads};
+  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs};
   if (o.offload != offload_mode::off && !offloads()) {
     if (o.offload == offload_mode::only) {
       throw config_error("sublinear: planner '" + std::string(name()) +

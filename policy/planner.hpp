@@ -68,6 +68,11 @@ class planner {
     // thread. The plan is the same for every count. The runtime and `sublinear plan` pass
     // runtime::planning_threads().
     std::size_t threads = 1;
+    // With offload on and packs: small recomputed buffers may become offloaded packs, one
+    // copy each way per pack (Note [Offload pack search] in solver_offload_packs.cpp). Off
+    // by default: the runtime copies each member on its own, so only `sublinear plan
+    // --offload-packs` asks for them.
+    bool offload_packs = false;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

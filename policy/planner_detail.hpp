@@ -28,6 +28,7 @@ struct offload_settings {
   link_model link{};
   std::size_t host_budget = 0;  // 0: no bound
   std::size_t threads = 0;      // planner::options::threads
+  bool packs = false;           // planner::options::offload_packs
 };
 
 // One candidate's action in a keep/recompute/offload choice (evaluate_actions).
@@ -44,6 +45,7 @@ class planner::context {
     std::vector<std::uint32_t> refused;  // when not ok: candidates whose recipe was refused
     std::vector<std::uint8_t> dropped;  // the drop set it came from
     std::vector<launch_id> horizons;    // the drop set's horizons (Note [Multi-pass]); empty: none
+    std::vector<launch_id> need_lo, need_hi;  // evaluate_actions' windows, per candidate (empty: none)
     plan result;
     simulation sim;
     [[nodiscard]] bool fits(std::size_t budget) const noexcept { return ok && sim.peak <= budget; }
@@ -63,9 +65,13 @@ class planner::context {
   // those are not `none`. Not ok (no throw) when the combination is invalid, e.g. a recipe
   // reads an offloaded buffer, or the host budget is exceeded. `dropped` is the drop set.
   // `horizons` as for evaluate(): a seed's multi-pass schedule kept under the new actions.
+  // `packed`, when given, names per candidate an offloaded pack (Note [Offload packs]):
+  // offloaded candidates with the same value other than `none` move as one pack, out over
+  // the gap they share (not ok if they share none, or are on different streams).
   [[nodiscard]] evaluation evaluate_actions(std::span<const action> actions, std::span<const launch_id> need_lo,
                                             std::span<const launch_id> need_hi,
-                                            std::span<const launch_id> horizons = {});
+                                            std::span<const launch_id> horizons = {},
+                                            std::span<const std::uint32_t> packed = {});
 
   // Plans built and simulated by evaluate() and evaluate_actions() so far (for tests of
   // what a search costs).

@@ -203,7 +203,9 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
     s.order[j] = s.claimed_by[j];
   }
 
-  // Packs: planned members, in allocation order, at offsets that do not overlap.
+  if (!prepare_offloads(p, s.planned, s.offload_of, error)) return false;
+  // Packs: planned members (offloaded ones for an offloaded pack), in allocation order, at
+  // offsets that do not overlap.
   s.pack_of.assign(nb, none);
   for (std::size_t j = 0; j < p.packs.size(); ++j) {
     const pack& pk = p.packs[j];
@@ -215,9 +217,20 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
     std::size_t end = 0;
     for (std::size_t i = 0; i < pk.members.size(); ++i) {
       const buffer_id x = pk.members[i];
-      if (x >= nb || !s.planned[x]) {
-        error = who + ": member " + std::to_string(x) + " is not a buffer some eviction targets";
+      if (x >= nb || (pk.offloaded ? s.offload_of[x] == none : !s.planned[x])) {
+        error = who + ": member " + std::to_string(x) + " is not a buffer some " +
+                (pk.offloaded ? "offload" : "eviction") + " targets";
         return false;
+      }
+      if (pk.offloaded) {
+        const offload& o = p.offloads[s.offload_of[x]];
+        const offload& first = p.offloads[s.offload_of[pk.members[0]]];
+        if (o.evict_after != first.evict_after || o.release_before != first.release_before ||
+            o.fetch_after != first.fetch_after || o.restore_before != first.restore_before) {
+          error = who + ": member " + std::to_string(x) + " is offloaded at other points than the first member " +
+                  std::to_string(pk.members[0]) + " (an offloaded pack moves as one; Note [Offload packs])";
+          return false;
+        }
       }
       if (s.pack_of[x] != none) {
         error = who + ": buffer " + std::to_string(x) + " is already in pack " + std::to_string(s.pack_of[x]);
@@ -246,7 +259,7 @@ bool simulator::prepare(const plan& p, prepared& s, std::string& error) const {
       return false;
     }
   }
-  return prepare_offloads(p, s.planned, s.offload_of, error);
+  return true;
 }
 
 void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t>& during,
@@ -286,6 +299,7 @@ void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t
   }
   // An offloaded buffer is out from release_before to fetch_after (Note [Offload]).
   for (const offload& o : p.offloads) {
+    if (s.pack_of[o.target] != none) continue;  // its pack's pages, below
     const std::size_t lo = o.release_before;
     const std::size_t hi = static_cast<std::size_t>(o.fetch_after) + 1;
     if (lo >= hi) continue;
@@ -312,6 +326,15 @@ void simulator::levels(const plan& p, const prepared& s, std::vector<std::size_t
         changes.emplace_back(gap_lo, -1);
         changes.emplace_back(gap_hi, 1);
         regenerations.push_back(gap_hi);
+      }
+      if (s.offload_of[x] != none) {  // an offloaded pack's member: out from release to fetch
+        const offload& o = p.offloads[s.offload_of[x]];
+        const std::size_t gap_lo = o.release_before;
+        const std::size_t gap_hi = static_cast<std::size_t>(o.fetch_after) + 1;
+        if (gap_lo < gap_hi) {
+          changes.emplace_back(gap_lo, -1);
+          changes.emplace_back(gap_hi, 1);
+        }
       }
     }
     std::sort(changes.begin(), changes.end());

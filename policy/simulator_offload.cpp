@@ -30,6 +30,7 @@
 #include <string>
 
 #include "policy/host_layout.hpp"
+#include "policy/offload_packs.hpp"
 #include "policy/simulator.hpp"
 
 namespace sublinear::policy {
@@ -112,6 +113,7 @@ bool simulator::link_timeline(const plan& p, simulation& out) const {
   }
   out.copies.assign(m, offload_times{});
   out.offloaded_buffers = m;
+  const link_copies moved = copies_of(it, p);  // Note [Offload packs]: one copy per pack
   // Offload indices by each event's launch, in the order Note [Link timeline] gives.
   const auto by = [&](auto key, auto deadline) {
     std::vector<std::uint32_t> order(m);
@@ -146,7 +148,8 @@ bool simulator::link_timeline(const plan& p, simulation& out) const {
     clock += it.launches[i].cost_s;
     for (; next_to_host < m && p.offloads[to_host[next_to_host]].evict_after == i; ++next_to_host) {
       const std::uint32_t j = to_host[next_to_host];
-      const double copy = link_.to_host.copy_s(it.buffers[p.offloads[j].target].size);
+      if (moved.carrier[j] != j) continue;
+      const double copy = link_.to_host.copy_s(moved.bytes[j]);
       offload_times& c = out.copies[j];
       c.to_host_start = std::max(clock, host_free);
       c.to_host_done = host_free = c.to_host_start + copy;
@@ -154,7 +157,8 @@ bool simulator::link_timeline(const plan& p, simulation& out) const {
     }
     for (; next_to_device < m && p.offloads[to_device[next_to_device]].fetch_after == i; ++next_to_device) {
       const std::uint32_t j = to_device[next_to_device];
-      const double copy = link_.to_device.copy_s(it.buffers[p.offloads[j].target].size);
+      if (moved.carrier[j] != j) continue;
+      const double copy = link_.to_device.copy_s(moved.bytes[j]);
       offload_times& c = out.copies[j];
       c.to_device_start = std::max({clock, device_free, c.to_host_done});
       c.to_device_done = device_free = c.to_device_start + copy;
@@ -163,9 +167,12 @@ bool simulator::link_timeline(const plan& p, simulation& out) const {
   }
   out.predicted_time_s = clock;
 
-  for (const offload& o : p.offloads) out.offloaded_bytes += it.buffers[o.target].size;
+  for (std::size_t j = 0; j < m; ++j) {
+    out.offloaded_bytes += moved.bytes[j];
+    if (moved.carrier[j] != j) out.copies[j] = out.copies[moved.carrier[j]];  // rode on its pack's copy
+  }
   // Host memory: the pool the runtime makes, slot for slot (Note [Host pool layout]).
-  const host_layout pool = lay_out_host_pool(it, p.offloads);
+  const host_layout pool = lay_out_host_pool(it, p);
   out.host_bytes = pool.pool_bytes;
   if (host_budget_ != 0 && out.host_bytes > host_budget_) {
     out.error = "the offloads' host pool takes " + std::to_string(out.host_bytes) + " bytes (" +

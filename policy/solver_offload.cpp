@@ -131,7 +131,7 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
   for (std::size_t j : order) {
     const offload_request& r = requests[j];
     const double start = std::max(end[r.evict_after], host_free);
-    to_host_done[j] = host_free = start + link.to_host.copy_s(it.buffers[r.target].size);
+    to_host_done[j] = host_free = start + link.to_host.copy_s(r.bytes != 0 ? r.bytes : it.buffers[r.target].size);
     // The first launch i > evict_after whose predecessor ends once the copy is done.
     const auto at = std::lower_bound(end.begin() + r.evict_after, end.end(), to_host_done[j]);
     std::size_t rel = static_cast<std::size_t>(at - end.begin()) + 1;
@@ -148,7 +148,7 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
   double next_start = std::numeric_limits<double>::infinity();
   for (std::size_t j : order) {
     const offload_request& r = requests[j];
-    const double copy = link.to_device.copy_s(it.buffers[r.target].size);
+    const double copy = link.to_device.copy_s(r.bytes != 0 ? r.bytes : it.buffers[r.target].size);
     const double latest = std::min(ready[r.restore_before], next_start) - copy;
     // The last launch in [evict_after, restore_before) that ends by `latest`.
     const auto at = std::upper_bound(end.begin(), end.begin() + r.restore_before, latest);
@@ -939,6 +939,7 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   for (std::optional<evaluation>& e : results) {
     if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
   }
+  if (best) pack_offloads(ctx, budget, *best);  // Note [Offload pack search]
   return best;
 }
 

@@ -56,6 +56,7 @@ struct offload_request {
   launch_id restore_before = none;
   launch_id need_lo = none;
   launch_id need_hi = none;
+  std::size_t bytes = 0;  // bytes its copies move; 0: the target's size (an offloaded pack's: its extent)
 };
 
 // Adds p.offloads for `requests` (Note [Offload placement]): release_before at the first
@@ -92,6 +93,22 @@ using recompute_search =
 [[nodiscard]] std::optional<planner::context::evaluation> with_offload(planner::context& ctx, std::size_t budget,
                                                                        const recompute_search& search,
                                                                        const recompute_search& also = {});
+
+// ---- solver_offload_packs.cpp -----------------------------------------------------------
+
+// Merges the requests that share a `packed` value other than `none` (one per request)
+// into one request per offloaded pack (Note [Offload packs]): its first member in
+// allocation order as the target, out over the gap all members share, moving their
+// extent; `packs` gets each pack, in the order of the merged requests. False (with
+// `error`) when members share no gap, are on different streams, or one has no
+// allocation index.
+[[nodiscard]] bool pack_requests(const iteration& it, std::vector<offload_request>& requests,
+                                 const std::vector<std::uint32_t>& request_pack, std::vector<pack>& packs,
+                                 std::string& error);
+
+// Turns runs of small recomputed buffers of `best` into offloaded packs where the plan
+// then fits for less added time (Note [Offload pack search]).
+void pack_offloads(planner::context& ctx, std::size_t budget, planner::context::evaluation& best);
 
 // ---- solver_tiered.cpp ------------------------------------------------------------------
 

@@ -115,7 +115,7 @@ void engine::impl::index_offloads() {
   for (auto& at : copy_out_after) by_deadline(at, [](const policy::offload& o) { return o.release_before; });
   for (auto& at : fetch_at) by_deadline(at, [](const policy::offload& o) { return o.restore_before; });
   // The slots as the simulator laid them out for host_bytes (Note [Host pool layout]).
-  policy::host_layout layout = policy::lay_out_host_pool(g, plan.offloads);
+  policy::host_layout layout = policy::lay_out_host_pool(g, plan);
   host_offset = std::move(layout.offsets);
   host_pool_bytes = layout.pool_bytes;
 }
