@@ -69,9 +69,8 @@ class planner {
     // runtime::planning_threads().
     std::size_t threads = 1;
     // With offload on and packs: small recomputed buffers may become offloaded packs, one
-    // copy each way per pack (Note [Offload pack search] in solver_offload_packs.cpp). Off
-    // by default: the runtime copies each member on its own, so only `sublinear plan
-    // --offload-packs` asks for them.
+    // copy each way per pack (Note [Offload pack search] in solver_offload_packs.cpp). The
+    // runtime and `sublinear plan` set it with `packs` (SUBLINEAR_PACKS).
     bool offload_packs = false;
   };
 

@@ -26,6 +26,7 @@
 //   of it is in flight makes the host wait for that copy.
 #include "common/text.hpp"
 #include "policy/host_layout.hpp"
+#include "policy/offload_packs.hpp"
 #include "runtime/detail/engine_impl.hpp"
 
 #include <algorithm>
@@ -118,6 +119,14 @@ void engine::impl::index_offloads() {
   policy::host_layout layout = policy::lay_out_host_pool(g, plan);
   host_offset = std::move(layout.offsets);
   host_pool_bytes = layout.pool_bytes;
+  // An offloaded pack's members ride on its first member's copies (Note [Offload packs]).
+  policy::link_copies moved = policy::copies_of(g, plan);
+  copy_carrier = std::move(moved.carrier);
+  copy_bytes = std::move(moved.bytes);
+  copy_offset = std::move(moved.offset);
+  riders.assign(plan.offloads.size(), {});
+  for (std::size_t i = 0; i < plan.offloads.size(); ++i)
+    if (copy_carrier[i] != i) riders[copy_carrier[i]].push_back(i);
 }
 
 void engine::impl::begin_offloads() {
@@ -126,6 +135,7 @@ void engine::impl::begin_offloads() {
   swap_note.assign(plan.offloads.size(), SIZE_MAX);
   copying_out.clear();
   swapped_ranges.clear();
+  shared_copies.clear();
   if (!plan.offloads.empty()) link_at_begin = dev.link();
 }
 
@@ -144,8 +154,7 @@ void engine::impl::finish_offloads() {
   for (std::size_t i = 0; i < swap_copy.size(); ++i) {
     if (swap_copy[i] == nullptr) continue;
     dev.wait_copy(swap_copy[i]);
-    dev.release_copy(swap_copy[i]);
-    swap_copy[i] = nullptr;
+    release_copy_of(i);
   }
   copying_out.clear();
   swapped_ranges.clear();
@@ -169,7 +178,55 @@ void engine::impl::end_swap_note(std::size_t i) {
 
 // ---- copies out ----------------------------------------------------------------------------
 
+void engine::impl::release_copy_of(std::size_t i) {
+  replay_device::copy_handle h = swap_copy[i];
+  swap_copy[i] = nullptr;
+  if (h == nullptr) return;
+  if (auto it = shared_copies.find(h); it != shared_copies.end()) {
+    if (--it->second > 0) return;  // a pack's other members still hold it
+    shared_copies.erase(it);
+  }
+  dev.release_copy(h);
+}
+
+// An offloaded pack's copy out, one for all its members, when all are resident where the
+// plan put them (the allocator may have placed a member on pages of its own: Note [Pack
+// segments]); false leaves each member to copy itself.
+bool engine::impl::start_pack_offload(std::size_t c, device::stream_handle stream) {
+  const buffer_id b0 = plan.offloads[c].target;
+  const auto ready = [&](std::size_t i) {
+    const buffer_id b = plan.offloads[i].target;
+    return addr[b] != nullptr && !freed[b] && !evicted[b] && !kept_resident[b] && swap[i] == swap_state::resident &&
+           addr[b] == addr[b0] + copy_offset[i];
+  };
+  if (host_pool == nullptr || !ready(c)) return false;
+  for (std::size_t r : riders[c])
+    if (!ready(r)) return false;
+  replay_device::copy_handle h = nullptr;
+  try {
+    h = dev.copy_to_host(host_pool + host_offset[c], addr[b0], copy_bytes[c], stream);
+  } catch (const std::exception&) {
+    return false;  // each member on its own, with its own fallbacks
+  }
+  if (h != nullptr) shared_copies[h] = riders[c].size() + 1;
+  current.offloaded_bytes += copy_bytes[c];
+  ++current.link_copies;
+  const auto start = [&](std::size_t i) {
+    swap[i] = swap_state::copying_out;
+    swap_copy[i] = h;
+    copying_out.push_back(i);
+    swapped_ranges[addr[plan.offloads[i].target]] = i;
+    ++current.offloads;
+    begin_swap_note(i, timeline_event::kind::offload);
+  };
+  start(c);
+  for (std::size_t r : riders[c]) start(r);
+  if (dev.copy_done(h)) poll_offloads();
+  return true;
+}
+
 void engine::impl::start_offload(std::size_t i, device::stream_handle stream) {
+  if (!riders[i].empty() && start_pack_offload(i, stream)) return;
   const buffer_id b = plan.offloads[i].target;
   if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b] || swap[i] != swap_state::resident ||
       host_pool == nullptr)
@@ -197,6 +254,7 @@ void engine::impl::start_offload(std::size_t i, device::stream_handle stream) {
   }
   swap[i] = swap_state::copying_out;
   swap_copy[i] = c;
+  ++current.link_copies;
   copying_out.push_back(i);
   swapped_ranges[addr[b]] = i;
   ++current.offloads;
@@ -211,8 +269,7 @@ void engine::impl::start_offload(std::size_t i, device::stream_handle stream) {
 // Its bytes are on the host: the pages go (Note [Deferred unmap] covers the streams).
 void engine::impl::release_offloaded(std::size_t i) {
   const buffer_id b = plan.offloads[i].target;
-  dev.release_copy(swap_copy[i]);
-  swap_copy[i] = nullptr;
+  release_copy_of(i);
   end_swap_note(i);
   alloc.evict(addr[b]);
   evicted[b] = 1;
@@ -235,8 +292,56 @@ void engine::impl::poll_offloads() {
 // ---- copies in -----------------------------------------------------------------------------
 
 // Maps the pages again and queues the copy back behind `stream`'s work.
+// An offloaded pack's copy back, one for all its members, when all are on the host and
+// in place; false leaves each member to fetch itself.
+bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
+  const buffer_id b0 = plan.offloads[c].target;
+  const auto away = [&](std::size_t i) {
+    const buffer_id b = plan.offloads[i].target;
+    return swap[i] == swap_state::on_host && !freed[b] && addr[b] == addr[b0] + copy_offset[i];
+  };
+  if (!away(c)) return false;
+  for (std::size_t r : riders[c])
+    if (!away(r)) return false;
+  const auto back = [&](std::size_t i) {
+    const buffer_id b = plan.offloads[i].target;
+    alloc.restore(addr[b]);  // the first maps the pack's pages; out_of_memory propagates as for recipes
+    evicted[b] = 0;
+    ++current.fetches;
+    begin_swap_note(i, timeline_event::kind::fetch);
+  };
+  back(c);
+  for (std::size_t r : riders[c]) back(r);
+  current.fetched_bytes += copy_bytes[c];
+  ++current.link_copies;
+  replay_device::copy_handle h = nullptr;
+  try {
+    h = dev.copy_to_device(addr[b0], host_pool + host_offset[c], copy_bytes[c], stream);
+  } catch (const std::exception& e) {
+    ++current.failed_copies;
+    log_warn("iteration " + std::to_string(iteration_index) + ": the copy of a pack of " +
+             std::to_string(riders[c].size() + 1) + " buffers back to the device failed (" + e.what() +
+             "); copying it synchronously");
+    dev.upload(addr[b0], host_pool + host_offset[c], copy_bytes[c], stream);
+    const auto done = [&](std::size_t i) {
+      end_swap_note(i);
+      swap[i] = swap_state::resident;
+      swapped_ranges.erase(addr[plan.offloads[i].target]);
+    };
+    done(c);
+    for (std::size_t r : riders[c]) done(r);
+    return true;
+  }
+  if (h != nullptr) shared_copies[h] = riders[c].size() + 1;
+  swap[c] = swap_state::fetching;
+  swap_copy[c] = h;
+  for (std::size_t r : riders[c]) swap[r] = swap_state::fetching, swap_copy[r] = h;
+  return true;
+}
+
 void engine::impl::fetch(std::size_t i, device::stream_handle stream) {
   if (swap[i] != swap_state::on_host) return;
+  if (!riders[i].empty() && fetch_pack(i, stream)) return;
   const buffer_id b = plan.offloads[i].target;
   if (freed[b]) return;
   const std::size_t size = graph().buffers[b].size;
@@ -244,6 +349,7 @@ void engine::impl::fetch(std::size_t i, device::stream_handle stream) {
   evicted[b] = 0;
   ++current.fetches;
   current.fetched_bytes += size;
+  ++current.link_copies;
   begin_swap_note(i, timeline_event::kind::fetch);
   try {
     swap_copy[i] = dev.copy_to_device(addr[b], host_pool + host_offset[i], size, stream);
@@ -265,8 +371,7 @@ void engine::impl::bring_in(std::size_t i, device::stream_handle stream) {
   if (swap[i] == swap_state::resident) return;
   if (swap[i] == swap_state::copying_out) {
     // Still resident: the copy out is abandoned (its event is given back pending).
-    dev.release_copy(swap_copy[i]);
-    swap_copy[i] = nullptr;
+    release_copy_of(i);
     swap[i] = swap_state::resident;
     swapped_ranges.erase(addr[b]);
     return;
@@ -275,8 +380,7 @@ void engine::impl::bring_in(std::size_t i, device::stream_handle stream) {
   if (swap[i] != swap_state::fetching) return;
   dev.stream_wait_copy(stream, swap_copy[i]);
   end_swap_note(i);
-  dev.release_copy(swap_copy[i]);
-  swap_copy[i] = nullptr;
+  release_copy_of(i);
   swap[i] = swap_state::resident;
   swapped_ranges.erase(addr[b]);
 }
@@ -354,8 +458,7 @@ std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
     if (swap[i] != swap_state::fetching || o.restore_before <= pos || pins[o.target] != 0) continue;
     dev.wait_copy(swap_copy[i]);
     end_swap_note(i);
-    dev.release_copy(swap_copy[i]);
-    swap_copy[i] = nullptr;
+    release_copy_of(i);
     alloc.evict(addr[o.target]);
     evicted[o.target] = 1;
     swap[i] = swap_state::on_host;
@@ -422,8 +525,7 @@ void engine::impl::drop_offload(buffer_id b) {
   const auto i = static_cast<std::size_t>(offload_of[b]);
   if (swap_copy[i] != nullptr) {
     dev.wait_copy(swap_copy[i]);
-    dev.release_copy(swap_copy[i]);
-    swap_copy[i] = nullptr;
+    release_copy_of(i);
   }
   if (auto it = std::find(copying_out.begin(), copying_out.end(), i); it != copying_out.end()) copying_out.erase(it);
   if (addr[b] != nullptr) swapped_ranges.erase(addr[b]);

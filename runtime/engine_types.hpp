@@ -130,7 +130,9 @@ struct iteration_report {
   std::size_t offload_restores = 0;  // offloaded blocks brought back for a launch
   // Planned offloads (Note [Offload execution] in runtime/engine_swap.cpp), counted in
   // offloads / offloaded_bytes too:
-  std::size_t fetches = 0;           // host->device copies
+  std::size_t fetches = 0;           // buffers copied back host->device
+  std::size_t link_copies = 0;       // copies queued over the link, both ways (an offloaded pack's
+                                     // members move in one: Note [Offload packs])
   std::size_t fetched_bytes = 0;     // their bytes
   std::size_t safety_fetches = 0;    // of fetches: a launch touched an offloaded buffer outside the plan
   std::size_t failed_copies = 0;     // copies the device refused: the buffer stayed resident or came back synchronously

@@ -266,7 +266,7 @@ struct budgeted_run {
   runtime::engine::plan_time time;  // the plan's predicted iteration time (Note [Predicted iteration time])
   double predicted_s = 0.0;         // steady iterations: median of each one's prediction, made before it
   double predicted_ratio = 0.0;     // steady iterations: median of each one's prediction over its time
-  double offloaded_bytes = 0.0, fetched_bytes = 0.0;
+  double offloaded_bytes = 0.0, fetched_bytes = 0.0, link_copies = 0.0;
   double link_busy_s = 0.0, copy_stall_s = 0.0, release_wait_s = 0.0;
 };
 
@@ -344,7 +344,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.cache_allowance = policy::to_string(rt.get().plan_allowance());
   out.link = rt.get().planned_link();
   out.time = rt.get().predicted_time();
-  std::vector<double> offloaded, fetched, busy, stall, waited;
+  std::vector<double> offloaded, fetched, copies, busy, stall, waited;
   const allocator::stats st = session.allocator().get_stats();
   out.segment_trims = st.segment_trims;
   out.trimmed_bytes = st.trimmed_bytes;
@@ -365,6 +365,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
     if (!r.diverged) {
       offloaded.push_back(static_cast<double>(r.offloaded_bytes));
       fetched.push_back(static_cast<double>(r.fetched_bytes));
+      copies.push_back(static_cast<double>(r.link_copies));
       busy.push_back(r.link_busy_s);
       stall.push_back(r.copy_stall_s);
       waited.push_back(r.release_wait_s);
@@ -385,6 +386,7 @@ budgeted_run run_budgeted(const demo_options& o, wl::pacer& pace) {
   out.predicted_ratio = median(std::move(predicted_ratio));
   out.offloaded_bytes = median(std::move(offloaded));
   out.fetched_bytes = median(std::move(fetched));
+  out.link_copies = median(std::move(copies));
   out.link_busy_s = median(std::move(busy));
   out.copy_stall_s = median(std::move(stall));
   out.release_wait_s = median(std::move(waited));
@@ -441,6 +443,7 @@ void print_budgeted(const budgeted_run& b, const wl::training_figures& baseline,
   if (b.link.offloads > 0 || b.offloaded_bytes > 0) {
     row("offloaded buffers (the plan)", std::to_string(b.link.offloads));
     row("  over the link each way (median)", bytes(static_cast<std::size_t>(b.offloaded_bytes)));
+    row("  copies over the link (median)", std::to_string(static_cast<std::size_t>(b.link_copies)));
     row("  link busy per iteration", seconds(b.link_busy_s));
     row("  compute waited for fetches", seconds(b.copy_stall_s));
     char gbs[64];
@@ -517,6 +520,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"offloaded_buffers", std::to_string(b.link.offloads)},
       {"offloaded_bytes", num(b.offloaded_bytes)},
       {"fetched_bytes", num(b.fetched_bytes)},
+      {"link_copies", num(b.link_copies)},
       {"link_busy_s", num(b.link_busy_s)},
       {"copy_stall_s", num(b.copy_stall_s)},
       {"release_wait_s", num(b.release_wait_s)},

@@ -209,6 +209,15 @@ struct engine::impl {
   std::vector<std::vector<std::size_t>> needed_at;       // position -> entries its stream waits for
   std::vector<std::int32_t> offload_of;                  // buffer -> plan.offloads entry, or -1
   std::vector<std::size_t> host_offset;                  // entry -> its slot in the host pool
+  // Offloaded packs (Note [Offload packs] in policy/offload_packs.hpp): entry -> the entry
+  // whose copy moves its bytes, and the bytes that copy moves (policy::copies_of).
+  std::vector<std::uint32_t> copy_carrier;
+  std::vector<std::size_t> copy_bytes, copy_offset;
+  std::vector<std::vector<std::size_t>> riders;          // carrier -> the other entries of its pack
+  std::map<replay_device::copy_handle, std::size_t> shared_copies;  // a pack's copy -> entries holding it
+  void release_copy_of(std::size_t i);                   // gives entry i's copy back (once no entry holds it)
+  [[nodiscard]] bool start_pack_offload(std::size_t c, device::stream_handle stream);
+  [[nodiscard]] bool fetch_pack(std::size_t c, device::stream_handle stream);
   std::size_t host_pool_bytes = 0;                       // the pool the plan's slots need
   std::byte* host_pool = nullptr;
   std::vector<swap_state> swap;                          // entry -> this iteration's state

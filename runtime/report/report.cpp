@@ -231,6 +231,7 @@ report_totals totals(const run_report& r) {
     add(t.handoffs, it.handoffs);
     add(t.packed, it.packed);
     add(t.fetches, it.fetches);
+    add(t.link_copies, it.link_copies);
     add(t.fetched_bytes, it.fetched_bytes);
     add(t.safety_fetches, it.safety_fetches);
     add(t.failed_copies, it.failed_copies);
@@ -356,6 +357,7 @@ std::string to_json(const run_report& r) {
     w.member("offload_restores", it.offload_restores);
     w.member("fetches", it.fetches);
     w.member("fetched_bytes", it.fetched_bytes);
+    w.member("link_copies", it.link_copies);
     w.member("safety_fetches", it.safety_fetches);
     w.member("failed_copies", it.failed_copies);
     w.member("link_busy_s", it.link_busy_s);
@@ -539,6 +541,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.offload_restores = size_or(it, "offload_restores");
     ir.fetches = size_or(it, "fetches");
     ir.fetched_bytes = size_or(it, "fetched_bytes");
+    ir.link_copies = size_or(it, "link_copies");
     ir.safety_fetches = size_or(it, "safety_fetches");
     ir.failed_copies = size_or(it, "failed_copies");
     const auto number_or_zero = [&it](std::string_view key) {
@@ -683,11 +686,12 @@ std::string render_text(const run_report& r, std::size_t top) {
                   "  link               %zu planned offloads (%s each way per iteration predicted, %s of host "
                   "memory), link %.1f/%.1f GB/s (%s)\n"
                   "  offload copies     %s to host, %s back in %zu fetches (%zu by the safety net, %zu failed "
-                  "copies); link busy %s, compute waited %s for fetches, host waited %s at release points\n",
+                  "copies), %zu copies over the link; link busy %s, compute waited %s for fetches, host waited %s "
+                  "at release points\n",
                   r.plan.offloads, format_bytes(r.plan.offloaded_bytes).c_str(), format_bytes(r.plan.host_bytes).c_str(),
                   r.plan.link_to_host_bytes_per_s / 1e9, r.plan.link_to_device_bytes_per_s / 1e9,
                   r.plan.link_source.c_str(), format_bytes(t.offloaded_bytes).c_str(),
-                  format_bytes(t.fetched_bytes).c_str(), t.fetches, t.safety_fetches, t.failed_copies,
+                  format_bytes(t.fetched_bytes).c_str(), t.fetches, t.safety_fetches, t.failed_copies, t.link_copies,
                   text::seconds(t.link_busy_s).c_str(), text::seconds(t.copy_stall_s).c_str(),
                   text::seconds(t.release_wait_s).c_str());
     out << line;

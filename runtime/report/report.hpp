@@ -166,6 +166,7 @@ struct report_totals {
   std::size_t handoffs = 0;             // Note [Stream-ordered handoff]
   std::size_t packed = 0;               // Note [Packs]
   std::size_t fetches = 0;              // planned offloads' copies back (Note [Offload execution])
+  std::size_t link_copies = 0;          // copies queued over the link, both ways (Note [Offload packs])
   std::size_t fetched_bytes = 0;
   std::size_t safety_fetches = 0;
   std::size_t failed_copies = 0;

@@ -47,7 +47,7 @@ workloads::models::model_config config_for(model_kind kind) {
 // automatic at 0.6x over a fast link; deep: automatic just above the least budget it
 // meets (cells()), over a link ten times slower with 1 ms a copy, where plans mix
 // recompute with offloads that stall.
-enum class how { only, automatic, converted, deep };
+enum class how { only, automatic, converted, deep, packed };
 
 struct outcome {
   std::vector<std::vector<float>> params;
@@ -93,6 +93,10 @@ outcome train(model_kind kind, const std::string& budget, how h) {
     // A link fast against these costs, so that the planners choose offloads.
     if (h == how::deep) {
       rt->replay_device().set_link({2e8, 1e-3}, {2e8, 1e-3}, "test");
+    } else if (h == how::packed) {
+      // A copy costs far more than its bytes: one per small buffer never pays, one per
+      // offloaded pack may (Note [Offload packs]).
+      rt->replay_device().set_link({2e8, 1e-3}, {2e8, 1e-3}, "test");
     } else {
       rt->replay_device().set_link({2e9, 0.0}, {2e9, 0.0}, "test");
     }
@@ -132,6 +136,8 @@ const char* how_name(how h) {
       return "converted";
     case how::deep:
       return "deep";
+    case how::packed:
+      return "packed";
   }
   return "?";
 }
@@ -184,6 +190,32 @@ std::vector<cell> cells() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, OffloadEndToEnd, ::testing::ValuesIn(cells()), cell_name);
+
+// An LSTM's gates are a few KiB: over a link whose copies cost more than their bytes the
+// plan offloads them in packs, one copy each way for all of a pack's members, and
+// training stays bit-identical within the budget.
+TEST(OffloadEndToEndPacks, AnLstmsSmallBuffersTravelInPacksAndTrainBitIdentically) {
+  const std::vector<std::vector<float>> baseline = train(model_kind::lstm, "", how::only).params;
+  const outcome run = train(model_kind::lstm, "0.5x", how::packed);
+  ASSERT_TRUE(run.plan_error.empty()) << run.plan_error;
+  ASSERT_EQ(run.params.size(), baseline.size());
+  for (std::size_t i = 0; i < run.params.size(); ++i)
+    ASSERT_TRUE(run.params[i] == baseline[i]) << "parameter tensor " << i << " differs";
+  ASSERT_GT(run.planned_offloads, 0u) << "the plan offloads";
+  std::size_t steady = 0;
+  for (const auto& r : run.reports) {
+    if (r.state == engine_state::trace) continue;
+    EXPECT_FALSE(r.diverged) << "iteration " << r.index << ": " << r.divergence;
+    EXPECT_LE(r.peak_mapped, run.budget) << "iteration " << r.index;
+    EXPECT_EQ(r.fetched_bytes, r.offloaded_bytes) << "iteration " << r.index;
+    EXPECT_EQ(r.fetches, r.offloads) << "iteration " << r.index << ": every buffer out came back";
+    // Packs: fewer copies than buffers moved each way.
+    EXPECT_LT(r.link_copies, r.offloads + r.fetches) << "iteration " << r.index;
+    EXPECT_GT(r.link_copies, 0u) << "iteration " << r.index;
+    ++steady;
+  }
+  EXPECT_GT(steady, 0u);
+}
 
 }  // namespace
 }  // namespace sublinear::runtime
