@@ -303,15 +303,21 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
   if (!away(c)) return false;
   for (std::size_t r : riders[c])
     if (!away(r)) return false;
-  const auto back = [&](std::size_t i) {
-    const buffer_id b = plan.offloads[i].target;
-    alloc.restore(addr[b]);  // the first maps the pack's pages; out_of_memory propagates as for recipes
-    evicted[b] = 0;
+  std::vector<std::size_t> members{c};
+  members.insert(members.end(), riders[c].begin(), riders[c].end());
+  std::size_t restored = 0;
+  try {
+    for (; restored < members.size(); ++restored) alloc.restore(addr[plan.offloads[members[restored]].target]);
+  } catch (...) {
+    // out_of_memory propagates as for recipes, with every member still on the host.
+    for (std::size_t k = 0; k < restored; ++k) alloc.evict(addr[plan.offloads[members[k]].target]);
+    throw;
+  }
+  for (std::size_t i : members) {
+    evicted[plan.offloads[i].target] = 0;
     ++current.fetches;
     begin_swap_note(i, timeline_event::kind::fetch);
-  };
-  back(c);
-  for (std::size_t r : riders[c]) back(r);
+  }
   current.fetched_bytes += copy_bytes[c];
   ++current.link_copies;
   replay_device::copy_handle h = nullptr;
@@ -323,19 +329,15 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
              std::to_string(riders[c].size() + 1) + " buffers back to the device failed (" + e.what() +
              "); copying it synchronously");
     dev.upload(addr[b0], host_pool + host_offset[c], copy_bytes[c], stream);
-    const auto done = [&](std::size_t i) {
+    for (std::size_t i : members) {
       end_swap_note(i);
       swap[i] = swap_state::resident;
       swapped_ranges.erase(addr[plan.offloads[i].target]);
-    };
-    done(c);
-    for (std::size_t r : riders[c]) done(r);
+    }
     return true;
   }
-  if (h != nullptr) shared_copies[h] = riders[c].size() + 1;
-  swap[c] = swap_state::fetching;
-  swap_copy[c] = h;
-  for (std::size_t r : riders[c]) swap[r] = swap_state::fetching, swap_copy[r] = h;
+  if (h != nullptr) shared_copies[h] = members.size();
+  for (std::size_t i : members) swap[i] = swap_state::fetching, swap_copy[i] = h;
   return true;
 }
 

@@ -98,13 +98,8 @@ TEST(OffloadPacks, RequestsMergeIntoOnePackOverTheGapTheyShare) {
 
 TEST(OffloadPacks, MembersThatShareNoGapAreRefusedByName) {
   const small_chain c(0.0);
-  std::vector<offload_request> requests(2);
-  requests[0].target = 0;
-  requests[0].evict_after = 10;
-  requests[0].restore_before = 20;
-  requests[1].target = 1;
-  requests[1].evict_after = 25;
-  requests[1].restore_before = 30;
+  // Buffer 0 is back before launch 20; buffer 1 is last used at launch 25.
+  std::vector<offload_request> requests{{0, 10, 20}, {1, 25, 30}};
   std::vector<pack> packs;
   std::string error;
   EXPECT_FALSE(pack_requests(c.it, requests, {3, 3}, packs, error));

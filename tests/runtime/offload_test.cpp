@@ -40,16 +40,17 @@ constexpr std::int64_t kFloats = 64 * 1024;  // 256 KiB activations: whole 64 Ki
 // (optionally rewriting each in place first: a write to a buffer the plan offloaded).
 struct chain : test::accumulator_rig {
   bool rewrite_in_backward = false;
+  std::int64_t floats = kFloats;  // each activation's
 
   void iteration(int layers, const std::function<void(int)>& during_backward = {}) {
     std::vector<float*> acts;
-    auto* first = static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr));
-    fill_params fp{first, kFloats, 0.5f};
+    auto* first = static_cast<float*>(alloc.allocate(floats * sizeof(float), nullptr));
+    fill_params fp{first, floats, 0.5f};
     dev.launch(fill_kernel(), {}, nullptr, &fp);
     acts.push_back(first);
     for (int l = 1; l < layers; ++l) {
-      auto* next = static_cast<float*>(alloc.allocate(kFloats * sizeof(float), nullptr));
-      scale_params sp{next, acts.back(), kFloats, 0.5f + 0.01f * static_cast<float>(l)};
+      auto* next = static_cast<float*>(alloc.allocate(floats * sizeof(float), nullptr));
+      scale_params sp{next, acts.back(), floats, 0.5f + 0.01f * static_cast<float>(l)};
       dev.launch(scale_kernel(), {}, nullptr, &sp);
       acts.push_back(next);
     }
@@ -57,10 +58,10 @@ struct chain : test::accumulator_rig {
       if (during_backward) during_backward(l);
       float* a = acts[static_cast<std::size_t>(l)];
       if (rewrite_in_backward) {
-        scale_params sp{a, a, kFloats, 0.75f};
+        scale_params sp{a, a, floats, 0.75f};
         dev.launch(scale_kernel(), {}, nullptr, &sp);
       }
-      accumulate_params ap{acc, a, kFloats};
+      accumulate_params ap{acc, a, floats};
       dev.launch(accumulate_kernel(), {}, nullptr, &ap);
       alloc.deallocate(a);
     }
@@ -112,11 +113,12 @@ bool g_time_launches = false;
 
 // The same training without and with the engine; `step(c, rt, it)` runs iteration `it`.
 run train_both(engine_options o, int iterations, const std::function<void(chain&, host_runtime*, int)>& step,
-               bool rewrite = false) {
+               bool rewrite = false, std::int64_t floats = kFloats) {
   run out;
   for (bool with_engine : {false, true}) {
     chain c;
     c.rewrite_in_backward = rewrite;
+    c.floats = floats;
     std::unique_ptr<host_runtime> rt;
     if (with_engine) {
       host_runtime_options ro;
@@ -353,6 +355,97 @@ TEST(Offload, ReportsShowTheCopiesTheLinkAndTheCopyStream) {
   const std::string text = render_text(back);
   EXPECT_NE(text.find("offload copies"), std::string::npos) << text;
   EXPECT_NE(render_memory_plot(back).find("offloaded"), std::string::npos) << "the plot marks offloaded bytes";
+}
+
+// ---- offloaded packs (Note [Offload packs]) ------------------------------------------------
+
+constexpr std::int64_t kSmallFloats = 2048;  // 8 KiB activations: eight to a 64 KiB page
+
+// The planner's own plan, with packs as SUBLINEAR_PACKS gives them: over the test's link,
+// whose copies are free, small buffers offloaded alone would each hold a page, so the
+// plan offloads them in packs. `late` moves every restore point that many launches later
+// (a pack's members stay together), so that the backward's rewrites come first.
+engine_options pack_options(std::size_t late = 0, std::string_view budget = "0.6x") {
+  engine_options o = test::amended_plan_options(budget, [late](const policy::iteration& g, policy::plan& p) {
+    for (policy::offload& off : p.offloads)
+      off.restore_before = static_cast<policy::launch_id>(std::min<std::size_t>(off.restore_before + late, g.launches.size()));
+  });
+  o.config.policy = "reforward";
+  return o;
+}
+
+void small_steps(chain& c, host_runtime*, int) { c.iteration(64); }
+
+// Whether the planned iterations moved some buffers in packs: fewer copies than buffers.
+void expect_packed_copies(const run& r) {
+  std::size_t planned = 0;
+  for (const auto& it : r.reports) {
+    if (it.state == engine_state::trace || it.diverged || it.failed_copies > 0 || it.safety_fetches > 0) continue;
+    EXPECT_EQ(it.fetches, it.offloads) << it.index;
+    EXPECT_GT(it.link_copies, 0u) << it.index;
+    EXPECT_LT(it.link_copies, it.offloads + it.fetches) << it.index << ": a pack's members move in one copy";
+    ++planned;
+  }
+  EXPECT_GT(planned, 0u);
+}
+
+TEST(OffloadPacks, APacksMembersMoveInOneCopyEachWayAndTrainBitIdentically) {
+  const run r = train_both(pack_options(), 6, small_steps, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_GT(r.link.offloads, 0u);
+  expect_packed_copies(r);
+  for (const auto& it : r.reports) {
+    if (it.state == engine_state::trace) continue;
+    EXPECT_LE(it.peak_mapped, it.budget) << it.index;
+    EXPECT_EQ(it.safety_fetches, 0u) << it.index;
+  }
+}
+
+TEST(OffloadPacks, APacksCopyTheDeviceRefusesFallsBackToItsMembersAndStaysExact) {
+  const run r = train_both(pack_options(), 6, [](chain& c, host_runtime* rt, int it) {
+    if (rt && it == 3) rt->replay_device().fail_next_copies(1, 1);  // the first copy each way
+    c.iteration(64);
+  }, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.reports.size(), 6u);
+  EXPECT_GE(r.reports[3].failed_copies, 1u);
+  EXPECT_LE(r.reports[3].peak_mapped, r.reports[3].budget);
+  expect_packed_copies(r);
+}
+
+TEST(OffloadPacks, ALaunchReadingAMemberBeforeItsPackIsBackGetsItsBytesFirst) {
+  // Every pack comes back one launch after its first member's consumer: the safety net
+  // fetches that member on its own first, and the pack's other members after it.
+  const run r = train_both(pack_options(1), 6, small_steps, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  std::size_t safety = 0, packed = 0;
+  for (const auto& it : r.reports) {
+    if (it.state == engine_state::trace) continue;
+    EXPECT_FALSE(it.diverged) << it.index;
+    safety += it.safety_fetches;
+    packed += it.link_copies < it.offloads + it.fetches ? 1 : 0;
+  }
+  EXPECT_GT(safety, 0u);
+  EXPECT_GT(packed, 0u) << "packs still went out in one copy";
+}
+
+TEST(OffloadPacks, ADivergenceWithAPackInFlightBringsItBackAndTrainsExactly) {
+  const run r = train_both(pack_options(), 8, [](chain& c, host_runtime*, int it) {
+    c.iteration(64, [&](int l) {
+      if (it != 4 || l != 32) return;
+      fill_params fp{c.scratch, 64, 2.0f};
+      c.dev.launch(fill_kernel(), {}, nullptr, &fp);
+    });
+  }, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.reports.size(), 8u);
+  EXPECT_TRUE(r.reports[4].diverged);
+  EXPECT_GT(r.reports[4].link_copies, 0u) << "the divergence came after packs went out";
+  EXPECT_GT(r.reports[7].link_copies, 0u) << "the new plan offloads again";
 }
 
 }  // namespace
