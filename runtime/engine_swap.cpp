@@ -291,7 +291,6 @@ void engine::impl::poll_offloads() {
 
 // ---- copies in -----------------------------------------------------------------------------
 
-// Maps the pages again and queues the copy back behind `stream`'s work.
 // An offloaded pack's copy back, one for all its members, when all are on the host and
 // in place; false leaves each member to fetch itself.
 bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
@@ -341,6 +340,7 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
   return true;
 }
 
+// Maps the pages again and queues the copy back behind `stream`'s work.
 void engine::impl::fetch(std::size_t i, device::stream_handle stream) {
   if (swap[i] != swap_state::on_host) return;
   if (!riders[i].empty() && fetch_pack(i, stream)) return;
@@ -449,22 +449,49 @@ std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
       continue;
     }
     const double t0 = dev.now_s();
-    dev.wait_copy(swap_copy[i]);
+    const replay_device::copy_handle h = swap_copy[i];
+    dev.wait_copy(h);
     current.release_wait_s += dev.now_s() - t0;
     copying_out.erase(copying_out.begin() + static_cast<std::ptrdiff_t>(k));
     release_offloaded(i);
     asked += pages(plan.offloads[i].target);
+    // A pack's pages go only with all its members: the others that rode on the copy too.
+    for (std::size_t j = 0; h != nullptr && j < copying_out.size();) {
+      const std::size_t r = copying_out[j];
+      if (swap[r] != swap_state::copying_out || swap_copy[r] != h) {
+        ++j;
+        continue;
+      }
+      copying_out.erase(copying_out.begin() + static_cast<std::ptrdiff_t>(j));
+      release_offloaded(r);
+      if (j < k) --k;
+    }
   }
-  for (std::size_t i = 0; i < swap.size() && asked < shortfall; ++i) {
+  const auto may_give_back = [&](std::size_t i) {
     const policy::offload& o = plan.offloads[i];
-    if (swap[i] != swap_state::fetching || o.restore_before <= pos || pins[o.target] != 0) continue;
-    dev.wait_copy(swap_copy[i]);
-    end_swap_note(i);
-    release_copy_of(i);
-    alloc.evict(addr[o.target]);
-    evicted[o.target] = 1;
-    swap[i] = swap_state::on_host;
-    asked += pages(o.target);
+    return swap[i] == swap_state::fetching && o.restore_before > pos && pins[o.target] == 0;
+  };
+  for (std::size_t i = 0; i < swap.size() && asked < shortfall; ++i) {
+    if (!may_give_back(i)) continue;
+    // A pack fetched in one copy is given back whole, or not at all (its pages go only
+    // with every member).
+    std::vector<std::size_t> group{i};
+    const replay_device::copy_handle h = swap_copy[i];
+    if (h != nullptr && shared_copies.count(h) != 0) {
+      for (std::size_t j = 0; j < swap.size(); ++j)
+        if (j != i && swap[j] == swap_state::fetching && swap_copy[j] == h) group.push_back(j);
+      if (!std::all_of(group.begin(), group.end(), may_give_back)) continue;
+    }
+    dev.wait_copy(h);
+    for (std::size_t j : group) {
+      const policy::offload& o = plan.offloads[j];
+      end_swap_note(j);
+      release_copy_of(j);
+      alloc.evict(addr[o.target]);
+      evicted[o.target] = 1;
+      swap[j] = swap_state::on_host;
+    }
+    asked += pages(plan.offloads[i].target);
   }
   if (asked > 0) ++current.pressure_evictions;
   return asked;
