@@ -22,7 +22,8 @@
 //   simulated peak each idle candidate gets its cheaper action, recompute (its recipe's
 //   cost) or offload (the copy time the gap and the copies chosen cannot hide, priced
 //   again as the link loads; not for buffers of less than half a page, which hold whole
-//   pages while resident), best price per byte first, until the excess is covered;
+//   pages while resident: Note [Offload pack search] packs those afterwards), best price
+//   per byte first, until the excess is covered;
 //   where nothing idle is left, a drop restored at the peak is offloaded instead (its
 //   recipe's working set is the peak). Once the plan fits, each non-kept candidate tries
 //   the other actions and keeps the change that lowers the simulated added time (compute
