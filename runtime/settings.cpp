@@ -89,7 +89,7 @@ const std::vector<entry>& entries() {
         "Below every single-recomputation plan, let chain and reforward plan schedules that recompute some buffers more than once (two-level grids and Rotor-style multi-level schedules, docs/policy.md, \"Multi-pass\"); 0 refuses such budgets.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.multi_pass = parse_bool(n, v); }},
       {{"SUBLINEAR_PACKS", "1", "1/true/yes/on or 0/false/no/off",
-        "Let evicted buffers of at most half a page that one recipe regenerates share pages, mapped while any of them is resident (docs/policy.md, \"Packs\"), and runs of small offloaded buffers share pages and move in one copy each way (docs/offload.md, \"Offload packs\"); 0 gives each its own pages.", true},
+        "Let evicted buffers of at most half a page that one recipe regenerates share pages, mapped while any of them is resident (docs/policy.md, \"Packs\"); 0 gives each its own pages.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.packs = parse_bool(n, v); }},
       {{"SUBLINEAR_SCALED_CACHE", "1", "1/true/yes/on or 0/false/no/off",
         "Below the smallest budget that keeping the traced allocator cache back allows, plan with that cache scaled to the budget; a planned iteration that still runs out of room finishes without the budget and sublinear falls back (docs/runtime.md, \"Budget arithmetic\"); 0 refuses such budgets.", true},

@@ -35,7 +35,7 @@ std::string planner_list() {
 
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
-         "                      [--mapped-peak BYTES] [--no-packs] [--no-offload-packs] [--evictions] [--json PATH]\n"
+         "                      [--mapped-peak BYTES] [--no-packs] [--offload-packs] [--evictions] [--json PATH]\n"
          "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--link-latency MS[,MS]]\n"
          "                      [--host-budget BYTES] [--threads N]\n"
          "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
@@ -64,11 +64,11 @@ std::string help_text() {
          "                        too little plans again with the cache scaled to the budget, as\n"
          "                        the runtime does (docs/runtime.md, \"Budget arithmetic\"); its\n"
          "                        row is marked *.\n"
-         "  --no-packs            plan as SUBLINEAR_PACKS=0 does: every evicted or offloaded\n"
-         "                        buffer on pages of its own (docs/policy.md, \"Packs\";\n"
-         "                        docs/offload.md, \"Offload packs\")\n"
-         "  --no-offload-packs    keep recompute packs but offload no packs: the plan the search\n"
-         "                        finds alone, to compare (the runtime plans both kinds)\n"
+         "  --no-packs            plan as SUBLINEAR_PACKS=0 does: every evicted buffer on pages\n"
+         "                        of its own (docs/policy.md, \"Packs\")\n"
+         "  --offload-packs       also let runs of small buffers travel as offloaded packs, one\n"
+         "                        copy each way (docs/offload.md, \"Offload packs\"); the runtime\n"
+         "                        does not plan them by default\n"
 
          "  --evictions           also list each plan's evictions: the buffer, the launches it is\n"
          "                        out between, and the launches replayed to bring it back; and\n"
@@ -161,8 +161,8 @@ plan_options parse(std::span<const std::string_view> args) {
       o.preview.traced_mapped_peak = parse_bytes(flag, next());
     } else if (flag == "--no-packs") {
       o.preview.packs = false;
-    } else if (flag == "--no-offload-packs") {
-      o.preview.offload_packs = false;
+    } else if (flag == "--offload-packs") {
+      o.preview.offload_packs = true;
 
     } else if (flag == "--evictions") {
       o.evictions = true;
@@ -198,7 +198,7 @@ plan_options parse(std::span<const std::string_view> args) {
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
       bad("unknown argument " + quote_bounded(r.raw()) +
-          "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, --no-offload-packs, "
+          "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, --offload-packs, "
           "--evictions, --json, --offload, --link-bandwidth, --link-latency, --host-budget, --threads");
     }
   }

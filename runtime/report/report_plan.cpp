@@ -162,7 +162,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       std::optional<policy::plan> made;
       policy::planner::options po;
       po.packs = options.packs;
-      po.offload_packs = options.packs && options.offload_packs;  // as the runtime, unless turned off
+      po.offload_packs = options.packs && options.offload_packs;
       po.offload = out.offload_mode;
       po.link = options.link;
       po.host_budget = options.host_budget;
