@@ -1,5 +1,7 @@
 #include "policy/offload_packs.hpp"
 
+#include <algorithm>
+
 namespace sublinear::policy {
 
 link_copies copies_of(const iteration& it, const plan& p) {
@@ -8,14 +10,17 @@ link_copies copies_of(const iteration& it, const plan& p) {
   out.carrier.resize(m);
   out.bytes.assign(m, 0);
   out.offset.assign(m, 0);
-  std::vector<std::uint32_t> entry_of(it.buffers.size(), none);
   for (std::size_t j = 0; j < m; ++j) {
     out.carrier[j] = static_cast<std::uint32_t>(j);
     const buffer_id b = p.offloads[j].target;
-    if (b >= it.buffers.size()) continue;
-    out.bytes[j] = it.buffers[b].size;
-    entry_of[b] = static_cast<std::uint32_t>(j);
+    if (b < it.buffers.size()) out.bytes[j] = it.buffers[b].size;
   }
+  // The simulator calls this for every plan a search tries: no per-buffer table unless
+  // some pack is offloaded.
+  if (std::none_of(p.packs.begin(), p.packs.end(), [](const pack& pk) { return pk.offloaded; })) return out;
+  std::vector<std::uint32_t> entry_of(it.buffers.size(), none);
+  for (std::size_t j = 0; j < m; ++j)
+    if (p.offloads[j].target < it.buffers.size()) entry_of[p.offloads[j].target] = static_cast<std::uint32_t>(j);
   for (const pack& pk : p.packs) {
     if (!pk.offloaded || pk.members.empty() || pk.offsets.size() != pk.members.size()) continue;
     bool all = true;
