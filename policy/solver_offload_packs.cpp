@@ -4,15 +4,17 @@
 // Rationale: the offload search leaves buffers of less than half a page to recompute
 //   (Note [Offload search]): alone, each would hold a page while resident and pay a
 //   copy's fixed cost. Packed, a run of them holds their extent and pays one copy.
-// Approach: after the search, on its best plan: the recomputed candidates of at most
-//   half a page, ordered by stream and allocation, are cut into runs of at most `cap`
-//   bytes; each run in turn becomes one offloaded pack, and stays one where the plan then
+// Approach: after the search, on its best plan: the recomputed and offloaded candidates
+//   of at most half a page, ordered by stream and allocation, are cut into runs of at
+//   most `cap` bytes; each run in turn becomes one offloaded pack, and stays one where the plan then
 //   fits for less added time (compute + stalls). Caps of 1, 4 and 16 pages each make a
 //   pass from the search's plan (a larger pack pays the fixed cost once for more bytes,
 //   but is out over a narrower shared gap); the cheapest plan wins. The passes are
 //   bounded like the search's improvement pass, by the graph's size.
 // Limitations: runs follow allocation order, not the members' gaps; a run that does not
-//   pay as a whole is not split. Buffers the search already offloads stay unpacked.
+//   pay as a whole is not split. Members a recipe reads in their gap, or takes as a
+//   temporary (its scratch copy starts from the buffer), are left out: brought back on
+//   their own, they would split the pack's copy.
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -186,8 +188,16 @@ void pack_offloads(planner::context& ctx, std::size_t budget, planner::context::
             reads[k - i].restore_before = cs[small[k]].restore_before;
           }
           fetch_before_recipes(it, kept.result, reads);
+          // A recipe's temporary that is live where the recipe runs is read too: the
+          // runtime starts its scratch copy from the buffer's contents (Note [Replay recipes]).
+          std::vector<std::uint8_t> temporary(it.buffers.size(), 0);
+          for (const eviction& ev : kept.result.evictions)
+            for (buffer_id x : ev.temporaries) temporary[x] = 1;
           for (std::size_t k = i; k < j; ++k)
-            member[k - i] = reads[k - i].restore_before == cs[small[k]].restore_before ? 1 : 0;
+            member[k - i] = reads[k - i].restore_before == cs[small[k]].restore_before &&
+                                    temporary[cs[small[k]].buffer] == 0
+                                ? 1
+                                : 0;
         }
         for (std::size_t k = i; k < j; ++k) {
           if (member[k - i] == 0) {

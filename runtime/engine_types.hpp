@@ -222,10 +222,10 @@ struct engine_options {
   // Tests only: the host's cost per launch in the predicted iteration time, instead of
   // the one measured (Note [Predicted iteration time]); negative: measured.
   double host_s_per_launch = -1.0;
-  // Plan offloaded packs (Note [Offload packs]) with SUBLINEAR_PACKS. Off by default: on
-  // the host device a launch touching a member before its pack is back makes the pack's
-  // members copy one by one, and over the host link (4.5 ms a copy) that stalled
-  // ResNet-434 at 0.5x by about 0.3 s an iteration (docs/offload.md, "Offload packs").
+  // Plan offloaded packs (Note [Offload packs]) with SUBLINEAR_PACKS. Off by default: a
+  // member brought back on its own makes the rest of its pack copy one by one, a copy's
+  // latency each (docs/offload.md, "Offload packs"), and paired runs with packs on are
+  // still to be made.
   bool offload_packs = false;
   // Tests only: changes each plan made with offload allowed (SUBLINEAR_OFFLOAD not off, no
   // host pool refused), after the planner made it and before the engine indexes it (the
