@@ -28,7 +28,7 @@ struct offload_settings {
   link_model link{};
   std::size_t host_budget = 0;  // 0: no bound
   std::size_t threads = 0;      // planner::options::threads
-  bool packs = false;           // planner::options::offload_packs
+  bool offload_packs = false;   // planner::options::offload_packs
 };
 
 // One candidate's action in a keep/recompute/offload choice (evaluate_actions).

@@ -16,8 +16,10 @@
 //   temporary (its scratch copy starts from the buffer), are left out: brought back on
 //   their own, they would split the pack's copy.
 #include <algorithm>
+#include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "common/round_up.hpp"
 #include "policy/packs.hpp"
@@ -97,10 +99,46 @@ bool pack_requests(const iteration& it, std::vector<offload_request>& requests,
   return true;
 }
 
+namespace {
+
+// The run's window: the launches in [lo, hi) where `kept` (the plan with the run resident)
+// maps more than `room` (as Note [Tight windows] asks of one offload); none..none if none.
+std::pair<launch_id, launch_id> run_window(const planner::context& ctx, const plan& kept, launch_id lo, launch_id hi,
+                                           std::size_t room) {
+  std::pair<launch_id, launch_id> out{none, none};
+  const std::vector<std::size_t> during = ctx.sim().timeline(kept);
+  for (launch_id t = lo; t < hi && t < during.size(); ++t) {
+    if (during[t] <= room) continue;
+    if (out.first == none) out.first = t;
+    out.second = t;
+  }
+  return out;
+}
+
+// Per candidate of `run`, whether it may join a pack: not if a recipe of `kept` reads it
+// in its gap (Note [Offloaded recipe inputs]) or takes it as a temporary (the runtime
+// starts the scratch copy from the buffer, Note [Replay recipes]); brought back on its
+// own, it would split the pack's copy.
+std::vector<std::uint8_t> packable(const iteration& it, const candidate_set& cs, const plan& kept,
+                                   std::span<const std::uint32_t> run) {
+  std::vector<offload_request> reads(run.size());
+  for (std::size_t k = 0; k < run.size(); ++k) reads[k] = {cs[run[k]].buffer, cs[run[k]].evict_after, cs[run[k]].restore_before};
+  fetch_before_recipes(it, kept, reads);
+  std::vector<std::uint8_t> temporary(it.buffers.size(), 0);
+  for (const eviction& ev : kept.evictions)
+    for (buffer_id x : ev.temporaries) temporary[x] = 1;
+  std::vector<std::uint8_t> out(run.size());
+  for (std::size_t k = 0; k < run.size(); ++k)
+    out[k] = reads[k].restore_before == cs[run[k]].restore_before && temporary[cs[run[k]].buffer] == 0 ? 1 : 0;
+  return out;
+}
+
+}  // namespace
+
 void pack_offloads(planner::context& ctx, std::size_t budget, planner::context::evaluation& best) {
   const iteration& it = ctx.graph();
   const candidate_set& cs = ctx.candidates();
-  if (!ctx.offload().packs || !ctx.packs() || !packs_apply(it) || ctx.offload().mode != offload_mode::on ||
+  if (!ctx.offload().offload_packs || !ctx.packs() || !packs_apply(it) || ctx.offload().mode != offload_mode::on ||
       !best.fits(budget))
     return;
   const std::size_t page = it.granularity;
@@ -155,49 +193,21 @@ void pack_offloads(planner::context& ctx, std::size_t budget, planner::context::
         std::vector<action> was(j - i);
         std::vector<launch_id> was_lo(j - i), was_hi(j - i);
         for (std::size_t k = i; k < j; ++k) was[k - i] = acts[small[k]], was_lo[k - i] = l[small[k]], was_hi[k - i] = h[small[k]];
-        // The run's window: where, over the gap its members share, the plan with them
-        // resident is over the budget (as Note [Tight windows] asks of one offload).
-        launch_id shared_lo = 0, shared_hi = none;
+        launch_id shared_lo = 0, shared_hi = none;  // the gap the run's members share
         for (std::size_t k = i; k < j; ++k) {
           shared_lo = std::max<launch_id>(shared_lo, cs[small[k]].evict_after + 1);
           shared_hi = std::min<launch_id>(shared_hi, cs[small[k]].restore_before);
         }
         for (std::size_t k = i; k < j; ++k) acts[small[k]] = action::keep;
-        planner::context::evaluation kept = ctx.evaluate_actions(acts, l, h, best.horizons, packed);
+        const planner::context::evaluation kept = ctx.evaluate_actions(acts, l, h, best.horizons, packed);
         --trials;
         launch_id need_lo = none, need_hi = none;
-        if (kept.ok) {
-          const std::vector<std::size_t> during = ctx.sim().timeline(kept.result);
-          // Resident, the pack holds whole pages where its members held their own bytes.
-          const std::size_t extra = round_up(bytes, page) - bytes;
-          const std::size_t room = budget > extra ? budget - extra : 0;
-          for (launch_id t = shared_lo; t < shared_hi && t < during.size(); ++t) {
-            if (during[t] <= room) continue;
-            if (need_lo == none) need_lo = t;
-            need_hi = t;
-          }
-        }
-        // Members a recipe reads in their gap would bring the pack back for it (Note
-        // [Offloaded recipe inputs]): they stay as they were.
         std::vector<std::uint8_t> member(j - i, 1);
         if (kept.ok) {
-          std::vector<offload_request> reads(j - i);
-          for (std::size_t k = i; k < j; ++k) {
-            reads[k - i].target = cs[small[k]].buffer;
-            reads[k - i].evict_after = cs[small[k]].evict_after;
-            reads[k - i].restore_before = cs[small[k]].restore_before;
-          }
-          fetch_before_recipes(it, kept.result, reads);
-          // A recipe's temporary that is live where the recipe runs is read too: the
-          // runtime starts its scratch copy from the buffer's contents (Note [Replay recipes]).
-          std::vector<std::uint8_t> temporary(it.buffers.size(), 0);
-          for (const eviction& ev : kept.result.evictions)
-            for (buffer_id x : ev.temporaries) temporary[x] = 1;
-          for (std::size_t k = i; k < j; ++k)
-            member[k - i] = reads[k - i].restore_before == cs[small[k]].restore_before &&
-                                    temporary[cs[small[k]].buffer] == 0
-                                ? 1
-                                : 0;
+          // Resident, the pack holds whole pages where its members held their own bytes.
+          const std::size_t extra = round_up(bytes, page) - bytes;
+          std::tie(need_lo, need_hi) = run_window(ctx, kept.result, shared_lo, shared_hi, budget > extra ? budget - extra : 0);
+          member = packable(it, cs, kept.result, std::span<const std::uint32_t>(small).subspan(i, j - i));
         }
         for (std::size_t k = i; k < j; ++k) {
           if (member[k - i] == 0) {

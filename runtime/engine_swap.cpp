@@ -121,12 +121,11 @@ void engine::impl::index_offloads() {
   host_pool_bytes = layout.pool_bytes;
   // An offloaded pack's members ride on its first member's copies (Note [Offload packs]).
   policy::link_copies moved = policy::copies_of(g, plan);
-  copy_carrier = std::move(moved.carrier);
   copy_bytes = std::move(moved.bytes);
   copy_offset = std::move(moved.offset);
   riders.assign(plan.offloads.size(), {});
   for (std::size_t i = 0; i < plan.offloads.size(); ++i)
-    if (copy_carrier[i] != i) riders[copy_carrier[i]].push_back(i);
+    if (moved.carrier[i] != i) riders[moved.carrier[i]].push_back(i);
 }
 
 void engine::impl::begin_offloads() {

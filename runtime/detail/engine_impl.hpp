@@ -209,9 +209,8 @@ struct engine::impl {
   std::vector<std::vector<std::size_t>> needed_at;       // position -> entries its stream waits for
   std::vector<std::int32_t> offload_of;                  // buffer -> plan.offloads entry, or -1
   std::vector<std::size_t> host_offset;                  // entry -> its slot in the host pool
-  // Offloaded packs (Note [Offload packs] in policy/offload_packs.hpp): entry -> the entry
-  // whose copy moves its bytes, and the bytes that copy moves (policy::copies_of).
-  std::vector<std::uint32_t> copy_carrier;
+  // Offloaded packs (Note [Offload packs] in policy/offload_packs.hpp), per entry: the
+  // bytes its copies move and its offset in its carrier's copy (policy::copies_of).
   std::vector<std::size_t> copy_bytes, copy_offset;
   std::vector<std::vector<std::size_t>> riders;          // carrier -> the other entries of its pack
   std::map<replay_device::copy_handle, std::size_t> shared_copies;  // a pack's copy -> entries holding it
