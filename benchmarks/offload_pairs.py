@@ -16,8 +16,12 @@ VMM calls per planned iteration over a steady iteration's (medians); VMM ms: the
 VMM term at the device's probed cost; hooks ms: a steady iteration's time in the engine's
 launch hooks.
 
+Modes: off (SUBLINEAR_OFFLOAD=off), auto (SUBLINEAR_OFFLOAD=auto) and packs (auto with
+SUBLINEAR_OFFLOAD_PACKS=1: offloaded sub-page buffers move in packs, docs/offload.md).
+
     benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
-                                [--iterations 8] [--quick] [--json out.json]
+                                [--iterations 8] [--modes off,auto] [--case NAME]
+                                [--quick] [--json out.json]
 """
 import argparse
 import json
@@ -37,10 +41,14 @@ CASES = [
 ]
 
 
-def run_demo(binary, args, offload, iterations, policy):
+MODES = {"off": {"SUBLINEAR_OFFLOAD": "off"}, "auto": {"SUBLINEAR_OFFLOAD": "auto"},
+         "packs": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "1"}}
+
+
+def run_demo(binary, args, mode, iterations, policy):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "demo.json")
-        env = dict(os.environ, SUBLINEAR_OFFLOAD=offload)
+        env = dict(os.environ, **MODES[mode])
         cmd = [binary, "demo", *args, "--iterations", str(iterations), "--policy", policy, "--json", out]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -73,6 +81,7 @@ def figures(d):
         "peak": d.get("peak_bytes", 0) / max(1, d.get("baseline_peak_bytes", 1)),
         "offloaded_buffers": d.get("offloaded_buffers", 0),
         "link_mib": d.get("offloaded_bytes", 0) / 2**20,
+        "copies": d.get("link_copies", 0),
         "busy_share": d.get("link_busy_s", 0.0) / iter_s if iter_s else None,
         "stall_ms": d.get("copy_stall_s", 0.0) * 1e3,
         "predicted_s": predicted,
@@ -96,17 +105,23 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--policy", default="reforward")
+    p.add_argument("--modes", default="off,auto", help="comma-separated: off, auto, packs")
+    p.add_argument("--case", help="only the cases whose name contains this")
     p.add_argument("--quick", action="store_true", help="Transformer-8 only, one repeat")
     p.add_argument("--json", help="also write every run's figures here")
     a = p.parse_args()
-    cases = CASES[:1] if a.quick else CASES
+    cases = CASES[:1] if a.quick else [c for c in CASES if not a.case or a.case in c[0]]
     repeats = 1 if a.quick else a.repeats
+    modes = a.modes.split(",")
+    for m in modes:
+        if m not in MODES:
+            p.error("--modes: unknown mode %r (off, auto, packs)" % m)
     all_runs = {}
-    print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" %
-          ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "link busy share", "stall ms/iter",
+    print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" %
+          ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "copies", "link busy share", "stall ms/iter",
            "predicted/measured", "plan's/measured", "device/measured", "VMM calls", "VMM ms", "hooks ms", "exact"))
     for name, args, target in cases:
-        for mode in ("off", "auto"):
+        for mode in modes:
             runs = [figures(run_demo(a.sublinear, args, mode, a.iterations, a.policy)) for _ in range(repeats)]
             all_runs["%s %s" % (name, mode)] = runs
             ok = [r for r in runs if r and "error" not in r]
@@ -114,9 +129,10 @@ def main():
                 why = next((r["error"] for r in runs if r and "error" in r), "failed")
                 print("%-22s %-8s %s" % (name, mode, why))
                 continue
-            print("%-22s %-8s %-24s %-14s %-8s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" % (
+            print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" % (
                 name, mode, summary([r["time"] for r in ok], "%.2fx"), summary([r["peak"] for r in ok], "%.2fx"),
                 summary([r["offloaded_buffers"] for r in ok], "%d"), summary([r["link_mib"] for r in ok], "%.1f"),
+                summary([r["copies"] for r in ok], "%d"),
                 summary([r["busy_share"] for r in ok], "%.2f"), summary([r["stall_ms"] for r in ok], "%.1f"),
                 summary([r["pred_over_meas"] for r in ok], "%.2f"), summary([r["at_plan_over_meas"] for r in ok], "%.2f"),
                 summary([r["device_over_meas"] for r in ok], "%.2f"), summary([r["vmm_calls_ratio"] for r in ok], "%.2f"),

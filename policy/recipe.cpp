@@ -53,6 +53,21 @@ bool dataflow::writes(launch_id l, buffer_id b) const noexcept {
   return std::binary_search(w.begin(), w.end(), b);
 }
 
+bool writes_first(const iteration& it, launch_id l, buffer_id b) {
+  const buffer& buf = it.buffers[b];
+  const auto& w = it.launches[l].written;
+  return buf.alloc_index != none && !buf.users.empty() && buf.users.front() == l &&
+         std::binary_search(w.begin(), w.end(), b);
+}
+
+bool reads_on_entry(const iteration& it, std::span<const launch_id> recipe, buffer_id b) {
+  for (launch_id l : recipe) {
+    const auto& t = it.launches[l].touched;
+    if (std::binary_search(t.begin(), t.end(), b)) return !writes_first(it, l, b);
+  }
+  return false;
+}
+
 bool dataflow::allocated_at(buffer_id b, launch_id r) const noexcept {
   const buffer& buf = it_->buffers[b];
   return buf.alloc_at <= r && (buf.free_at == none || r < buf.free_at);

@@ -71,6 +71,16 @@ class dataflow {
   std::vector<launch_id> writers_;
 };
 
+// Whether `recipe` (ascending launches) needs the bytes `b` holds when it starts: the
+// first of its launches touching b reads it, as every launch touching b does but the one
+// that writes b first since its allocation (the tracer's rule). The runtime starts a
+// temporary's scratch from the live buffer's bytes exactly then (Note [Recipe scratch]),
+// so an offloaded one must be back (Note [Offloaded recipe inputs]).
+[[nodiscard]] bool reads_on_entry(const iteration& it, std::span<const launch_id> recipe, buffer_id b);
+
+// Whether launch `l` writes `b` first since b's allocation (so reads none of its bytes).
+[[nodiscard]] bool writes_first(const iteration& it, launch_id l, buffer_id b);
+
 // What to do with an evicted (non-target) buffer that a recipe launch reads.
 enum class evicted_inputs : std::uint8_t {
   temporary,   // rebuild it in scratch pages for this recipe only; it stays evicted

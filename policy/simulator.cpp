@@ -404,6 +404,14 @@ simulation simulator::run(const plan& p) const {
       }
       in_temp[x] = epoch;
     }
+    for (buffer_id x : ev.temporaries) {
+      // The runtime starts a live temporary's scratch from its bytes (Note [Recipe scratch]).
+      if (s.offloaded_at(p, x, t) && reads_on_entry(it, ev.recipe, x)) {
+        out.error = who + ": the recipe reads buffer " + std::to_string(x) + " (a temporary) on entry, which is " +
+                    "offloaded (offload " + std::to_string(s.offload_of[x]) + ") before launch " + std::to_string(t);
+        return out;
+      }
+    }
     for (std::size_t i = 0; i < ev.recipe.size(); ++i) {
       const launch_id l = ev.recipe[i];
       if (i > 0 && ev.recipe[i - 1] >= l) {

@@ -81,8 +81,9 @@
 //
 // Note [Offloaded recipe inputs]
 // Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
-//   memory and the segment is recomputed from it. A recipe reads its inputs in place, so
-//   an input must be back before the recipe runs, not only before its own next use.
+//   memory and the segment is recomputed from it. A recipe reads its inputs in place, and
+//   a live temporary's scratch starts from its bytes (Note [Recipe scratch]), so either
+//   must be back before the recipe runs, not only before its own next use.
 // Approach: once the drop plan is built, an offload whose target a recipe reads inside
 //   its gap restores before the launch before that recipe's restore point (recipes run
 //   ahead of the fetch waits at their launch, Note [Link timeline]); fetch_after and the
@@ -98,6 +99,7 @@
 #include <mutex>
 #include <thread>
 
+#include "policy/recipe.hpp"
 #include "policy/solvers.hpp"
 
 namespace sublinear::policy {
@@ -175,22 +177,32 @@ void place_offloads(const iteration& it, const link_model& link, plan& p, std::s
 
 namespace {
 
-// Calls read(x, t) for every buffer x a recipe of p reads in place, t its restore point.
-// (The search calls it once a round: what each recipe rebuilds is marked, not searched.)
+// Calls read(x, t) for every buffer x a recipe of p reads in place, t its restore point,
+// and for every temporary it reads on entry (reads_on_entry: the runtime starts its
+// scratch from the live buffer's bytes). (The search calls it once a round: what each
+// recipe rebuilds is marked, not searched.)
 template <typename Read>
 void for_each_recipe_read(const iteration& it, const plan& p, Read&& read) {
   std::vector<std::uint32_t> rebuilt_by(it.buffers.size(), none);  // the eviction that rebuilds it
+  std::vector<std::uint32_t> temporary_of(it.buffers.size(), none);  // reset at its first touch
   for (std::uint32_t k = 0; k < p.evictions.size(); ++k) {
     const eviction& ev = p.evictions[k];
     const auto mark = [&](buffer_id x) {
       if (x < rebuilt_by.size()) rebuilt_by[x] = k;
     };
     mark(ev.target);
-    for (buffer_id x : ev.temporaries) mark(x);
     for (buffer_id x : ev.also_regenerates) mark(x);
+    for (buffer_id x : ev.temporaries) {
+      mark(x);
+      if (x < temporary_of.size()) temporary_of[x] = k;
+    }
     for (launch_id l : ev.recipe) {
       for (buffer_id x : it.launches[l].touched) {
-        if (x < rebuilt_by.size() && rebuilt_by[x] == k) continue;  // rebuilt
+        if (x < rebuilt_by.size() && rebuilt_by[x] == k) {
+          if (temporary_of[x] != k) continue;  // rebuilt, or a temporary touched before
+          temporary_of[x] = none;
+          if (writes_first(it, l, x)) continue;
+        }
         read(x, ev.restore_before);
       }
     }

@@ -115,21 +115,16 @@ std::pair<launch_id, launch_id> run_window(const planner::context& ctx, const pl
   return out;
 }
 
-// Per candidate of `run`, whether it may join a pack: not if a recipe of `kept` reads it
-// in its gap (Note [Offloaded recipe inputs]) or takes it as a temporary (the runtime
-// starts the scratch copy from the buffer, Note [Replay recipes]); brought back on its
-// own, it would split the pack's copy.
+// Per candidate of `run`, whether it may join a pack: not if a recipe of `kept` reads it,
+// or takes it as a temporary, in its gap (Note [Offloaded recipe inputs]); brought back
+// on its own, it would split the pack's copy.
 std::vector<std::uint8_t> packable(const iteration& it, const candidate_set& cs, const plan& kept,
                                    std::span<const std::uint32_t> run) {
   std::vector<offload_request> reads(run.size());
   for (std::size_t k = 0; k < run.size(); ++k) reads[k] = {cs[run[k]].buffer, cs[run[k]].evict_after, cs[run[k]].restore_before};
   fetch_before_recipes(it, kept, reads);
-  std::vector<std::uint8_t> temporary(it.buffers.size(), 0);
-  for (const eviction& ev : kept.evictions)
-    for (buffer_id x : ev.temporaries) temporary[x] = 1;
   std::vector<std::uint8_t> out(run.size());
-  for (std::size_t k = 0; k < run.size(); ++k)
-    out[k] = reads[k].restore_before == cs[run[k]].restore_before && temporary[cs[run[k]].buffer] == 0 ? 1 : 0;
+  for (std::size_t k = 0; k < run.size(); ++k) out[k] = reads[k].restore_before == cs[run[k]].restore_before ? 1 : 0;
   return out;
 }
 

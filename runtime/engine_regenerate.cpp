@@ -224,8 +224,9 @@ std::vector<launch_id> engine::impl::runnable_recipe(const policy::eviction& e,
 //   the peak sits inside such a recipe (ResNet-152: 1.25 MiB of scratch on a 6.4 MiB
 //   plan), and what the planner must leave for it is memory it cannot drop.
 // Approach: a temporary gets its scratch block just before the first recipe launch that
-//   touches it (a live side output copied in then: nothing has changed it since the
-//   recipe began) and gives it back, stream-ordered, right after the last one is queued,
+//   touches it (a live side output that launch reads is copied in then: nothing has
+//   changed it since the recipe began) and gives it back, stream-ordered, right after the
+//   last one is queued,
 //   so a later temporary of the same recipe can reuse it, as the original iteration's
 //   allocations did. The simulator counts the same thing (scratch_bytes: the most bytes
 //   held at once, by first and last touching recipe launch).
@@ -363,8 +364,9 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
       if (addr[t] == nullptr) throw error("sublinear: a recipe temporary has no address in this iteration");
       auto it = scratch_of.find(t);
       if (it == scratch_of.end()) {
-        // First use in the recipe: map its scratch now; a live side output starts from
-        // its contents, which nothing has changed since the recipe began.
+        // First use in the recipe: map its scratch now; a live side output this launch
+        // reads starts from its contents, which nothing has changed since the recipe
+        // began (one it writes first starts empty: policy::reads_on_entry).
         const std::size_t size = g.buffers[t].size;
         char* s = nullptr;
         try {
@@ -377,7 +379,7 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
         it = scratch_of.emplace(t, s).first;
         if (const auto kept = read_from_copy.find(t); kept != read_from_copy.end()) {
           dev.upload(s, kept->second->bytes.data(), size, stream);  // Note [Unseen writes]
-        } else if (!freed[t] && !evicted[t]) {
+        } else if (!freed[t] && !evicted[t] && reads(l, t)) {
           dev.copy(s, addr[t], size, stream);
         }
       }

@@ -386,27 +386,34 @@ void engine::impl::bring_in(std::size_t i, device::stream_handle stream) {
   swapped_ranges.erase(addr[b]);
 }
 
-bool engine::impl::reads_offload_not_back(const std::vector<launch_id>& recipe) const {
-  if (swapped_ranges.empty()) return false;
+// The offloads not back whose bytes `recipe` reads: a buffer it reads at its first touch
+// (a block the first touching launch writes first since its allocation starts as empty
+// scratch, Note [Recipe scratch]; policy::reads_on_entry is the planner's side).
+std::vector<std::size_t> engine::impl::offloads_a_recipe_reads(const std::vector<launch_id>& recipe) const {
+  std::vector<std::size_t> out;
+  if (swapped_ranges.empty()) return out;
+  std::vector<buffer_id> seen;
   for (launch_id l : recipe) {
     for (buffer_id u : graph().launches[l].touched) {
       const std::int32_t i = offload_of[u];
-      if (i >= 0 && (swap[i] == swap_state::on_host || swap[i] == swap_state::fetching)) return true;
+      if (i < 0 || (swap[i] != swap_state::on_host && swap[i] != swap_state::fetching)) continue;
+      if (std::find(seen.begin(), seen.end(), u) != seen.end()) continue;
+      seen.push_back(u);
+      if (reads(l, u)) out.push_back(static_cast<std::size_t>(i));
     }
   }
-  return false;
+  return out;
+}
+
+bool engine::impl::reads_offload_not_back(const std::vector<launch_id>& recipe) const {
+  return !offloads_a_recipe_reads(recipe).empty();
 }
 
 void engine::impl::bring_in_recipe_inputs(const std::vector<launch_id>& recipe, device::stream_handle stream) {
-  if (swapped_ranges.empty()) return;
-  for (launch_id l : recipe) {
-    for (buffer_id u : graph().launches[l].touched) {
-      const std::int32_t i = offload_of[u];
-      if (i >= 0 && (swap[i] == swap_state::on_host || swap[i] == swap_state::fetching)) {
-        ++current.safety_fetches;
-        bring_in(static_cast<std::size_t>(i), stream);
-      }
-    }
+  for (std::size_t i : offloads_a_recipe_reads(recipe)) {
+    if (swap[i] != swap_state::on_host && swap[i] != swap_state::fetching) continue;  // came back with a pack
+    ++current.safety_fetches;
+    bring_in(i, stream);
   }
 }
 

@@ -222,11 +222,6 @@ struct engine_options {
   // Tests only: the host's cost per launch in the predicted iteration time, instead of
   // the one measured (Note [Predicted iteration time]); negative: measured.
   double host_s_per_launch = -1.0;
-  // Plan offloaded packs (Note [Offload packs]) with SUBLINEAR_PACKS. Off by default: a
-  // member brought back on its own makes the rest of its pack copy one by one, a copy's
-  // latency each (docs/offload.md, "Offload packs"), and paired runs with packs on are
-  // still to be made.
-  bool offload_packs = false;
   // Tests only: changes each plan made with offload allowed (SUBLINEAR_OFFLOAD not off, no
   // host pool refused), after the planner made it and before the engine indexes it (the
   // offload tests turn evictions into offloads with it).

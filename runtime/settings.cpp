@@ -108,6 +108,9 @@ const std::vector<entry>& entries() {
            bad(n, v, "auto, off, only");
          }
        }},
+      {{"SUBLINEAR_OFFLOAD_PACKS", "0", "1/true/yes/on or 0/false/no/off",
+        "Let offloaded buffers of at most half a page share pages and move in one copy each way (docs/offload.md, \"Offload packs\"); 0 copies each on its own.", true},
+       [](settings& s, const std::string& n, const std::string& v) { s.offload_packs = parse_bool(n, v); }},
       {{"SUBLINEAR_HOST_BUDGET", "", "bytes with a unit (16GiB, 512MiB, 1048576)",
         "Pinned host memory the offloads' pool may take (docs/offload.md, \"The host pool layout\"); empty means half the host's "
         "physical memory.", false},
@@ -289,6 +292,7 @@ std::string describe(const settings& s) {
       << "SUBLINEAR_OFFLOAD="
       << (s.offload == policy::offload_mode::off ? "off" : s.offload == policy::offload_mode::only ? "only" : "auto")
       << "\n"
+      << "SUBLINEAR_OFFLOAD_PACKS=" << (s.offload_packs ? "1" : "0") << "\n"
       << "SUBLINEAR_HOST_BUDGET=" << (s.host_budget == 0 ? std::string() : std::to_string(s.host_budget)) << "\n"
       << "SUBLINEAR_LINK_BANDWIDTH="
       << (s.link_to_host == 0.0 ? std::string()

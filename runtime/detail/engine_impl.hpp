@@ -235,8 +235,9 @@ struct engine::impl {
   void poll_offloads();
   void fetch(std::size_t i, device::stream_handle stream);
   void bring_in(std::size_t i, device::stream_handle stream);
-  // Whether a launch of `recipe` reads an offloaded buffer whose bytes are not on the
-  // device (on the host, or a fetch not yet waited for).
+  // The offloads whose bytes are not on the device (on the host, or a fetch not yet
+  // waited for) and that `recipe` reads: at its first launch touching them.
+  [[nodiscard]] std::vector<std::size_t> offloads_a_recipe_reads(const std::vector<launch_id>& recipe) const;
   [[nodiscard]] bool reads_offload_not_back(const std::vector<launch_id>& recipe) const;
   // Brings those buffers back first: `stream` waits for their copies.
   void bring_in_recipe_inputs(const std::vector<launch_id>& recipe, device::stream_handle stream);

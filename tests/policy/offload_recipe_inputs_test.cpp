@@ -1,5 +1,6 @@
 // Offload beside recompute in one plan: a recipe's input sent to host memory comes back
 // before the recipe runs (Note [Offloaded recipe inputs] in policy/solver_offload.cpp).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,6 +124,94 @@ TEST(OffloadRecipeInputs, PlannersMixBothActionsOnOneChain) {
     EXPECT_EQ(r.added_compute_s, 1.0);
     EXPECT_EQ(r.predicted_stall_s, 0.0);
   }
+}
+
+// L0 P -> x (and s, unless s is fresh) | L1 x, s -> y, s | L2 | L3 P -> c | L4 | L5 |
+// L6 reads y | L7 reads x, s. y's recipe (L1) takes s as a temporary: with `fresh`, L1
+// writes s first since its allocation, so the recipe needs none of its bytes; otherwise
+// L1 updates it in place (as BatchNorm its running statistics) and the runtime starts
+// the scratch from the live bytes (Note [Recipe scratch]).
+struct side_output {
+  iteration it;
+  buffer_id s, y;
+};
+
+side_output make_side_output(bool fresh) {
+  test::hand_iteration h(g);
+  side_output o{};
+  const buffer_id P = h.persistent(1000);
+  const buffer_id x = h.transient(big, 0, 8);
+  o.s = h.transient(big, fresh ? 1 : 0, 8);
+  o.y = h.transient(big, 1, 7);
+  const buffer_id c = h.transient(2 * big, 3, 4);
+  if (fresh) {
+    h.launch({P}, {x}, 100.0);
+  } else {
+    h.launch({P}, {x, o.s}, 100.0);
+  }
+  h.launch({x, o.s}, {o.y, o.s}, 1.0);
+  h.launch({P}, {}, 1.0);
+  h.launch({P}, {c}, 1.0);
+  h.launch({P}, {}, 1.0);
+  h.launch({P}, {}, 1.0);
+  h.launch({o.y}, {}, 1.0);
+  h.launch({x, o.s}, {}, 1.0);
+  o.it = h.finish(3);
+  return o;
+}
+
+plan drop_y_with_temporary(const side_output& o) {
+  plan p;
+  eviction ev;
+  ev.target = o.y;
+  ev.evict_after = 1;
+  ev.restore_before = 6;
+  ev.recipe = {1};
+  ev.temporaries = {o.s};
+  p.evictions.push_back(ev);
+  return p;
+}
+
+std::vector<offload_request> offload_s(const side_output& o) {
+  std::vector<offload_request> requests(1);
+  requests[0].target = o.s;
+  requests[0].evict_after = 1;
+  requests[0].restore_before = 7;
+  return requests;
+}
+
+TEST(OffloadRecipeInputs, ATemporaryTheRecipeReadsOnEntryComesBackBeforeIt) {
+  const side_output o = make_side_output(false);
+  ASSERT_TRUE(reads_on_entry(o.it, std::vector<launch_id>{1}, o.s));
+  const plan seed = drop_y_with_temporary(o);
+  ASSERT_TRUE(simulate(o.it, seed, fast).valid) << simulate(o.it, seed, fast).error;
+  std::vector<offload_request> requests = offload_s(o);
+  fetch_before_recipes(o.it, seed, requests);
+  EXPECT_EQ(requests[0].restore_before, 5u) << "L1 reads s in place before writing it";
+  plan moved = seed;
+  place_offloads(o.it, fast, moved, requests);
+  const simulation r = simulate(o.it, moved, fast);
+  EXPECT_TRUE(r.valid) << r.error;
+
+  plan unmoved = seed;
+  std::vector<offload_request> late = offload_s(o);
+  place_offloads(o.it, fast, unmoved, late);
+  const simulation refused = simulate(o.it, unmoved, fast);
+  EXPECT_FALSE(refused.valid);
+  EXPECT_THAT(refused.error, testing::HasSubstr("(a temporary) on entry, which is offloaded"));
+}
+
+TEST(OffloadRecipeInputs, ATemporaryTheRecipeWritesFirstStaysOut) {
+  const side_output o = make_side_output(true);
+  EXPECT_FALSE(reads_on_entry(o.it, std::vector<launch_id>{1}, o.s));
+  const plan seed = drop_y_with_temporary(o);
+  std::vector<offload_request> requests = offload_s(o);
+  fetch_before_recipes(o.it, seed, requests);
+  EXPECT_EQ(requests[0].restore_before, 7u) << "the recipe needs none of s's bytes";
+  plan p = seed;
+  place_offloads(o.it, fast, p, requests);
+  const simulation r = simulate(o.it, p, fast);
+  EXPECT_TRUE(r.valid) << r.error;
 }
 
 // From a chain-solver plan at a larger budget, the search covers a smaller one: the

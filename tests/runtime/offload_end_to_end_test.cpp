@@ -87,7 +87,7 @@ outcome train(model_kind kind, const std::string& budget, how h) {
     o.config.log = log_level::error;
     o.device_capacity = session.vmm().physical_capacity();
     if (h == how::converted) o.amend_plan = offload_everything;
-    o.offload_packs = h == how::packed;
+    o.config.offload_packs = h == how::packed;
     host_runtime_options ro;
     ro.time_launches = false;  // costs from touched bytes: the same plan every run
     rt = std::make_unique<host_runtime>(session.device(), session.allocator(), o, ro);

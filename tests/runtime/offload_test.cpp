@@ -371,7 +371,7 @@ engine_options pack_options(std::size_t late = 0, std::string_view budget = "0.6
       off.restore_before = static_cast<policy::launch_id>(std::min<std::size_t>(off.restore_before + late, g.launches.size()));
   });
   o.config.policy = "reforward";
-  o.offload_packs = true;
+  o.config.offload_packs = true;
   return o;
 }
 

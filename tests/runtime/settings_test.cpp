@@ -329,7 +329,7 @@ TEST(DisableSetting, RetentionMultiPassPacksAndScaledCacheAreTheOnlySwitches) {
   for (const auto& o : options_table()) {
     const std::string n = o.name;
     EXPECT_EQ(o.boolean, n == "SUBLINEAR_DISABLE" || n == "SUBLINEAR_RETENTION" || n == "SUBLINEAR_MULTIPASS" ||
-                             n == "SUBLINEAR_PACKS" || n == "SUBLINEAR_SCALED_CACHE")
+                             n == "SUBLINEAR_PACKS" || n == "SUBLINEAR_SCALED_CACHE" || n == "SUBLINEAR_OFFLOAD_PACKS")
         << n;
   }
 }
@@ -356,6 +356,14 @@ TEST(PacksSetting, IsOnByDefaultAndTakesTheBooleanForms) {
   for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_PACKS", v}}).packs) << v;
   expect_refused("SUBLINEAR_PACKS", "some", "1, true, yes, on, 0, false, no, off");
   EXPECT_NE(describe(read({{"SUBLINEAR_PACKS", "0"}})).find("SUBLINEAR_PACKS=0"), std::string::npos);
+}
+
+TEST(OffloadPacksSetting, IsOffByDefaultAndTakesTheBooleanForms) {
+  EXPECT_FALSE(read({}).offload_packs);
+  for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_OFFLOAD_PACKS", v}}).offload_packs) << v;
+  for (const char* v : {"0", "false", "no", "off"}) EXPECT_FALSE(read({{"SUBLINEAR_OFFLOAD_PACKS", v}}).offload_packs) << v;
+  expect_refused("SUBLINEAR_OFFLOAD_PACKS", "packed", "1, true, yes, on, 0, false, no, off");
+  EXPECT_NE(describe(read({{"SUBLINEAR_OFFLOAD_PACKS", "1"}})).find("SUBLINEAR_OFFLOAD_PACKS=1"), std::string::npos);
 }
 
 TEST(RetentionSetting, IsOnByDefaultAndTakesTheBooleanForms) {
