@@ -290,8 +290,11 @@ void engine::impl::poll_offloads() {
 
 // ---- copies in -----------------------------------------------------------------------------
 
-// An offloaded pack's copy back, one for all its members, when all are on the host and
-// in place; false leaves each member to fetch itself.
+// An offloaded pack's copy back: one for all its members when all are on the host and in
+// place. Where some are not (brought back early on their own, or placed apart), each run
+// of members that are, in the pack's order, moves in one copy; the others stay as they
+// are. False (the carrier itself not on the host in place) leaves each member to fetch
+// itself.
 bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
   const buffer_id b0 = plan.offloads[c].target;
   const auto away = [&](std::size_t i) {
@@ -299,15 +302,39 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
     return swap[i] == swap_state::on_host && !freed[b] && addr[b] == addr[b0] + copy_offset[i];
   };
   if (!away(c)) return false;
-  for (std::size_t r : riders[c])
-    if (!away(r)) return false;
   std::vector<std::size_t> members{c};
   members.insert(members.end(), riders[c].begin(), riders[c].end());
+  if (std::all_of(members.begin(), members.end(), away)) {
+    fetch_run(c, members, 0, copy_bytes[c], stream);
+    return true;
+  }
+  std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) { return copy_offset[a] < copy_offset[b]; });
+  for (std::size_t k = 0; k < members.size();) {
+    if (!away(members[k])) {
+      ++k;
+      continue;
+    }
+    std::size_t j = k;
+    while (j < members.size() && away(members[j])) ++j;
+    const std::size_t last = members[j - 1];
+    const std::size_t from = copy_offset[members[k]];
+    const std::size_t to = copy_offset[last] + graph().buffers[plan.offloads[last].target].size;
+    fetch_run(c, std::vector<std::size_t>(members.begin() + static_cast<std::ptrdiff_t>(k),
+                                          members.begin() + static_cast<std::ptrdiff_t>(j)),
+              from, to - from, stream);
+    k = j;
+  }
+  return true;
+}
+
+// One copy back for `members` of carrier c's pack: `bytes` from `offset` into the pack.
+void engine::impl::fetch_run(std::size_t c, const std::vector<std::size_t>& members, std::size_t offset,
+                             std::size_t bytes, device::stream_handle stream) {
   std::size_t restored = 0;
   try {
     for (; restored < members.size(); ++restored) alloc.restore(addr[plan.offloads[members[restored]].target]);
   } catch (...) {
-    // out_of_memory propagates as for recipes, with every member still on the host.
+    // out_of_memory propagates as for recipes, with these members still on the host.
     for (std::size_t k = 0; k < restored; ++k) alloc.evict(addr[plan.offloads[members[k]].target]);
     throw;
   }
@@ -316,27 +343,28 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
     ++current.fetches;
     begin_swap_note(i, timeline_event::kind::fetch);
   }
-  current.fetched_bytes += copy_bytes[c];
+  current.fetched_bytes += bytes;
   ++current.link_copies;
+  char* device_at = addr[plan.offloads[c].target] + offset;
+  const std::byte* host_at = host_pool + host_offset[c] + offset;
   replay_device::copy_handle h = nullptr;
   try {
-    h = dev.copy_to_device(addr[b0], host_pool + host_offset[c], copy_bytes[c], stream);
+    h = dev.copy_to_device(device_at, host_at, bytes, stream);
   } catch (const std::exception& e) {
     ++current.failed_copies;
     log_warn("iteration " + std::to_string(iteration_index) + ": the copy of a pack of " +
-             std::to_string(riders[c].size() + 1) + " buffers back to the device failed (" + e.what() +
+             std::to_string(members.size()) + " buffers back to the device failed (" + e.what() +
              "); copying it synchronously");
-    dev.upload(addr[b0], host_pool + host_offset[c], copy_bytes[c], stream);
+    dev.upload(device_at, host_at, bytes, stream);
     for (std::size_t i : members) {
       end_swap_note(i);
       swap[i] = swap_state::resident;
       swapped_ranges.erase(addr[plan.offloads[i].target]);
     }
-    return true;
+    return;
   }
   if (h != nullptr) shared_copies[h] = members.size();
   for (std::size_t i : members) swap[i] = swap_state::fetching, swap_copy[i] = h;
-  return true;
 }
 
 // Maps the pages again and queues the copy back behind `stream`'s work.

@@ -217,6 +217,8 @@ struct engine::impl {
   void release_copy_of(std::size_t i);                   // gives entry i's copy back (once no entry holds it)
   [[nodiscard]] bool start_pack_offload(std::size_t c, device::stream_handle stream);
   [[nodiscard]] bool fetch_pack(std::size_t c, device::stream_handle stream);
+  void fetch_run(std::size_t c, const std::vector<std::size_t>& members, std::size_t offset, std::size_t bytes,
+                 device::stream_handle stream);
   std::size_t host_pool_bytes = 0;                       // the pool the plan's slots need
   std::byte* host_pool = nullptr;
   std::vector<swap_state> swap;                          // entry -> this iteration's state

@@ -364,12 +364,17 @@ constexpr std::int64_t kSmallFloats = 2048;  // 8 KiB activations: eight to a 64
 // The planner's own plan, with packs as SUBLINEAR_PACKS gives them: over the test's link,
 // whose copies are free, small buffers offloaded alone would each hold a page, so the
 // plan offloads them in packs. `late` moves every restore point that many launches later
-// (a pack's members stay together), so that the backward's rewrites come first.
-engine_options pack_options(std::size_t late = 0, std::string_view budget = "0.6x") {
-  engine_options o = test::amended_plan_options(budget, [late](const policy::iteration& g, policy::plan& p) {
-    for (policy::offload& off : p.offloads)
-      off.restore_before = static_cast<policy::launch_id>(std::min<std::size_t>(off.restore_before + late, g.launches.size()));
-  });
+// (a pack's members stay together), so that the backward's rewrites come first; with
+// `fetch_late` the fetch moves as far, so that the backward reads a member first.
+engine_options pack_options(std::size_t late = 0, std::string_view budget = "0.6x", bool fetch_late = false) {
+  engine_options o =
+      test::amended_plan_options(budget, [late, fetch_late](const policy::iteration& g, policy::plan& p) {
+        for (policy::offload& off : p.offloads) {
+          const auto n = g.launches.size();
+          off.restore_before = static_cast<policy::launch_id>(std::min<std::size_t>(off.restore_before + late, n));
+          if (fetch_late) off.fetch_after = std::max(off.fetch_after, off.restore_before - 1);
+        }
+      });
   o.config.policy = "reforward";
   o.config.offload_packs = true;
   return o;
@@ -417,20 +422,32 @@ TEST(OffloadPacks, APacksCopyTheDeviceRefusesFallsBackToItsMembersAndStaysExact)
 }
 
 TEST(OffloadPacks, ALaunchReadingAMemberBeforeItsPackIsBackGetsItsBytesFirst) {
-  // Every pack comes back one launch after its first member's consumer: the safety net
-  // fetches that member on its own first, and the pack's other members after it.
-  const run r = train_both(pack_options(1), 6, small_steps, false, kSmallFloats);
+  // Every pack is fetched and needed two launches after its first member's consumer: the
+  // safety net fetches that member on its own first, and the pack's other members after
+  // it in one copy. The same plan on time moves each pack in one copy each way: its
+  // copies out are the same, so what the late plan moves back takes fewer copies than
+  // buffers.
+  const run on_time = train_both(pack_options(0), 6, small_steps, false, kSmallFloats);
+  const run r = train_both(pack_options(2, "0.6x", true), 6, small_steps, false, kSmallFloats);
   ASSERT_EQ(r.plan_error, "");
   EXPECT_EQ(r.with, r.without);
-  std::size_t safety = 0, packed = 0;
-  for (const auto& it : r.reports) {
+  ASSERT_EQ(on_time.reports.size(), r.reports.size());
+  std::size_t safety = 0, checked = 0;
+  for (std::size_t i = 0; i < r.reports.size(); ++i) {
+    const auto& it = r.reports[i];
+    const auto& clean = on_time.reports[i];
     if (it.state == engine_state::trace) continue;
     EXPECT_FALSE(it.diverged) << it.index;
     safety += it.safety_fetches;
-    packed += it.link_copies < it.offloads + it.fetches ? 1 : 0;
+    if (clean.state == engine_state::trace || clean.safety_fetches > 0 || clean.offloads != it.offloads) continue;
+    ASSERT_EQ(clean.link_copies % 2, 0u) << it.index;
+    const std::size_t copies_in = it.link_copies - clean.link_copies / 2;
+    EXPECT_GE(copies_in, it.safety_fetches) << it.index;
+    EXPECT_LT(copies_in, it.fetches) << it.index << ": the members not fetched early come back together";
+    ++checked;
   }
   EXPECT_GT(safety, 0u);
-  EXPECT_GT(packed, 0u) << "packs still went out in one copy";
+  EXPECT_GT(checked, 0u);
 }
 
 TEST(OffloadPacks, ADivergenceWithAPackInFlightBringsItBackAndTrainsExactly) {
