@@ -16,8 +16,9 @@ VMM calls per planned iteration over a steady iteration's (medians); VMM ms: the
 VMM term at the device's probed cost; hooks ms: a steady iteration's time in the engine's
 launch hooks.
 
-Modes: off (SUBLINEAR_OFFLOAD=off), auto (SUBLINEAR_OFFLOAD=auto) and packs (auto with
-SUBLINEAR_OFFLOAD_PACKS=1: offloaded sub-page buffers move in packs, docs/offload.md).
+Modes: off (SUBLINEAR_OFFLOAD=off), auto (SUBLINEAR_OFFLOAD=auto, offloaded sub-page
+buffers in packs) and nopacks (auto with SUBLINEAR_OFFLOAD_PACKS=0: each offloaded buffer
+copied on its own; docs/offload.md, "Offload packs").
 
     benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
                                 [--iterations 8] [--modes off,auto] [--case NAME]
@@ -41,8 +42,8 @@ CASES = [
 ]
 
 
-MODES = {"off": {"SUBLINEAR_OFFLOAD": "off"}, "auto": {"SUBLINEAR_OFFLOAD": "auto"},
-         "packs": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "1"}}
+MODES = {"off": {"SUBLINEAR_OFFLOAD": "off"}, "auto": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "1"},
+         "nopacks": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "0"}}
 
 
 def run_demo(binary, args, mode, iterations, policy):
@@ -105,7 +106,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--policy", default="reforward")
-    p.add_argument("--modes", default="off,auto", help="comma-separated: off, auto, packs")
+    p.add_argument("--modes", default="off,auto", help="comma-separated: off, auto, nopacks")
     p.add_argument("--case", help="only the cases whose name contains this")
     p.add_argument("--quick", action="store_true", help="Transformer-8 only, one repeat")
     p.add_argument("--json", help="also write every run's figures here")
@@ -115,7 +116,7 @@ def main():
     modes = a.modes.split(",")
     for m in modes:
         if m not in MODES:
-            p.error("--modes: unknown mode %r (off, auto, packs)" % m)
+            p.error("--modes: unknown mode %r (off, auto, nopacks)" % m)
     all_runs = {}
     print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" %
           ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "copies", "link busy share", "stall ms/iter",

@@ -70,7 +70,8 @@ class planner {
     std::size_t threads = 1;
     // With offload on and packs: small recomputed buffers may become offloaded packs, one
     // copy each way per pack (Note [Offload pack search] in solver_offload_packs.cpp). The
-    // runtime and `sublinear plan` set it with `packs` (SUBLINEAR_PACKS).
+    // runtime and `sublinear plan` set it where both SUBLINEAR_PACKS and
+    // SUBLINEAR_OFFLOAD_PACKS are on (their defaults).
     bool offload_packs = false;
   };
 

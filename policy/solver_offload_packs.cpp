@@ -12,9 +12,9 @@
 //   but is out over a narrower shared gap); the cheapest plan wins. The passes are
 //   bounded like the search's improvement pass, by the graph's size.
 // Limitations: runs follow allocation order, not the members' gaps; a run that does not
-//   pay as a whole is not split. Members a recipe reads in their gap, or takes as a
-//   temporary (its scratch copy starts from the buffer), are left out: brought back on
-//   their own, they would split the pack's copy.
+//   pay as a whole is not split. Members a recipe reads in their gap (in place, or a
+//   temporary it reads on entry: Note [Offloaded recipe inputs]) are left out: brought
+//   back on their own, they would split the pack's copy.
 #include <algorithm>
 #include <span>
 #include <string>

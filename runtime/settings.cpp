@@ -108,7 +108,7 @@ const std::vector<entry>& entries() {
            bad(n, v, "auto, off, only");
          }
        }},
-      {{"SUBLINEAR_OFFLOAD_PACKS", "0", "1/true/yes/on or 0/false/no/off",
+      {{"SUBLINEAR_OFFLOAD_PACKS", "1", "1/true/yes/on or 0/false/no/off",
         "Let offloaded buffers of at most half a page share pages and move in one copy each way (docs/offload.md, \"Offload packs\"); 0 copies each on its own.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.offload_packs = parse_bool(n, v); }},
       {{"SUBLINEAR_HOST_BUDGET", "", "bytes with a unit (16GiB, 512MiB, 1048576)",

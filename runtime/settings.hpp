@@ -41,7 +41,7 @@ struct settings {
   // the pinned host memory offloads may hold (0: half the host's memory) and the link's
   // bandwidth in bytes/s per direction (0: the device's own, measured or configured).
   policy::offload_mode offload = policy::offload_mode::on;
-  bool offload_packs = false;      // offloaded sub-page buffers share one copy (Note [Offload packs])
+  bool offload_packs = true;       // offloaded sub-page buffers share one copy (Note [Offload packs])
   std::size_t host_budget = 0;
   double link_to_host = 0.0;
   double link_to_device = 0.0;

@@ -35,7 +35,7 @@ std::string planner_list() {
 
 std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
-         "                      [--mapped-peak BYTES] [--no-packs] [--offload-packs] [--evictions] [--json PATH]\n"
+         "                      [--mapped-peak BYTES] [--no-packs] [--no-offload-packs] [--evictions] [--json PATH]\n"
          "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--link-latency MS[,MS]]\n"
          "                      [--host-budget BYTES] [--threads N]\n"
          "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
@@ -66,9 +66,8 @@ std::string help_text() {
          "                        row is marked *.\n"
          "  --no-packs            plan as SUBLINEAR_PACKS=0 does: every evicted buffer on pages\n"
          "                        of its own (docs/policy.md, \"Packs\")\n"
-         "  --offload-packs       also let runs of small buffers travel as offloaded packs, one\n"
-         "                        copy each way (docs/offload.md, \"Offload packs\"); the runtime\n"
-         "                        does not plan them by default\n"
+         "  --no-offload-packs    plan as SUBLINEAR_OFFLOAD_PACKS=0 does: every offloaded buffer\n"
+         "                        copied on its own (docs/offload.md, \"Offload packs\")\n"
 
          "  --evictions           also list each plan's evictions: the buffer, the launches it is\n"
          "                        out between, and the launches replayed to bring it back; and\n"
@@ -161,8 +160,8 @@ plan_options parse(std::span<const std::string_view> args) {
       o.preview.traced_mapped_peak = parse_bytes(flag, next());
     } else if (flag == "--no-packs") {
       o.preview.packs = false;
-    } else if (flag == "--offload-packs") {
-      o.preview.offload_packs = true;
+    } else if (flag == "--no-offload-packs") {
+      o.preview.offload_packs = false;
 
     } else if (flag == "--evictions") {
       o.evictions = true;
@@ -198,7 +197,7 @@ plan_options parse(std::span<const std::string_view> args) {
       if (o.json_path.empty()) bad("--json needs a file path");
     } else {
       bad("unknown argument " + quote_bounded(r.raw()) +
-          "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, --offload-packs, "
+          "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, --no-offload-packs, "
           "--evictions, --json, --offload, --link-bandwidth, --link-latency, --host-budget, --threads");
     }
   }

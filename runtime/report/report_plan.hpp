@@ -41,7 +41,7 @@ struct plan_preview_options {
   std::size_t device_capacity = 0;     // bytes, for "%" budgets (0: unknown)
   std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)
   bool packs = true;                   // as SUBLINEAR_PACKS (Note [Packs], policy/packs.hpp; and Note [Offload packs])
-  bool offload_packs = false;          // also offloaded packs (as SUBLINEAR_OFFLOAD_PACKS)
+  bool offload_packs = true;           // also offloaded packs (as SUBLINEAR_OFFLOAD_PACKS)
   // Offload (Note [Offload] in policy/link_model.hpp): the mode, the link (a trace records
   // none: without one, nothing is offloaded) and the host budget (0: no bound).
   policy::offload_mode offload = policy::offload_mode::on;

@@ -358,12 +358,12 @@ TEST(PacksSetting, IsOnByDefaultAndTakesTheBooleanForms) {
   EXPECT_NE(describe(read({{"SUBLINEAR_PACKS", "0"}})).find("SUBLINEAR_PACKS=0"), std::string::npos);
 }
 
-TEST(OffloadPacksSetting, IsOffByDefaultAndTakesTheBooleanForms) {
-  EXPECT_FALSE(read({}).offload_packs);
+TEST(OffloadPacksSetting, IsOnByDefaultAndTakesTheBooleanForms) {
+  EXPECT_TRUE(read({}).offload_packs);
   for (const char* v : {"1", "yes", "ON"}) EXPECT_TRUE(read({{"SUBLINEAR_OFFLOAD_PACKS", v}}).offload_packs) << v;
   for (const char* v : {"0", "false", "no", "off"}) EXPECT_FALSE(read({{"SUBLINEAR_OFFLOAD_PACKS", v}}).offload_packs) << v;
   expect_refused("SUBLINEAR_OFFLOAD_PACKS", "packed", "1, true, yes, on, 0, false, no, off");
-  EXPECT_NE(describe(read({{"SUBLINEAR_OFFLOAD_PACKS", "1"}})).find("SUBLINEAR_OFFLOAD_PACKS=1"), std::string::npos);
+  EXPECT_NE(describe(read({{"SUBLINEAR_OFFLOAD_PACKS", "0"}})).find("SUBLINEAR_OFFLOAD_PACKS=0"), std::string::npos);
 }
 
 TEST(RetentionSetting, IsOnByDefaultAndTakesTheBooleanForms) {
