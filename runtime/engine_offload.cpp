@@ -24,7 +24,8 @@
 //   tracked (a trace after a divergence cannot offload them). With nothing offloadable,
 //   the rest of that traced iteration runs without a budget, with a warning naming the
 //   shortfall (its report shows no budget): the plan may still meet the budget (it also
-//   evicts blocks under a page), and failing would lose the run.
+//   evicts blocks under a page), and failing would lose the run. A diverged iteration
+//   runs under the traced iteration's peak first, and without a budget only after that.
 #include "common/text.hpp"
 #include "runtime/detail/engine_impl.hpp"
 
@@ -158,8 +159,21 @@ bool engine::impl::engine_evicted(const char* base) const {
 }
 
 // Nothing is left to offload: the rest of this traced iteration runs without a budget
-// (Note [Offloading the traced iteration]); the next iteration sets it again.
+// (Note [Offloading the traced iteration]); the next iteration sets it again. A diverged
+// iteration first runs under the traced iteration's own peak (planning_peak: its pages had
+// nothing been offloaded), what the program mapped without sublinear; only if that is
+// short too does it run without one.
 void engine::impl::lift_trace_budget(std::size_t shortfall) {
+  if (diverged && planning_peak > current.budget && current.budget > 0) {
+    log_warn("iteration " + std::to_string(iteration_index) + " (diverged) needs " + format_bytes(shortfall) +
+             " more than the budget of " + format_bytes(current.budget) +
+             " and nothing is left to offload (blocks under a page, and those the launch entering now touches, "
+             "stay); the rest of this iteration runs under the traced iteration's peak, " +
+             format_bytes(planning_peak) + ". The plan holds the budget from the next planned iteration on.");
+    alloc.set_budget(planning_peak);
+    current.budget = planning_peak;
+    return;
+  }
   log_warn("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged)" : " (traced)") +
            " needs " + format_bytes(shortfall) +
            " more than the budget of " + format_bytes(trace_budget_bytes) +

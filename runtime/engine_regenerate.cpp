@@ -497,7 +497,15 @@ void engine::impl::validate_regenerated(buffer_id b, device::stream_handle strea
 
 void engine::impl::restore_everything(device::stream_handle stream) {
   restore_all_pending = false;
-  fetch_everything(stream);  // Note [Offload execution]
+  // Under an absolute budget a buffer on the host stays there until a launch touches it
+  // (fetch_touched follows every word once diverged), a recipe reads it, or the iteration
+  // ends: all back at once, each offloaded buffer under a page on pages of its own, maps
+  // several times the baseline's peak. A copy still running is abandoned or waited for.
+  if (trace_budget_bytes > 0) {
+    bring_in_all_but_on_host(stream);
+  } else {
+    fetch_everything(stream);  // Note [Offload execution]
+  }
   std::vector<std::size_t> order;
   for (buffer_id b = 0; b < evicted.size(); ++b)
     if (evicted[b] && !freed[b] && carrier_of(b) >= 0) order.push_back(static_cast<std::size_t>(carrier_of(b)));

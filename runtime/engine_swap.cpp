@@ -582,6 +582,11 @@ void engine::impl::fetch_everything(device::stream_handle stream) {
   for (std::size_t i = 0; i < swap.size(); ++i) bring_in(i, stream);
 }
 
+void engine::impl::bring_in_all_but_on_host(device::stream_handle stream) {
+  for (std::size_t i = 0; i < swap.size(); ++i)
+    if (swap[i] != swap_state::on_host) bring_in(i, stream);
+}
+
 // The program frees `b`: no copy of it may still run into or out of its pages.
 void engine::impl::drop_offload(buffer_id b) {
   if (b >= offload_of.size() || offload_of[b] < 0 || swap.empty()) return;

@@ -247,6 +247,7 @@ struct engine::impl {
   void fetches_needed(device::stream_handle stream);
   void fetch_touched(const launch_view& op);
   void fetch_everything(device::stream_handle stream);
+  void bring_in_all_but_on_host(device::stream_handle stream);  // a divergence under an absolute budget
   void drop_offload(buffer_id b);
   std::size_t offload_under_pressure(std::size_t shortfall);
   // SUBLINEAR_HOST_BUDGET, or half the host's physical memory.

@@ -450,6 +450,35 @@ TEST(OffloadPacks, ALaunchReadingAMemberBeforeItsPackIsBackGetsItsBytesFirst) {
   EXPECT_GT(checked, 0u);
 }
 
+// Under an absolute budget below what the blocks under a page allow, a diverged iteration
+// (an allocation the trace never saw, early in the backward) runs out of blocks to
+// offload; it then keeps the traced iteration's own peak as its budget, never more, and
+// the plan's buffers on the host come back only as launches touch them.
+TEST(OffloadPacks, ADivergedIterationOfSmallBuffersMapsNoMoreThanTheTracedPeak) {
+  engine_options o = pack_options(0, "500KiB");
+  o.amend_plan = nullptr;
+  const run r = train_both(o, 6, [](chain& c, host_runtime*, int it) {
+    c.iteration(64, [&](int l) {
+      if (it != 4 || l != 62) return;
+      auto* extra = static_cast<float*>(c.alloc.allocate(kSmallFloats * sizeof(float), nullptr));
+      fill_params fp{extra, kSmallFloats, 2.0f};
+      c.dev.launch(fill_kernel(), {}, nullptr, &fp);
+      c.alloc.deallocate(extra);
+    });
+  }, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.reports.size(), 6u);
+  const std::size_t traced = r.reports[0].peak_mapped;
+  EXPECT_GT(traced, std::size_t{500} << 10) << "the traced iteration does not fit the budget";
+  EXPECT_LE(r.reports[3].peak_mapped, r.reports[3].budget);
+  const iteration_report& d = r.reports[4];
+  EXPECT_TRUE(d.diverged);
+  EXPECT_GT(d.offloads, 0u);
+  EXPECT_LE(d.peak_mapped, traced) << "a diverged iteration maps no more than the traced one";
+  EXPECT_LE(d.budget, traced);
+}
+
 TEST(OffloadPacks, ADivergenceWithAPackInFlightBringsItBackAndTrainsExactly) {
   const run r = train_both(pack_options(), 8, [](chain& c, host_runtime*, int it) {
     c.iteration(64, [&](int l) {
@@ -468,3 +497,4 @@ TEST(OffloadPacks, ADivergenceWithAPackInFlightBringsItBackAndTrainsExactly) {
 
 }  // namespace
 }  // namespace sublinear::runtime
+
