@@ -46,14 +46,16 @@ chain make_chain() {
 
 const link_model fast = test::link_at(2.0 * big);  // 0.5 s per copy
 
-// x over its own gap, restored before its own next use (L7).
-std::vector<offload_request> offload_x(const chain& s) {
+// One request: `target` out after L1, restored before its own next use (L7).
+std::vector<offload_request> offload_after_l1(buffer_id target) {
   std::vector<offload_request> requests(1);
-  requests[0].target = s.x;
+  requests[0].target = target;
   requests[0].evict_after = 1;
   requests[0].restore_before = 7;
   return requests;
 }
+
+std::vector<offload_request> offload_x(const chain& s) { return offload_after_l1(s.x); }
 
 eviction drop_y(const chain& s, launch_id restore_before) {
   eviction ev;
@@ -172,12 +174,13 @@ plan drop_y_with_temporary(const side_output& o) {
   return p;
 }
 
-std::vector<offload_request> offload_s(const side_output& o) {
-  std::vector<offload_request> requests(1);
-  requests[0].target = o.s;
-  requests[0].evict_after = 1;
-  requests[0].restore_before = 7;
-  return requests;
+std::vector<offload_request> offload_s(const side_output& o) { return offload_after_l1(o.s); }
+
+// The seed plan with s offloaded by `requests`, placed and simulated.
+simulation with_offloaded_s(const side_output& o, const plan& seed, std::vector<offload_request> requests) {
+  plan p = seed;
+  place_offloads(o.it, fast, p, requests);
+  return simulate(o.it, p, fast);
 }
 
 TEST(OffloadRecipeInputs, ATemporaryTheRecipeReadsOnEntryComesBackBeforeIt) {
@@ -188,15 +191,9 @@ TEST(OffloadRecipeInputs, ATemporaryTheRecipeReadsOnEntryComesBackBeforeIt) {
   std::vector<offload_request> requests = offload_s(o);
   fetch_before_recipes(o.it, seed, requests);
   EXPECT_EQ(requests[0].restore_before, 5u) << "L1 reads s in place before writing it";
-  plan moved = seed;
-  place_offloads(o.it, fast, moved, requests);
-  const simulation r = simulate(o.it, moved, fast);
-  EXPECT_TRUE(r.valid) << r.error;
-
-  plan unmoved = seed;
-  std::vector<offload_request> late = offload_s(o);
-  place_offloads(o.it, fast, unmoved, late);
-  const simulation refused = simulate(o.it, unmoved, fast);
+  const simulation moved = with_offloaded_s(o, seed, requests);
+  EXPECT_TRUE(moved.valid) << moved.error;
+  const simulation refused = with_offloaded_s(o, seed, offload_s(o));
   EXPECT_FALSE(refused.valid);
   EXPECT_THAT(refused.error, testing::HasSubstr("(a temporary) on entry, which is offloaded"));
 }
@@ -208,9 +205,7 @@ TEST(OffloadRecipeInputs, ATemporaryTheRecipeWritesFirstStaysOut) {
   std::vector<offload_request> requests = offload_s(o);
   fetch_before_recipes(o.it, seed, requests);
   EXPECT_EQ(requests[0].restore_before, 7u) << "the recipe needs none of s's bytes";
-  plan p = seed;
-  place_offloads(o.it, fast, p, requests);
-  const simulation r = simulate(o.it, p, fast);
+  const simulation r = with_offloaded_s(o, seed, requests);
   EXPECT_TRUE(r.valid) << r.error;
 }
 
