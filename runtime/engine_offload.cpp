@@ -164,24 +164,16 @@ bool engine::impl::engine_evicted(const char* base) const {
 // nothing been offloaded), what the program mapped without sublinear; only if that is
 // short too does it run without one.
 void engine::impl::lift_trace_budget(std::size_t shortfall) {
-  if (diverged && planning_peak > current.budget && current.budget > 0) {
-    log_warn("iteration " + std::to_string(iteration_index) + " (diverged) needs " + format_bytes(shortfall) +
-             " more than the budget of " + format_bytes(current.budget) +
-             " and nothing is left to offload (blocks under a page, and those the launch entering now touches, "
-             "stay); the rest of this iteration runs under the traced iteration's peak, " +
-             format_bytes(planning_peak) + ". The plan holds the budget from the next planned iteration on.");
-    alloc.set_budget(planning_peak);
-    current.budget = planning_peak;
-    return;
-  }
-  log_warn("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged)" : " (traced)") +
-           " needs " + format_bytes(shortfall) +
-           " more than the budget of " + format_bytes(trace_budget_bytes) +
+  const bool to_traced_peak = diverged && planning_peak > current.budget && current.budget > 0;
+  log_warn("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged)" : " (traced)") + " needs " +
+           format_bytes(shortfall) + " more than the budget of " + format_bytes(current.budget) +
            " and nothing is left to offload (blocks under a page, and those the launch entering now touches, "
-           "stay); the rest of this iteration runs without a budget. The plan holds the budget from "
-           "the next planned iteration on.");
-  alloc.set_budget(0);
-  current.budget = 0;
+           "stay); the rest of this iteration runs " +
+           (to_traced_peak ? "under the traced iteration's peak, " + format_bytes(planning_peak) : "without a budget") +
+           ". The plan holds the budget from the next planned iteration on.");
+  const std::size_t lifted = to_traced_peak ? planning_peak : 0;
+  alloc.set_budget(lifted);
+  current.budget = lifted;
 }
 
 }  // namespace sublinear::runtime

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "policy/recipe.hpp"
 #include "sublinear/error.hpp"
 #include "tracer/iterations.hpp"
 #include "tracer/pointer_scan.hpp"
@@ -176,9 +177,7 @@ class builder {
       for (buffer_id b : L.touched) {
         const bool writes = std::binary_search(L.written.begin(), L.written.end(), b);
         if (writes && out_.producer[b] == none) out_.producer[b] = l;
-        const policy::buffer& B = g.buffers[b];
-        const bool fresh_output = writes && B.alloc_index != none && B.users.front() == l;
-        if (!fresh_output) out_.inputs[l].push_back(b);
+        if (!policy::writes_first(g, l, b)) out_.inputs[l].push_back(b);  // the recipes' rule too
       }
     }
     // Candidate activations.
