@@ -29,6 +29,7 @@ remap_work remaps_of(const policy::plan& plan, const policy::iteration& traced, 
     w.bytes += whole_granules(traced.buffers[e.target].size, granularity);
   }
   for (const policy::offload& o : plan.offloads) {
+    if (packed.count(o.target) != 0) continue;  // its pack's block is mapped back once
     ++w.map_backs;
     w.bytes += whole_granules(traced.buffers[o.target].size, granularity);
   }

@@ -13,8 +13,8 @@
 //   recorder::observation_ns and recording_ns, work only a traced iteration does). The
 //   plan's own prediction (at_plan) measures on the traced iteration and adds what a
 //   planned one does beyond it: its replayed launches at the same cost per launch, and the
-//   VMM work of its map-backs (remap_work): each evicted block, pack and offload is mapped
-//   again, and under the budget each map-back takes pages a cached free block held, whose
+//   VMM work of its map-backs (remap_work): each pack, and each evicted or offloaded block
+//   outside a pack, is mapped again, and under the budget each map-back takes pages a cached free block held, whose
 //   next allocation maps again: two map, set access and unmap cycles of its bytes, at the
 //   device's probed cost (Note [VMM cost probe] in device/vmm_cost_probe.hpp). Each planned
 //   iteration is given, before it begins, the prediction from the last steady iteration
@@ -47,8 +47,8 @@ struct host_cost_sample {
 };
 
 // The pages a planned iteration maps again that a traced one does not (Note [Predicted
-// iteration time]): one map-back per evicted block outside a pack, per pack and per
-// offload, with their bytes (whole granules), and as many displaced allocations.
+// iteration time]): one map-back per pack and per evicted or offloaded block outside a
+// pack, with their bytes (whole granules), and as many displaced allocations.
 struct remap_work {
   std::size_t map_backs = 0;
   std::size_t bytes = 0;  // of the map-backs

@@ -71,7 +71,7 @@ TEST(IterationTime, ThePlansMapBacksAddTwoVmmCyclesEachAtTheProbedCost) {
   EXPECT_EQ(t.predicted_s, 0.5 + 1.0 + 9.5);
 }
 
-// One map-back per evicted block outside a pack, per pack and per offload, in whole granules.
+// One map-back per pack and per evicted or offloaded block outside a pack, in whole granules.
 TEST(IterationTime, MapBacksCountPacksOnceAndOffloads) {
   policy::iteration g;
   g.buffers.resize(5);
@@ -85,6 +85,18 @@ TEST(IterationTime, MapBacksCountPacksOnceAndOffloads) {
   EXPECT_EQ(w.map_backs, 3u) << "the pack of buffers 0 and 1, buffer 2, the offload of buffer 3";
   EXPECT_EQ(w.bytes, (64u + 128u + 64u) * 1024u);
   EXPECT_EQ(remaps_of(policy::plan{}, g, 64 * 1024).map_backs, 0u);
+}
+
+TEST(IterationTime, AnOffloadedPackIsOneMapBackWhateverItsMembers) {
+  policy::iteration g;
+  g.buffers.resize(4);
+  for (policy::buffer_id b = 0; b < 4; ++b) g.buffers[b].size = 3000;
+  policy::plan p;
+  for (policy::buffer_id b : {0u, 1u, 2u, 3u}) p.offloads.emplace_back().target = b;
+  p.packs.push_back({{0, 1, 2}, {0, 3072, 6144}, 9144, true});
+  const remap_work w = remaps_of(p, g, 64 * 1024);
+  EXPECT_EQ(w.map_backs, 2u) << "the pack of offloads 0-2 is mapped back as one block; offload 3 on its own";
+  EXPECT_EQ(w.bytes, 2u * 64u * 1024u);
 }
 
 // ---- the engine --------------------------------------------------------------------------------

@@ -408,6 +408,28 @@ TEST(OffloadPacks, APacksMembersMoveInOneCopyEachWayAndTrainBitIdentically) {
   }
 }
 
+TEST(OffloadPacks, ThePlansVmmCallsCountEachPackOnceAsASteadyIterationMapsItBack) {
+  const run r = train_both(pack_options(), 6, small_steps, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  expect_packed_copies(r);
+  const std::size_t predicted = r.report.plan.predicted_vmm_calls;
+  ASSERT_GT(predicted, 0u);
+  std::size_t steady = 0;
+  for (const auto& it : r.reports) {
+    if (it.state != engine_state::steady || it.diverged) continue;
+    SCOPED_TRACE(it.index);
+    // Two map, set access and unmap cycles per map-back (Note [Predicted iteration time]);
+    // one that finds room under the budget takes one, and each block the pressure valve
+    // evicts may be mapped back once more. Counting a pack's members as map-backs of
+    // their own predicts a third more calls than these iterations make.
+    const std::size_t slack = 2 * 3 * (1 + it.pressure_evictions);
+    EXPECT_LE(predicted, it.vmm_calls + slack);
+    EXPECT_LE(it.vmm_calls, predicted + slack);
+    ++steady;
+  }
+  EXPECT_GT(steady, 0u);
+}
+
 TEST(OffloadPacks, APacksCopyTheDeviceRefusesFallsBackToItsMembersAndStaysExact) {
   const run r = train_both(pack_options(), 6, [](chain& c, host_runtime* rt, int it) {
     if (rt && it == 3) rt->replay_device().fail_next_copies(1, 1);  // the first copy each way
