@@ -23,13 +23,16 @@ def test_part_five_dry_run_trains_every_configuration_and_compares_them(torch, t
     for name in ("ddp",):
         model = result["models"][name]
         assert model["status"] == "passed", model
-        assert set(model["runs"]) == {"baseline", "enable_2x", "checkpoint", "enable_ckpt", "enable_0.5x"}
+        assert set(model["runs"]) == {"baseline", "enable_2x", "checkpoint", "enable_ckpt", "enable_0.5x",
+                                      "enable_ckpt_recompute"}
+        assert model["runs"]["enable_ckpt_recompute"]["command"][-2:] == ["--offload", "off"]
         # CPU training is deterministic: the two baseline trainings agree, and the "sublinear"
         # runs (without it here) must then match bit for bit.
         assert model["figures"]["deterministic"] is True
-        for tag in ("enable_2x", "enable_ckpt", "enable_0.5x"):
+        for tag in ("enable_2x", "enable_ckpt", "enable_0.5x", "enable_ckpt_recompute"):
             assert model["checks"][f"{tag}_same_as_baseline"]["passed"], model["checks"]
         assert model["figures"]["enable_2x_overhead"] is not None
+        assert model["figures"]["offload_vs_recompute_only"] is not None
     assert result["models"]["ddp"]["runs"]["baseline"]["ddp_backend"] == "gloo"
 
 

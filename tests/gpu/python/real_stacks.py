@@ -13,7 +13,8 @@ Models, sized for an H200:
   resnet50  ResNet-50 at 224x224, batch 64, channels-last, bf16 autocast, SGD with momentum
   ddp       the gpt model (6 layers) in DistributedDataParallel, world size 1 over NCCL
 Modes: baseline (PyTorch's allocator), checkpoint (torch.utils.checkpoint around every block
-or stage), enable (sublinear.torch.enable(budget=B, report=PATH) before CUDA is touched).
+or stage), enable (sublinear.torch.enable(budget=B, report=PATH) before CUDA is touched;
+--offload off plans recompute only).
 
 Note [Real stacks]
 Rationale: sublinear had run only fp32, eager, deterministic, small models; what users train
@@ -60,6 +61,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--mode", choices=["baseline", "checkpoint", "enable"], required=True)
     p.add_argument("--compile", action="store_true", help="torch.compile (default mode)")
     p.add_argument("--budget", default=None)
+    p.add_argument("--offload", choices=["auto", "off", "only"], default=None,
+                   help="SUBLINEAR_OFFLOAD for --mode enable (default: the environment's, auto)")
     p.add_argument("--iterations", type=int, default=0, help="default 8 (6 with --quick, 3 with --dry-run)")
     p.add_argument("--repeat", type=int, default=1, help="train this many times from the same seeds")
     p.add_argument("--quick", action="store_true", help="fewer iterations")
@@ -161,7 +164,8 @@ def main() -> int:
         try:
             import sublinear as sublinear_pkg  # noqa: PLC0415
             import sublinear.torch as sublinear_torch  # noqa: PLC0415
-            sublinear_torch.enable(budget=a.budget, report=a.report)
+            extra = {"offload": a.offload} if a.offload else {}
+            sublinear_torch.enable(budget=a.budget, report=a.report, **extra)
         except Exception as e:  # noqa: BLE001
             emit({**result, "status": "failed", "reason": f"sublinear.torch.enable() failed: {type(e).__name__}: {e}"})
             return 1

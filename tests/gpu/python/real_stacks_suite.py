@@ -6,7 +6,7 @@ each in its own process, compares them and prints one JSON object.
                          [--workdir DIR] [--time-limit SECONDS] [--dry-run]
 
 Per model (in phases across the models: every model's baseline and enable_2x first, then
-their checkpoint runs, then 0.5x; a run that would pass the time limit is skipped and the
+their checkpoint runs, then 0.5x, then recompute only; a run that would pass the time limit is skipped and the
 model's `not_run` names it):
   baseline     PyTorch's allocator, trained twice in one process from the same seeds: the
                reference parameters, and whether the model is deterministic here
@@ -17,6 +17,8 @@ model's `not_run` names it):
   enable_ckpt  sublinear at the checkpoint run's memory (when infeasible, at the smallest
                feasible budget the planner names plus 10%, and the figure says so)
   enable_0.5x  sublinear at half the traced peak
+  enable_ckpt_recompute  enable_ckpt's budget with SUBLINEAR_OFFLOAD=off: recompute only,
+               against the default's offload beside recompute
 Checks: every run trains with finite losses; sublinear's runs end with the baseline's
 parameters bit for bit when the baseline's two trainings agree (otherwise their losses stay
 within the baseline's own run-to-run spread, and the kernels PyTorch names as
@@ -24,8 +26,9 @@ nondeterministic are listed); at the checkpoint's memory and at 0.5x a plan is m
 in force at the end and no iteration maps more than its budget; under DDP no evicted
 buffer is produced by an NCCL kernel. Figures: median times of the planned iterations and
 their ratios (enable_2x against the baseline: the no-eviction overhead; enable_ckpt against
-checkpoint), the engine's per-launch cost and VMM calls per planned iteration from the
-report, peaks.
+checkpoint; enable_ckpt against enable_ckpt_recompute: what offload buys), the engine's
+per-launch cost and VMM calls per planned iteration from the report, the link it measured
+and what crossed it, peaks.
 
 --dry-run runs every configuration on the CPU with tiny models (sublinear's runs train
 without it): it checks the scripts end to end, not sublinear (tests/python runs it).
@@ -73,6 +76,7 @@ def run_worker(args: List[str], timeout: float) -> Dict[str, Any]:
     except (IndexError, json.JSONDecodeError):
         result = {"status": "failed", "reason": f"exit status {p.returncode} and no JSON result"}
     result["exit_status"] = p.returncode
+    result["command"] = cmd
     result["process_s"] = round(time.perf_counter() - start, 3)
     if result.get("status") == "failed":
         result["stderr_tail"] = p.stderr[-3000:]
@@ -114,10 +118,28 @@ def report_costs(report: Path) -> Dict[str, Any]:
     hook = [i["launch_hook_ns"] for i in planned if "launch_hook_ns" in i]
     vmm = [i["vmm_calls"] for i in planned if "vmm_calls" in i]
     evicted_by = sorted({e.get("producer", "") for e in json.loads(report.read_text()).get("evictions", [])})
+    plan = json.loads(report.read_text()).get("plan") or {}
+
+    def per_iteration(key: str) -> Optional[float]:
+        values = [i[key] for i in planned if key in i]
+        return statistics.median(values) if values else None
+
     return {"launch_hook_ns": statistics.median(hook) if hook else None,
             "vmm_calls_per_planned_iteration": statistics.median(vmm) if vmm else None,
             "launches_per_iteration": planned[-1].get("launches") if planned else None,
-            "evicted_producers": evicted_by}
+            "evicted_producers": evicted_by,
+            # Offload (docs/offload.md): the link the plan was made for (measured at start on
+            # CUDA) and, per planned iteration, what crossed it and what the stream waited.
+            "link": {"source": plan.get("link_source"),
+                     "to_host_gb_s": (plan.get("link_to_host_bytes_per_s") or 0) / 1e9,
+                     "to_device_gb_s": (plan.get("link_to_device_bytes_per_s") or 0) / 1e9},
+            "planned_offloads": plan.get("offloads"),
+            "planned_offloaded_bytes": plan.get("offloaded_bytes"),
+            "predicted_stall_s": plan.get("predicted_stall_s"),
+            "offloaded_bytes_per_iteration": per_iteration("offloaded_bytes"),
+            "fetched_bytes_per_iteration": per_iteration("fetched_bytes"),
+            "link_busy_s_per_iteration": per_iteration("link_busy_s"),
+            "copy_stall_s_per_iteration": per_iteration("copy_stall_s")}
 
 
 def run_phase(phase: str, model: str, a: argparse.Namespace, work: Path, out: Dict[str, Any]) -> None:
@@ -126,9 +148,10 @@ def run_phase(phase: str, model: str, a: argparse.Namespace, work: Path, out: Di
     timeout = 150.0 if a.quick else 300.0
     runs = out["runs"]
 
-    def enable(tag: str, budget: str) -> Dict[str, Any]:
+    def enable(tag: str, budget: str, extra: Optional[List[str]] = None) -> Dict[str, Any]:
         report = work / f"{model}-{tag}-report.json"
-        r = run_worker(common + ["--mode", "enable", "--budget", budget, "--report", str(report)], timeout)
+        r = run_worker(common + ["--mode", "enable", "--budget", budget, "--report", str(report)] + (extra or []),
+                       timeout)
         if not a.dry_run and report.exists():
             r["report"] = torch_suite.report_figures(report)
             r["costs"] = report_costs(report)
@@ -156,6 +179,10 @@ def run_phase(phase: str, model: str, a: argparse.Namespace, work: Path, out: Di
             out["figures"]["equal_memory"]["retried_at"] = budget
     elif phase == "half":
         runs["enable_0.5x"] = enable("enable_0.5x", "0.5x")
+    elif phase == "recompute_only" and "enable_ckpt" in runs:
+        memory = out["figures"].get("equal_memory") or {}
+        budget = memory.get("retried_at") or memory.get("budget") or "0.6x"
+        runs["enable_ckpt_recompute"] = enable("enable_ckpt_recompute", budget, ["--offload", "off"])
 
 
 def finish_model(model: str, a: argparse.Namespace, out: Dict[str, Any]) -> Dict[str, Any]:
@@ -170,14 +197,15 @@ def finish_model(model: str, a: argparse.Namespace, out: Dict[str, Any]) -> Dict
     fig["deterministic"] = deterministic
     fig["nondeterministic_ops"] = base.get("nondeterministic_ops", [])
     checks = out["checks"]
-    for tag in ("enable_2x", "checkpoint", "enable_ckpt", "enable_0.5x"):
+    for tag in ("enable_2x", "checkpoint", "enable_ckpt", "enable_0.5x", "enable_ckpt_recompute"):
         r = runs.get(tag)
         if r is None or r.get("status") == "skipped":
             continue
         checks[f"{tag}_trained"] = {"passed": r.get("status") == "passed", "detail": r.get("reason") or "finite losses"}
         if tag != "checkpoint" and r.get("status") == "passed":
             checks.update(same_training(f"{tag}_same_as_baseline", base, r, deterministic))
-        if tag in ("enable_ckpt", "enable_0.5x") and r.get("status") == "passed" and not a.dry_run:
+        if tag in ("enable_ckpt", "enable_0.5x", "enable_ckpt_recompute") and r.get("status") == "passed" \
+                and not a.dry_run:
             checks.update(torch_suite.budget_checks(tag, r.get("report", {})))
     if model == "ddp" and not a.dry_run:
         nccl = [p for r in runs.values() for p in (r.get("costs") or {}).get("evicted_producers", [])
@@ -191,7 +219,7 @@ def finish_model(model: str, a: argparse.Namespace, out: Dict[str, Any]) -> Dict
     fig.update(baseline_s=base_t, checkpoint_s=ck_t, checkpoint_vs_baseline=median_ratio(ck_t, base_t),
                baseline_peak_bytes=max(base.get("peak_bytes") or [0]),
                checkpoint_peak_bytes=max(ck.get("peak_bytes") or [0]))
-    for tag in ("enable_2x", "enable_ckpt", "enable_0.5x"):
+    for tag in ("enable_2x", "enable_ckpt", "enable_0.5x", "enable_ckpt_recompute"):
         r = runs.get(tag, {})
         states = (r.get("report") or {}).get("states", [])
         times = torch_suite.planned_times(r.get("iteration_s") or [], states) if states else \
@@ -203,8 +231,10 @@ def finish_model(model: str, a: argparse.Namespace, out: Dict[str, Any]) -> Dict
         fig[f"{tag}_costs"] = r.get("costs")
     fig["enable_2x_overhead"] = fig["enable_2x_vs_baseline"]
     fig["enable_ckpt_vs_checkpoint"] = median_ratio(fig["enable_ckpt_s"], ck_t)
+    fig["enable_ckpt_recompute_vs_checkpoint"] = median_ratio(fig["enable_ckpt_recompute_s"], ck_t)
+    fig["offload_vs_recompute_only"] = median_ratio(fig["enable_ckpt_s"], fig["enable_ckpt_recompute_s"])
     failed = [k for k, v in checks.items() if not v["passed"]]
-    missing = [k for k in ("enable_2x", "checkpoint", "enable_ckpt", "enable_0.5x")
+    missing = [k for k in ("enable_2x", "checkpoint", "enable_ckpt", "enable_0.5x", "enable_ckpt_recompute")
                if runs.get(k, {}).get("status", "skipped") == "skipped"]
     out["status"] = "failed" if failed else "passed"
     if failed:
@@ -235,11 +265,11 @@ def main() -> int:
     result: Dict[str, Any] = {"quick": a.quick, "dry_run": a.dry_run, "workdir": str(work), "models": {}}
     start = time.perf_counter()
     # Note [Part 5 phases]: the no-eviction overhead of every model first (the issue's
-    # 3% target), then equal memory against checkpoint, then half the traced peak, so that
-    # a time limit cuts the least needed runs.
+    # 3% target), then equal memory against checkpoint, then half the traced peak, then
+    # checkpoint's memory with recompute only, so that a time limit cuts the least needed runs.
     models = [m for m in a.models.split(",") if m]
     state: Dict[str, Dict[str, Any]] = {m: {"runs": {}, "checks": {}, "figures": {}} for m in models}
-    for phase in ("overhead", "checkpoint", "half"):
+    for phase in ("overhead", "checkpoint", "half", "recompute_only"):
         for model in models:
             run_phase(phase, model, a, work, state[model])
     for model in models:
