@@ -14,12 +14,13 @@
 //   plan's own prediction (at_plan) measures on the traced iteration and adds what a
 //   planned one does beyond it: its replayed launches at the same cost per launch, and the
 //   VMM work of its map-backs (remap_work): each pack, and each evicted or offloaded block
-//   outside a pack, is mapped again, and under the budget each map-back takes pages a cached free block held, whose
-//   next allocation maps again: two map, set access and unmap cycles of its bytes, at the
-//   device's probed cost (Note [VMM cost probe] in device/vmm_cost_probe.hpp). Each planned
-//   iteration is given, before it begins, the prediction from the last steady iteration
-//   that ran the plan undiverged (whose cost per launch holds its VMM work: no cycle term),
-//   or at_plan before any; never from itself.
+//   outside a pack, is mapped again, and under the budget each map-back takes pages a
+//   cached free block held, whose next allocation maps again: two map, set access and
+//   unmap cycles of its bytes, at the device's probed cost (Note [VMM cost probe] in
+//   device/vmm_cost_probe.hpp). Each planned iteration is given, before it begins, the
+//   prediction from the last steady iteration that ran the plan undiverged (whose cost
+//   per launch holds its VMM work: no cycle term), or at_plan before any; never from
+//   itself.
 // Limitations: host and device work are added, not overlapped (on the host device the
 //   streams are worker threads beside the launching one). The engine's bookkeeping around
 //   each map-back, its hashes (Note [Unseen writes]), chunk creation and the waits at
