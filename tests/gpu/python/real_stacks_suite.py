@@ -109,27 +109,25 @@ def same_training(name: str, base: Dict[str, Any], run: Dict[str, Any], determin
 
 
 def report_costs(report: Path) -> Dict[str, Any]:
-    """Note [Interception cost]: per planned iteration, the engine's ns per launch and VMM calls."""
+    """Note [Interception cost]: per planned iteration, the engine's ns per launch and VMM
+    calls; and what the plan's offloads moved over the link (docs/offload.md)."""
     try:
-        its = json.loads(report.read_text()).get("iterations", [])
+        doc = json.loads(report.read_text())
     except (OSError, json.JSONDecodeError):
         return {}
-    planned = [i for i in its if i.get("state") in torch_suite.PLANNED]
-    hook = [i["launch_hook_ns"] for i in planned if "launch_hook_ns" in i]
-    vmm = [i["vmm_calls"] for i in planned if "vmm_calls" in i]
-    evicted_by = sorted({e.get("producer", "") for e in json.loads(report.read_text()).get("evictions", [])})
-    plan = json.loads(report.read_text()).get("plan") or {}
+    planned = [i for i in doc.get("iterations", []) if i.get("state") in torch_suite.PLANNED]
+    plan = doc.get("plan") or {}
 
     def per_iteration(key: str) -> Optional[float]:
         values = [i[key] for i in planned if key in i]
         return statistics.median(values) if values else None
 
-    return {"launch_hook_ns": statistics.median(hook) if hook else None,
-            "vmm_calls_per_planned_iteration": statistics.median(vmm) if vmm else None,
+    return {"launch_hook_ns": per_iteration("launch_hook_ns"),
+            "vmm_calls_per_planned_iteration": per_iteration("vmm_calls"),
             "launches_per_iteration": planned[-1].get("launches") if planned else None,
-            "evicted_producers": evicted_by,
-            # Offload (docs/offload.md): the link the plan was made for (measured at start on
-            # CUDA) and, per planned iteration, what crossed it and what the stream waited.
+            "evicted_producers": sorted({e.get("producer", "") for e in doc.get("evictions", [])}),
+            # The link the plan was made for (measured at start on CUDA) and, per planned
+            # iteration, what crossed it and how long the stream waited for a copy.
             "link": {"source": plan.get("link_source"),
                      "to_host_gb_s": (plan.get("link_to_host_bytes_per_s") or 0) / 1e9,
                      "to_device_gb_s": (plan.get("link_to_device_bytes_per_s") or 0) / 1e9},
