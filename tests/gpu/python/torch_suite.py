@@ -16,13 +16,18 @@ Per model, in this order:
                which the checks then use
   preload      `sublinear run --budget <that budget> --iteration auto -- python ...`
                with PYTORCH_NO_CUDA_MEMORY_CACHING=1: the zero-code-change route
+  enable_no_eviction  enable at twice the traced peak: the cost of interception alone
+  enable_recompute_only  enable at the checks' budget with SUBLINEAR_OFFLOAD=off (recompute
+               only), against enable's offload beside recompute
   baseline2    (without --quick) the baseline again: the model's own reproducibility
 
 Checks (each passed or failed), the budget ones read from sublinear's report: the parameters
-of enable and preload are bit-identical to baseline's; a plan was made; the run ended in
-planned iterations (any divergence is named); no iteration mapped more than its budget. Figures: median iteration time of each configuration
-(sublinear's over its budgeted iterations), peaks, and the ratios to baseline and to
-checkpoint. Checkpoint's own bit-identity is a figure, not a check: recomputing BatchNorm in
+of every sublinear run are bit-identical to baseline's; for enable, preload and
+enable_recompute_only a plan was made, the run ended in planned iterations (any divergence
+is named) and no iteration mapped more than its budget. Figures: median iteration time of
+each configuration (sublinear's over its budgeted iterations), peaks, the ratios to
+baseline and to checkpoint, enable's against enable_recompute_only's
+(offload_vs_recompute_only), and enable's link and copies (enable_offload). Checkpoint's own bit-identity is a figure, not a check: recomputing BatchNorm in
 train mode updates its running statistics twice, which is the point sublinear makes.
 
 Status: passed when every check passed, skipped when torch, a GPU or the sublinear package
@@ -135,6 +140,11 @@ def report_figures(path: Path) -> Dict[str, Any]:
         "stray_pointers": [i.get("stray_pointers", 0) for i in its],
         "states": [i.get("state", "") for i in its],
         "diverged": [i.get("divergence", "") if i.get("diverged") else "" for i in its],
+        # Offload (docs/offload.md): what crossed the link and how long the stream waited.
+        "offloaded_bytes": [i.get("offloaded_bytes", 0) for i in its],
+        "fetched_bytes": [i.get("fetched_bytes", 0) for i in its],
+        "link_busy_s": [i.get("link_busy_s", 0.0) for i in its],
+        "copy_stall_s": [i.get("copy_stall_s", 0.0) for i in its],
     }
 
 
@@ -228,6 +238,25 @@ def identical(name: str, ref: Dict[str, Any], other: Dict[str, Any], ref_dump: P
     return {name: {"passed": same, "detail": detail}}
 
 
+def offload_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
+    """The link the plan was made for (measured at start on CUDA) and, over the planned
+    iterations, medians of what crossed it and of the time the stream waited for a copy."""
+    plan = rep.get("plan") or {}
+    planned = [i for i, st in enumerate(rep.get("states", [])) if st in PLANNED]
+
+    def median(key: str) -> Optional[float]:
+        values = rep.get(key) or []
+        return median_of([values[i] for i in planned if i < len(values)])
+
+    return {"link_source": plan.get("link_source"),
+            "to_host_gb_s": (plan.get("link_to_host_bytes_per_s") or 0) / 1e9,
+            "to_device_gb_s": (plan.get("link_to_device_bytes_per_s") or 0) / 1e9,
+            "planned_offloads": plan.get("offloads"), "planned_offloaded_bytes": plan.get("offloaded_bytes"),
+            "predicted_stall_s": plan.get("predicted_stall_s"),
+            "offloaded_bytes": median("offloaded_bytes"), "fetched_bytes": median("fetched_bytes"),
+            "link_busy_s": median("link_busy_s"), "copy_stall_s": median("copy_stall_s")}
+
+
 def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     out: Dict[str, Any] = {"runs": {}, "checks": {}, "figures": {}}
     runs = out["runs"]
@@ -257,14 +286,16 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
         env["SUBLINEAR_TRACE"] = str(work / f"{model}-{route}.sltrace")
         return env
 
-    def enable_at(b: Any, tag: str) -> Dict[str, Any]:
+    def enable_at(b: Any, tag: str, settings: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
         # tag "enable": the run the checks are about (its report, dump and trace keep their
-        # names); any other tag gets files of its own and no trace.
+        # names); any other tag gets files of its own and no trace. `settings`: SUBLINEAR_*
+        # variables for this run.
         report = enable_report if tag == "enable" else work / f"{model}-{tag}-report.json"
         dump = dumps["enable"] if tag == "enable" else work / f"{model}-{tag}.hashes.json"
+        env = traced_env("enable") if tag == "enable" else clean_env()
+        env.update(settings or {})
         r = run_worker(common + ["--mode", "enable", "--budget", str(b), "--report", str(report),
-                                 "--dump", str(dump)], traced_env("enable") if tag == "enable" else clean_env(),
-                       a.timeout, log=work / f"{model}-{tag}.stderr")
+                                 "--dump", str(dump)], env, a.timeout, log=work / f"{model}-{tag}.stderr")
         if r.get("status") == "passed":
             r["report"] = report_figures(report)
             r["dump"] = str(dump)
@@ -307,6 +338,8 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     # allocator and the report. Against the baseline it separates that fixed cost from
     # what recomputation adds.
     runs["enable_no_eviction"] = enable_at("2x", "enable-no-eviction")
+    # The same budget with recompute only: what offload beside recompute buys (docs/offload.md).
+    runs["enable_recompute_only"] = enable_at(budget, "enable-recompute-only", {"SUBLINEAR_OFFLOAD": "off"})
     if not a.quick:
         runs["baseline2"] = run_worker(common + ["--mode", "baseline", "--dump", str(dumps["baseline2"])],
                                        clean_env(), a.timeout)
@@ -357,7 +390,11 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     ne = runs.get("enable_no_eviction") or {}
     if ne.get("status") == "passed":
         checks.update(identical("enable_no_eviction_bit_identical", base, ne, dumps["baseline"], Path(ne["dump"])))
-    for route in ("enable", "preload", "enable_no_eviction"):
+    ro = runs.get("enable_recompute_only") or {}
+    if ro.get("status") == "passed":
+        checks.update(identical("enable_recompute_only_bit_identical", base, ro, dumps["baseline"], Path(ro["dump"])))
+        checks.update(budget_checks("enable_recompute_only", ro.get("report", {})))
+    for route in ("enable", "preload", "enable_no_eviction", "enable_recompute_only"):
         r = runs.get(route) or {}
         if r.get("status") != "passed":
             continue
@@ -380,6 +417,10 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
             fig[f"{route}_time_vs_checkpoint"] = round(t / ck_t, 4)
     if ck_t and base_t:
         fig["checkpoint_time_vs_baseline"] = round(ck_t / base_t, 4)
+    t_off, t_on = fig.get("enable_recompute_only_iteration_s"), fig.get("enable_iteration_s")
+    if t_off and t_on:
+        fig["offload_vs_recompute_only"] = round(t_on / t_off, 4)
+    fig["enable_offload"] = offload_figures((runs.get("enable") or {}).get("report") or {})
 
     verdicts = [c["passed"] for c in checks.values()]
     if any(v is False for v in verdicts):
