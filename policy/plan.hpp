@@ -70,7 +70,8 @@ struct pack {
 
 // A buffer copied to host memory and back instead of recomputed (Note [Offload] in
 // link_model.hpp). The device->host copy is queued on the link after launch evict_after
-// (the buffer's last use before the gap); its pages are released once the copy completes
+// (the buffer's last use before the gap, or a later launch that puts the copy behind
+// others due sooner: Note [Copies out by deadline]); its pages are released once the copy completes
 // and at the latest before launch release_before (the runtime waits for the copy there if
 // it is late, so the memory the simulator predicts holds whatever the link's speed). The
 // host->device copy is queued after launch fetch_after (the prefetch point) into freshly

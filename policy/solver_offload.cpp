@@ -106,19 +106,8 @@ namespace sublinear::policy {
 
 void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests) {
   if (requests.empty()) return;
-  const std::size_t n = it.launches.size();
-  std::vector<double> recipe_at(n + 1, 0.0);
-  for (const eviction& ev : p.evictions) {
-    for (launch_id l : ev.recipe) recipe_at[ev.restore_before] += it.launches[l].cost_s;
-  }
-  std::vector<double> ready(n, 0.0), end(n, 0.0);  // launch i may start (after recipes); it ends
-  double clock = 0.0;
-  for (std::size_t i = 0; i < n; ++i) {
-    clock += recipe_at[i];
-    ready[i] = clock;
-    clock += it.launches[i].cost_s;
-    end[i] = clock;
-  }
+  std::vector<double> ready, end;  // launch i may start (after recipes); it ends
+  launch_clock(it, p, ready, end);
   const std::size_t m = requests.size();
   std::vector<std::size_t> order(m);
   for (std::size_t j = 0; j < m; ++j) order[j] = j;
@@ -923,8 +912,11 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   switch (ctx.offload().mode) {
     case offload_mode::off:
       return search(ctx, budget);
-    case offload_mode::only:
-      return solve_offload(ctx, budget, false);
+    case offload_mode::only: {
+      std::optional<evaluation> only = solve_offload(ctx, budget, false);
+      if (only) order_copies_out_if_better(ctx, budget, *only);  // Note [Copies out by deadline]
+      return only;
+    }
     case offload_mode::on:
       break;
   }
@@ -950,9 +942,10 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   std::vector<std::optional<evaluation>> results = runner.finish();
   std::optional<evaluation> best = std::move(runner.seed(0));
   for (std::optional<evaluation>& e : results) {
+    if (e) order_copies_out_if_better(ctx, budget, *e);  // Note [Copies out by deadline]
     if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
   }
-  if (best) pack_offloads(ctx, budget, *best);  // Note [Offload pack search]
+  if (best) pack_offloads(ctx, budget, *best);  // Note [Offload pack search]; its plans ordered too
   return best;
 }
 

@@ -238,6 +238,7 @@ void pack_offloads(planner::context& ctx, std::size_t budget, planner::context::
       }
       i = std::max(j, i + 1);
     }
+    order_copies_out_if_better(ctx, budget, current);  // as with_offload did for `best`
     if (current.sim.added_time_s() < best.sim.added_time_s() * (1.0 - 1e-12)) best = std::move(current);
   }
 }

@@ -64,6 +64,22 @@ struct offload_request {
 // the host->device copy, both widened to cover need_lo..need_hi.
 void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests);
 
+// ---- solver_offload_order.cpp -----------------------------------------------------------
+
+// Per launch of `it` under `p`'s recipes, without stalls: when it may start (its recipes
+// run) and when it ends.
+void launch_clock(const iteration& it, const plan& p, std::vector<double>& ready, std::vector<double>& end);
+
+// Moves p's evict_after points later so that the copies to host run earliest deadline
+// first (Note [Copies out by deadline]); `earliest` per offload: the last launch before
+// its gap that uses its target. Nothing else of the plan changes.
+void order_copies_out(const iteration& it, const link_model& link, plan& p, std::span<const launch_id> earliest);
+
+// order_copies_out on `e`'s plan, kept where it still fits `budget` for less added time.
+void order_copies_out_if_better(planner::context& ctx, std::size_t budget, planner::context::evaluation& e);
+
+// ---- solver_offload.cpp (continued) ------------------------------------------------------
+
 // Moves each request's restore_before before the first recipe of `p` that reads its
 // target inside its gap (Note [Offloaded recipe inputs]); a request left with no gap
 // keeps its point, and the simulator refuses the plan.

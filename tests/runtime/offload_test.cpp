@@ -181,6 +181,35 @@ TEST(Offload, FetchesIssuedAheadOfTheirConsumerStillTrainBitIdentically) {
   }
 }
 
+// A plan may queue a copy to host launches after its buffer's last use (Note [Copies out
+// by deadline] in policy/solver_offload_order.cpp): here every copy out two launches late.
+TEST(Offload, CopiesQueuedLaunchesAfterTheLastUseTrainBitIdentically) {
+  std::size_t deferred = 0;
+  engine_options o = offload_options("0.6x");
+  o.amend_plan = [&deferred](const policy::iteration& g, policy::plan& p) {
+    offload_everything(g, p);
+    for (policy::offload& off : p.offloads) {
+      const policy::launch_id rel = std::min<policy::launch_id>(off.release_before + 2, off.fetch_after + 1);
+      if (rel - 1 > off.evict_after) ++deferred;
+      off.release_before = rel;
+      off.evict_after = rel - 1;
+    }
+  };
+  const run r = train_both(o, 6, plain_steps);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_GT(deferred, 0u);
+  EXPECT_EQ(r.with, r.without);
+  for (const auto& it : r.reports) {
+    if (it.state == engine_state::trace) continue;
+    SCOPED_TRACE(it.index);
+    EXPECT_FALSE(it.diverged) << it.divergence;
+    EXPECT_EQ(it.offloads, r.link.offloads) << "every planned offload was copied out";
+    EXPECT_EQ(it.fetches, it.offloads) << "and back";
+    EXPECT_EQ(it.safety_fetches, 0u);
+    EXPECT_EQ(it.failed_copies, 0u);
+  }
+}
+
 TEST(Offload, ACopyTheDeviceRefusesIsMadeSynchronouslyAndTrainingStaysExact) {
   const run r = train_both(offload_options("0.5x"), 6, [](chain& c, host_runtime* rt, int it) {
     if (rt && it == 3) rt->replay_device().fail_next_copies(1, 1);  // one each way
