@@ -1,19 +1,3 @@
-// Note [Offload placement]
-// Rationale: an offload frees memory only between release_before and fetch_after; the
-//   earlier it releases and the later it fetches, the more it frees, but a release before
-//   the device->host copy is done, or a fetch too late to hide the host->device copy,
-//   stalls the compute stream. The placement takes the windows the link can hide, widened
-//   where the planner needs the bytes out.
-// Approach: launch times come from the plan's launches and recipes without stalls. The
-//   device->host copies are queued in evict_after order (FIFO); release_before is the
-//   first launch that starts after the modelled copy is done. The host->device copies are
-//   laid out backwards from the latest restore point: each must be done when its consumer
-//   starts (after its recipes) and before the next copy in the queue starts, and
-//   fetch_after is the last launch that ends by then. Both are then widened to cover
-//   need_lo..need_hi; the simulator measures what the widening costs in stalls.
-// Limitations: the times ignore the stalls the plan itself causes; the simulator's stalls
-//   are the figure that counts.
-//
 // Note [Offload search]
 // Rationale: a copy costs no compute and can hide behind the launches in the gap, but the
 //   link is shared, the host memory is bounded, and a copy that cannot hide stalls; so
@@ -78,18 +62,6 @@
 // Limitations: one pass, in candidate order; a window whose copy back cannot hide
 //   because the budget needs the bytes out until late still stalls (ResNet-152 at 0.20x:
 //   2.4 ms at one fetch), since no other buffer is asked to take its place.
-//
-// Note [Offloaded recipe inputs]
-// Rationale: the deepest cuts mix the actions: a segment's checkpoint is sent to host
-//   memory and the segment is recomputed from it. A recipe reads its inputs in place, and
-//   a live temporary's scratch starts from its bytes (Note [Recipe scratch]), so either
-//   must be back before the recipe runs, not only before its own next use.
-// Approach: once the drop plan is built, an offload whose target a recipe reads inside
-//   its gap restores before the launch before that recipe's restore point (recipes run
-//   ahead of the fetch waits at their launch, Note [Link timeline]); fetch_after and the
-//   link timeline follow from that point.
-// Limitations: the buffer is then resident from the recipe to its own next use; a recipe
-//   right after the last use leaves no gap, and the simulator refuses the offload.
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
@@ -99,117 +71,10 @@
 #include <mutex>
 #include <thread>
 
-#include "policy/recipe.hpp"
+#include "policy/recipe_reads.hpp"
 #include "policy/solvers.hpp"
 
 namespace sublinear::policy {
-
-void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests) {
-  if (requests.empty()) return;
-  std::vector<double> ready, end;  // launch i may start (after recipes); it ends
-  launch_clock(it, p, ready, end);
-  const std::size_t m = requests.size();
-  std::vector<std::size_t> order(m);
-  for (std::size_t j = 0; j < m; ++j) order[j] = j;
-  std::vector<launch_id> release(m), fetch(m);
-  std::vector<double> to_host_done(m, 0.0);
-  // Device->host, forwards in evict_after order.
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const offload_request& x = requests[a];
-    const offload_request& y = requests[b];
-    return x.evict_after != y.evict_after ? x.evict_after < y.evict_after : x.restore_before < y.restore_before;
-  });
-  double host_free = 0.0;
-  for (std::size_t j : order) {
-    const offload_request& r = requests[j];
-    const double start = std::max(end[r.evict_after], host_free);
-    to_host_done[j] = host_free = start + link.to_host.copy_s(r.bytes != 0 ? r.bytes : it.buffers[r.target].size);
-    // The first launch i > evict_after whose predecessor ends once the copy is done.
-    const auto at = std::lower_bound(end.begin() + r.evict_after, end.end(), to_host_done[j]);
-    std::size_t rel = static_cast<std::size_t>(at - end.begin()) + 1;
-    rel = std::min<std::size_t>(rel, r.restore_before);
-    if (r.need_lo != none) rel = std::min<std::size_t>(rel, r.need_lo);
-    release[j] = static_cast<launch_id>(std::max<std::size_t>(rel, static_cast<std::size_t>(r.evict_after) + 1));
-  }
-  // Host->device, backwards from the latest restore point.
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    const offload_request& x = requests[a];
-    const offload_request& y = requests[b];
-    return x.restore_before != y.restore_before ? x.restore_before > y.restore_before : x.evict_after > y.evict_after;
-  });
-  double next_start = std::numeric_limits<double>::infinity();
-  for (std::size_t j : order) {
-    const offload_request& r = requests[j];
-    const double copy = link.to_device.copy_s(r.bytes != 0 ? r.bytes : it.buffers[r.target].size);
-    const double latest = std::min(ready[r.restore_before], next_start) - copy;
-    // The last launch in [evict_after, restore_before) that ends by `latest`.
-    const auto at = std::upper_bound(end.begin(), end.begin() + r.restore_before, latest);
-    std::size_t f = at == end.begin() ? 0 : static_cast<std::size_t>(at - end.begin()) - 1;
-    f = std::max<std::size_t>(f, r.evict_after);
-    f = std::max<std::size_t>(f, static_cast<std::size_t>(release[j]) - 1);
-    if (r.need_hi != none) f = std::max<std::size_t>(f, r.need_hi);
-    f = std::min<std::size_t>(f, static_cast<std::size_t>(r.restore_before) - 1);
-    fetch[j] = static_cast<launch_id>(f);
-    next_start = std::min(next_start, std::max(end[f], to_host_done[j]));
-  }
-  for (std::size_t j = 0; j < m; ++j) {
-    const offload_request& r = requests[j];
-    offload o;
-    o.target = r.target;
-    o.evict_after = r.evict_after;
-    o.release_before = std::min<launch_id>(release[j], fetch[j] + 1);
-    o.fetch_after = fetch[j];
-    o.restore_before = r.restore_before;
-    p.offloads.push_back(o);
-  }
-}
-
-namespace {
-
-// Calls read(x, t) for every buffer x a recipe of p reads in place, t its restore point,
-// and for every temporary it reads on entry (reads_on_entry: the runtime starts its
-// scratch from the live buffer's bytes). (The search calls it once a round: what each
-// recipe rebuilds is marked, not searched.)
-template <typename Read>
-void for_each_recipe_read(const iteration& it, const plan& p, Read&& read) {
-  std::vector<std::uint32_t> rebuilt_by(it.buffers.size(), none);  // the eviction that rebuilds it
-  std::vector<std::uint32_t> temporary_of(it.buffers.size(), none);  // reset at its first touch
-  for (std::uint32_t k = 0; k < p.evictions.size(); ++k) {
-    const eviction& ev = p.evictions[k];
-    const auto mark = [&](buffer_id x) {
-      if (x < rebuilt_by.size()) rebuilt_by[x] = k;
-    };
-    mark(ev.target);
-    for (buffer_id x : ev.also_regenerates) mark(x);
-    for (buffer_id x : ev.temporaries) {
-      mark(x);
-      if (x < temporary_of.size()) temporary_of[x] = k;
-    }
-    for (launch_id l : ev.recipe) {
-      for (buffer_id x : it.launches[l].touched) {
-        if (x < rebuilt_by.size() && rebuilt_by[x] == k) {
-          if (temporary_of[x] != k) continue;  // rebuilt, or a temporary touched before
-          temporary_of[x] = none;
-          if (writes_first(it, l, x)) continue;
-        }
-        read(x, ev.restore_before);
-      }
-    }
-  }
-}
-
-}  // namespace
-
-void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_request> requests) {
-  if (requests.empty() || p.evictions.empty()) return;
-  std::vector<std::uint32_t> request_of(it.buffers.size(), none);
-  for (std::size_t j = 0; j < requests.size(); ++j) request_of[requests[j].target] = static_cast<std::uint32_t>(j);
-  for_each_recipe_read(it, p, [&](buffer_id x, launch_id t) {
-    if (request_of[x] == none) return;
-    offload_request& r = requests[request_of[x]];
-    if (r.evict_after < t && t <= r.restore_before && t - 1 > r.evict_after) r.restore_before = t - 1;
-  });
-}
 
 namespace {
 

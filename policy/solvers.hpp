@@ -46,7 +46,7 @@ enum class greedy_rank { bytes_freed, footprint };
 [[nodiscard]] std::optional<planner::context::evaluation> solve_greedy(planner::context& ctx, std::size_t budget,
                                                                        greedy_rank rank = greedy_rank::bytes_freed);
 
-// ---- solver_offload.cpp -----------------------------------------------------------------
+// ---- offload_placement.cpp --------------------------------------------------------------
 
 // One buffer to offload over its gap (evict_after, restore_before), its window to cover
 // need_lo..need_hi where those are not `none` (where the planner needs its bytes out).
@@ -64,7 +64,10 @@ struct offload_request {
 // the host->device copy, both widened to cover need_lo..need_hi.
 void place_offloads(const iteration& it, const link_model& link, plan& p, std::span<const offload_request> requests);
 
-// ---- solver_offload_order.cpp -----------------------------------------------------------
+// Moves each request's restore_before before the first recipe of `p` that reads its
+// target inside its gap (Note [Offloaded recipe inputs]); a request left with no gap
+// keeps its point, and the simulator refuses the plan.
+void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_request> requests);
 
 // Per launch of `it` under `p`'s recipes, without stalls: when it may start (its recipes
 // run) and when it ends.
@@ -78,12 +81,7 @@ void order_copies_out(const iteration& it, const link_model& link, plan& p, std:
 // order_copies_out on `e`'s plan, kept where it still fits `budget` for less added time.
 void order_copies_out_if_better(planner::context& ctx, std::size_t budget, planner::context::evaluation& e);
 
-// ---- solver_offload.cpp (continued) ------------------------------------------------------
-
-// Moves each request's restore_before before the first recipe of `p` that reads its
-// target inside its gap (Note [Offloaded recipe inputs]); a request left with no gap
-// keeps its point, and the simulator refuses the plan.
-void fetch_before_recipes(const iteration& it, const plan& p, std::span<offload_request> requests);
+// ---- solver_offload.cpp -----------------------------------------------------------------
 
 // Keep/recompute/offload search (Note [Offload search]): the plan of least added time
 // (recompute + stalls) it finds within `budget`, or nothing. Without `recompute`, no

@@ -1,5 +1,5 @@
 // The copies to host of a finished plan put in deadline order (Note [Copies out by
-// deadline] in policy/solver_offload_order.cpp).
+// deadline] in policy/offload_placement.cpp).
 #include <gtest/gtest.h>
 
 #include <vector>

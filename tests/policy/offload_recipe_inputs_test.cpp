@@ -1,5 +1,5 @@
 // Offload beside recompute in one plan: a recipe's input sent to host memory comes back
-// before the recipe runs (Note [Offloaded recipe inputs] in policy/solver_offload.cpp).
+// before the recipe runs (Note [Offloaded recipe inputs] in policy/offload_placement.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -182,7 +182,7 @@ TEST(Offload, FetchesIssuedAheadOfTheirConsumerStillTrainBitIdentically) {
 }
 
 // A plan may queue a copy to host launches after its buffer's last use (Note [Copies out
-// by deadline] in policy/solver_offload_order.cpp): here every copy out two launches late.
+// by deadline] in policy/offload_placement.cpp): here every copy out two launches late.
 TEST(Offload, CopiesQueuedLaunchesAfterTheLastUseTrainBitIdentically) {
   std::size_t deferred = 0;
   engine_options o = offload_options("0.6x");
