@@ -149,7 +149,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     record(s, p);
     return p;
   };
-  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs};
+  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs, o.tighter_targets};
   if (o.offload != offload_mode::off && !offloads()) {
     if (o.offload == offload_mode::only) {
       throw config_error("sublinear: planner '" + std::string(name()) +

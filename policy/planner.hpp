@@ -73,6 +73,10 @@ class planner {
     // runtime and `sublinear plan` set it where both SUBLINEAR_PACKS and
     // SUBLINEAR_OFFLOAD_PACKS are on (their defaults).
     bool offload_packs = false;
+    // With offload on: where the best plan stalls for 5% of the iteration's compute or
+    // more, run the offload search again at 97.5% and 95% of the budget and keep what fits
+    // for less (Note [Tighter targets] in solver_offload.cpp).
+    bool tighter_targets = true;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

@@ -29,6 +29,7 @@ struct offload_settings {
   std::size_t host_budget = 0;  // 0: no bound
   std::size_t threads = 0;      // planner::options::threads
   bool offload_packs = false;   // planner::options::offload_packs
+  bool tighter_targets = false;  // planner::options::tighter_targets
 };
 
 // One candidate's action in a keep/recompute/offload choice (evaluate_actions).
