@@ -839,7 +839,7 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   std::optional<evaluation> best = offload_starts(ctx, budget, search, also);
   double compute_s = 0.0;
   for (const launch& l : ctx.graph().launches) compute_s += l.cost_s;
-  // Note [Tighter targets]
+  // Reruns at tighter targets where the plan stalls (Note [Tighter targets]).
   if (ctx.offload().tighter_targets && best && best->sim.predicted_stall_s >= 0.05 * compute_s) {
     for (const double f : {0.975, 0.95}) {
       std::optional<evaluation> e =
