@@ -762,9 +762,9 @@ class job_runner {
 // Approach: where the best plan stalls for 5% of the iteration's compute or more, the
 //   starts run again with 97.5% and 95% of the budget as their target, and the least
 //   added time among the plans that fit the budget wins (there, 0.205x plans +34%).
-// Limitations: it triples the planning time where it runs (ResNet-152 at 0.205x: 5 s to
-//   12 s on two threads) and is a heuristic: the plans are still not monotone in the
-//   budget (0.21x plans +35%, 0.215x, which does not stall, +26%). Below 5% of stalls
+// Limitations: it adds planning time where it runs (ResNet-152 at 0.205x on two threads:
+//   5.9-8.1 s against 5.1-5.2 s) and is a heuristic: the plans are still not monotone in
+//   the budget (0.21x plans +35%, 0.215x, which does not stall, +26%). Below 5% of stalls
 //   (ResNet-1001 at 0.19x, DenseNet-121 at 0.15x) a rerun doubled the time and found
 //   nothing better.
 //
