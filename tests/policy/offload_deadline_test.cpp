@@ -44,22 +44,12 @@ three_out make_three_out() {
   return s;
 }
 
-offload entry(buffer_id target, launch_id e, launch_id rel, launch_id f, launch_id r) {
-  offload o;
-  o.target = target;
-  o.evict_after = e;
-  o.release_before = rel;
-  o.fetch_after = f;
-  o.restore_before = r;
-  return o;
-}
-
 // z released before L3, b before L5, a before L7; fetched after L7 (b), L9 (a) and L11 (z).
 plan three_offloads(const three_out& s) {
   plan p;
-  p.offloads.push_back(entry(s.z, 0, 3, 11, 15));
-  p.offloads.push_back(entry(s.a, 1, 7, 9, 12));
-  p.offloads.push_back(entry(s.b, 2, 5, 7, 10));
+  p.offloads.push_back(test::offload_entry(s.z, 0, 3, 11, 15));
+  p.offloads.push_back(test::offload_entry(s.a, 1, 7, 9, 12));
+  p.offloads.push_back(test::offload_entry(s.b, 2, 5, 7, 10));
   return p;
 }
 
@@ -105,8 +95,8 @@ TEST(CopiesOutByDeadline, CopiesToHostRunByDeadlineWithNoOtherChange) {
 TEST(CopiesOutByDeadline, AnIdleLinkTakesTheCopyReadyNow) {
   const three_out s = make_three_out();
   plan p;
-  p.offloads.push_back(entry(s.a, 1, 7, 9, 12));
-  p.offloads.push_back(entry(s.b, 2, 5, 7, 10));
+  p.offloads.push_back(test::offload_entry(s.a, 1, 7, 9, 12));
+  p.offloads.push_back(test::offload_entry(s.b, 2, 5, 7, 10));
   const std::vector<launch_id> last_use{1, 2};
   order_copies_out(s.it, two_seconds, p, last_use);
   EXPECT_EQ(p.offloads[0].evict_after, 1u);

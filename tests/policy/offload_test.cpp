@@ -50,17 +50,6 @@ using test::link_at;
 const link_model fast = link_at(2.0 * big);  // 0.5 s per copy of a
 const link_model slow = link_at(big / 100.0);  // 100 s per copy of a
 
-offload off_entry(buffer_id target, launch_id evict_after, launch_id release_before, launch_id fetch_after,
-                  launch_id restore_before) {
-  offload o;
-  o.target = target;
-  o.evict_after = evict_after;
-  o.release_before = release_before;
-  o.fetch_after = fetch_after;
-  o.restore_before = restore_before;
-  return o;
-}
-
 constexpr std::size_t unplanned_peak = 1024 + big + big;  // P + a + c during L3
 constexpr std::size_t without_a = 1024 + big;
 
@@ -69,7 +58,7 @@ constexpr std::size_t without_a = 1024 + big;
 TEST(OffloadSimulator, HiddenCopiesFreeTheBufferWithoutStalling) {
   const scenario s = make_scenario();
   plan p;
-  p.offloads.push_back(off_entry(s.a, 1, 3, 3, 5));
+  p.offloads.push_back(test::offload_entry(s.a, 1, 3, 3, 5));
   const simulation r = simulate(s.it, p, fast);
   ASSERT_TRUE(r.valid) << r.error;
   EXPECT_EQ(r.peak, without_a);  // a is out during L3
@@ -102,7 +91,7 @@ TEST(OffloadSimulator, OffloadedBufferTakesWholePages) {
   h.launch({a}, {});
   const iteration it = h.finish(1);
   plan p;
-  p.offloads.push_back(off_entry(a, 0, 1, 1, 3));
+  p.offloads.push_back(test::offload_entry(a, 0, 1, 1, 3));
   const std::vector<std::size_t> during = simulator(it, fast).timeline(p);
   ASSERT_EQ(during.size(), 4u);
   EXPECT_EQ(during[0], 512 + 8192u);  // round_up(5000, 4096) while resident
@@ -114,7 +103,7 @@ TEST(OffloadSimulator, OffloadedBufferTakesWholePages) {
 TEST(OffloadSimulator, LateFetchStallsTheConsumer) {
   const scenario s = make_scenario();
   plan p;
-  p.offloads.push_back(off_entry(s.a, 1, 3, 4, 5));  // fetched after L4 ends (14): back at 14.5
+  p.offloads.push_back(test::offload_entry(s.a, 1, 3, 4, 5));  // fetched after L4 ends (14): back at 14.5
   const simulation r = simulate(s.it, p, fast);
   ASSERT_TRUE(r.valid) << r.error;
   EXPECT_EQ(r.predicted_stall_s, 0.5);
@@ -126,7 +115,7 @@ TEST(OffloadSimulator, EarlyReleaseWaitsForTheCopyToHost) {
   const scenario s = make_scenario();
   const link_model two_s = link_at(big / 2.0);  // 2 s per copy
   plan p;
-  p.offloads.push_back(off_entry(s.a, 1, 2, 4, 5));
+  p.offloads.push_back(test::offload_entry(s.a, 1, 2, 4, 5));
   const simulation r = simulate(s.it, p, two_s);
   ASSERT_TRUE(r.valid) << r.error;
   // d2h 11..13: L2 waits 2 s to release. L2..L4 run 13..16; h2d 16..18: L5 waits 2 s.
@@ -152,8 +141,8 @@ TEST(OffloadSimulator, CopiesOfOneDirectionQueue) {
   plan p;
   // Both queued after L0 (t = 1): a 1..1.5, b 1.5..2. Both fetched after L2 (t = 3),
   // deadline order: a and b tie on restore_before, so plan order: a 3..3.5, b 3.5..4.
-  p.offloads.push_back(off_entry(a, 0, 2, 2, 4));
-  p.offloads.push_back(off_entry(b, 0, 2, 2, 4));
+  p.offloads.push_back(test::offload_entry(a, 0, 2, 2, 4));
+  p.offloads.push_back(test::offload_entry(b, 0, 2, 2, 4));
   const simulation r = simulate(it, p, fast);
   ASSERT_TRUE(r.valid) << r.error;
   EXPECT_EQ(r.copies[1].to_host_start, 1.5);
@@ -177,18 +166,18 @@ TEST(OffloadSimulator, RefusesBrokenOffloads) {
     return r.error;
   };
   plan p;
-  p.offloads.push_back(off_entry(s.a, 1, 3, 3, 5));
+  p.offloads.push_back(test::offload_entry(s.a, 1, 3, 3, 5));
   EXPECT_THAT(error_of(p, link_model{}), HasSubstr("no bandwidth"));
-  p.offloads[0] = off_entry(s.a, 0, 3, 3, 5);  // L1 uses a inside the window
+  p.offloads[0] = test::offload_entry(s.a, 0, 3, 3, 5);  // L1 uses a inside the window
   EXPECT_THAT(error_of(p), HasSubstr("used by launch 1"));
-  p.offloads[0] = off_entry(s.a, 1, 4, 2, 5);  // release_before > fetch_after + 1
+  p.offloads[0] = test::offload_entry(s.a, 1, 4, 2, 5);  // release_before > fetch_after + 1
   EXPECT_THAT(error_of(p), HasSubstr("evict_after < release_before"));
-  p.offloads[0] = off_entry(s.a, 1, 3, 5, 5);  // fetch_after not before restore_before
+  p.offloads[0] = test::offload_entry(s.a, 1, 3, 5, 5);  // fetch_after not before restore_before
   EXPECT_THAT(error_of(p), HasSubstr("fetch_after < restore_before"));
-  p.offloads[0] = off_entry(s.P, 1, 3, 3, 5);
+  p.offloads[0] = test::offload_entry(s.P, 1, 3, 3, 5);
   EXPECT_THAT(error_of(p), HasSubstr("not allocated and freed within the iteration"));
-  p.offloads[0] = off_entry(s.a, 1, 3, 3, 5);
-  p.offloads.push_back(off_entry(s.a, 1, 3, 3, 5));
+  p.offloads[0] = test::offload_entry(s.a, 1, 3, 3, 5);
+  p.offloads.push_back(test::offload_entry(s.a, 1, 3, 3, 5));
   EXPECT_THAT(error_of(p), HasSubstr("already offloaded"));
   p.offloads.pop_back();
   eviction ev;
@@ -224,7 +213,7 @@ TEST(OffloadSimulator, RecipeMayNotReadAnOffloadedBuffer) {
   ev.recipe = {1};  // reads a in place before L3
   p.evictions.push_back(ev);
   ASSERT_TRUE(simulate(it, p, fast).valid);
-  p.offloads.push_back(off_entry(a, 1, 2, 2, 4));
+  p.offloads.push_back(test::offload_entry(a, 1, 2, 2, 4));
   const simulation r = simulate(it, p, fast);
   EXPECT_FALSE(r.valid);
   EXPECT_THAT(r.error, HasSubstr("reads buffer 1, which is offloaded"));
