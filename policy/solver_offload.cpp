@@ -837,10 +837,10 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
       break;
   }
   std::optional<evaluation> best = offload_starts(ctx, budget, search, also);
-  double compute_s = 0.0;
-  for (const launch& l : ctx.graph().launches) compute_s += l.cost_s;
-  // Reruns at tighter targets where the plan stalls (Note [Tighter targets]).
-  if (ctx.offload().tighter_targets && best && best->sim.predicted_stall_s >= 0.05 * compute_s) {
+  // Reruns at tighter targets where the plan stalls (Note [Tighter targets]); the
+  // iteration's compute is the predicted time less what the plan adds.
+  if (ctx.offload().tighter_targets && best && best->sim.predicted_stall_s > 0.0 &&
+      best->sim.predicted_stall_s >= 0.05 * (best->sim.predicted_time_s - best->sim.added_time_s())) {
     for (const double f : {0.975, 0.95}) {
       std::optional<evaluation> e =
           offload_starts(ctx, static_cast<std::size_t>(static_cast<double>(budget) * f), search, also);
