@@ -113,6 +113,17 @@ planner::context::evaluation planner::context::evaluate_actions(std::span<const 
   return e;
 }
 
+std::vector<action> planner::context::actions_of(const evaluation& e) const {
+  std::vector<action> actions(candidates_.size(), action::keep);
+  for (std::uint32_t c = 0; c < candidates_.size() && c < e.dropped.size(); ++c)
+    if (e.dropped[c] != 0) actions[c] = action::drop;
+  for (const policy::offload& o : e.result.offloads) {
+    const std::uint32_t c = candidates_.index_of(o.target);
+    if (c != none) actions[c] = action::offload;
+  }
+  return actions;
+}
+
 planner::context::evaluation planner::context::evaluate_keeping_refused(std::span<const std::uint8_t> dropped) {
   evaluation e = evaluate(dropped);
   if (e.ok || e.refused.empty()) return e;
@@ -149,7 +160,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     record(s, p);
     return p;
   };
-  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs, o.tighter_targets};
+  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs, o.rerun_targets};
   if (o.offload != offload_mode::off && !offloads()) {
     if (o.offload == offload_mode::only) {
       throw config_error("sublinear: planner '" + std::string(name()) +

@@ -74,9 +74,9 @@ class planner {
     // SUBLINEAR_OFFLOAD_PACKS are on (their defaults).
     bool offload_packs = false;
     // With offload on: where the best plan stalls for 5% of the iteration's compute or
-    // more, run the offload search again at 97.5% and 95% of the budget and keep what fits
-    // for less (Note [Tighter targets] in solver_offload.cpp).
-    bool tighter_targets = true;
+    // more, run the offload search again at 95-105% of the budget and keep what fits for
+    // less (Note [Targets around the budget] in solver_offload.cpp).
+    bool rerun_targets = true;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

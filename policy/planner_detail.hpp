@@ -29,7 +29,7 @@ struct offload_settings {
   std::size_t host_budget = 0;  // 0: no bound
   std::size_t threads = 0;      // planner::options::threads
   bool offload_packs = false;   // planner::options::offload_packs
-  bool tighter_targets = false;  // planner::options::tighter_targets
+  bool rerun_targets = false;  // planner::options::rerun_targets
 };
 
 // One candidate's action in a keep/recompute/offload choice (evaluate_actions).
@@ -73,6 +73,11 @@ class planner::context {
                                             std::span<const launch_id> need_hi,
                                             std::span<const launch_id> horizons = {},
                                             std::span<const std::uint32_t> packed = {});
+
+  // The action per candidate of an evaluation's plan, evaluate_actions' inverse: its drop
+  // set dropped, its offloads' targets (each pack member has an offload of its own)
+  // offloaded, the rest kept.
+  [[nodiscard]] std::vector<action> actions_of(const evaluation& e) const;
 
   // Plans built and simulated by evaluate() and evaluate_actions() so far (for tests of
   // what a search costs).

@@ -138,17 +138,8 @@ void pack_offloads(planner::context& ctx, std::size_t budget, planner::context::
     return;
   const std::size_t page = it.granularity;
   // The best plan as actions; its offloads asked to be out at least where they are.
-  std::vector<std::uint32_t> candidate_of(it.buffers.size(), none);
-  for (std::uint32_t c = 0; c < cs.size(); ++c) candidate_of[cs[c].buffer] = c;
-  std::vector<action> actions(cs.size(), action::keep);
+  const std::vector<action> actions = ctx.actions_of(best);
   std::vector<launch_id> lo(cs.size(), none), hi(cs.size(), none);
-  for (std::uint32_t c = 0; c < cs.size() && c < best.dropped.size(); ++c)
-    if (best.dropped[c] != 0) actions[c] = action::drop;
-  for (const offload& o : best.result.offloads) {
-    const std::uint32_t c = candidate_of[o.target];
-    if (c == none) return;
-    actions[c] = action::offload;
-  }
   if (best.need_lo.size() == cs.size() && best.need_hi.size() == cs.size()) lo = best.need_lo, hi = best.need_hi;
   std::vector<std::uint32_t> small;
   for (std::uint32_t c = 0; c < cs.size(); ++c) {

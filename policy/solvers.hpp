@@ -96,6 +96,12 @@ void order_copies_out_if_better(planner::context& ctx, std::size_t budget, plann
                                                                                        std::size_t budget,
                                                                                        const planner::context::evaluation* seed);
 
+// `larger`, a plan made for a larger budget, brought under `budget` one simulated change
+// at a time, then improved (Note [Targets around the budget]); nothing where it does not
+// come to fit.
+[[nodiscard]] std::optional<planner::context::evaluation> solve_offload_from_larger(
+    planner::context& ctx, std::size_t budget, const planner::context::evaluation& larger);
+
 // The planner's recompute-only search: its plan at a budget on a context, or nothing.
 using recompute_search =
     std::function<std::optional<planner::context::evaluation>(planner::context& ctx, std::size_t budget)>;

@@ -20,13 +20,7 @@ namespace sublinear::policy::test {
 // An offload with its four points (policy/plan.hpp).
 inline offload offload_entry(buffer_id target, launch_id evict_after, launch_id release_before, launch_id fetch_after,
                              launch_id restore_before) {
-  offload o;
-  o.target = target;
-  o.evict_after = evict_after;
-  o.release_before = release_before;
-  o.fetch_after = fetch_after;
-  o.restore_before = restore_before;
-  return o;
+  return offload{target, evict_after, release_before, fetch_after, restore_before};
 }
 
 // A link with both directions at `bytes_per_s` and no latency.
