@@ -188,9 +188,37 @@ void engine::impl::release_copy_of(std::size_t i) {
   dev.release_copy(h);
 }
 
-// An offloaded pack's copy out, one for all its members, when all are resident where the
-// plan put them (the allocator may have placed a member on pages of its own: Note [Pack
-// segments]); false leaves each member to copy itself.
+// The members of carrier c's pack in the pack's order, in runs of adjacent members for
+// which `in_place` holds: each run with its bytes' offset and length in the pack.
+std::vector<engine::impl::pack_run> engine::impl::pack_runs(std::size_t c,
+                                                            const std::function<bool(std::size_t)>& in_place) const {
+  std::vector<std::size_t> members{c};
+  members.insert(members.end(), riders[c].begin(), riders[c].end());
+  std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) { return copy_offset[a] < copy_offset[b]; });
+  std::vector<pack_run> runs;
+  for (std::size_t k = 0; k < members.size();) {
+    if (!in_place(members[k])) {
+      ++k;
+      continue;
+    }
+    std::size_t j = k;
+    while (j < members.size() && in_place(members[j])) ++j;
+    const std::size_t last = members[j - 1];
+    pack_run run;
+    run.members.assign(members.begin() + static_cast<std::ptrdiff_t>(k), members.begin() + static_cast<std::ptrdiff_t>(j));
+    run.offset = copy_offset[members[k]];
+    run.bytes = copy_offset[last] + graph().buffers[plan.offloads[last].target].size - run.offset;
+    runs.push_back(std::move(run));
+    k = j;
+  }
+  return runs;
+}
+
+// An offloaded pack's copy out: one for all its members when all are resident where the
+// plan put them. Where some are not (the allocator placed a member on pages of its own,
+// Note [Pack segments], or one is not resident), each run of members that are, in the
+// pack's order, moves in one copy, and the others copy on their own. False (the carrier's
+// own copy not started) leaves the carrier to copy itself.
 bool engine::impl::start_pack_offload(std::size_t c, device::stream_handle stream) {
   const buffer_id b0 = plan.offloads[c].target;
   const auto ready = [&](std::size_t i) {
@@ -199,29 +227,40 @@ bool engine::impl::start_pack_offload(std::size_t c, device::stream_handle strea
            addr[b] == addr[b0] + copy_offset[i];
   };
   if (host_pool == nullptr || !ready(c)) return false;
-  for (std::size_t r : riders[c])
-    if (!ready(r)) return false;
-  replay_device::copy_handle h = nullptr;
-  try {
-    h = dev.copy_to_host(host_pool + host_offset[c], addr[b0], copy_bytes[c], stream);
-  } catch (const std::exception&) {
-    return false;  // each member on its own, with its own fallbacks
+  std::vector<pack_run> runs;
+  if (std::all_of(riders[c].begin(), riders[c].end(), ready)) {
+    pack_run whole;
+    whole.members.push_back(c);
+    whole.members.insert(whole.members.end(), riders[c].begin(), riders[c].end());
+    whole.bytes = copy_bytes[c];
+    runs.push_back(std::move(whole));
+  } else {
+    runs = pack_runs(c, ready);
   }
-  if (h != nullptr) shared_copies[h] = riders[c].size() + 1;
-  current.offloaded_bytes += copy_bytes[c];
-  ++current.link_copies;
-  const auto start = [&](std::size_t i) {
-    swap[i] = swap_state::copying_out;
-    swap_copy[i] = h;
-    copying_out.push_back(i);
-    swapped_ranges[addr[plan.offloads[i].target]] = i;
-    ++current.offloads;
-    begin_swap_note(i, timeline_event::kind::offload);
-  };
-  start(c);
-  for (std::size_t r : riders[c]) start(r);
-  if (dev.copy_done(h)) poll_offloads();
-  return true;
+  bool carrier_started = false, done = false;
+  for (const pack_run& run : runs) {
+    replay_device::copy_handle h = nullptr;
+    try {
+      h = dev.copy_to_host(host_pool + host_offset[c] + run.offset, addr[b0] + run.offset, run.bytes, stream);
+    } catch (const std::exception&) {
+      continue;  // each member of this run on its own, with its own fallbacks
+    }
+    if (h != nullptr) shared_copies[h] = run.members.size();
+    current.offloaded_bytes += run.bytes;
+    ++current.link_copies;
+    for (std::size_t i : run.members) {
+      swap[i] = swap_state::copying_out;
+      swap_copy[i] = h;
+      copying_out.push_back(i);
+      swapped_ranges[addr[plan.offloads[i].target]] = i;
+      ++current.offloads;
+      begin_swap_note(i, timeline_event::kind::offload);
+      carrier_started = carrier_started || i == c;
+    }
+    done = done || dev.copy_done(h);
+  }
+  if (done) poll_offloads();
+  return carrier_started;
 }
 
 void engine::impl::start_offload(std::size_t i, device::stream_handle stream) {
@@ -302,28 +341,13 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
     return swap[i] == swap_state::on_host && !freed[b] && addr[b] == addr[b0] + copy_offset[i];
   };
   if (!away(c)) return false;
-  std::vector<std::size_t> members{c};
-  members.insert(members.end(), riders[c].begin(), riders[c].end());
-  if (std::all_of(members.begin(), members.end(), away)) {
+  if (std::all_of(riders[c].begin(), riders[c].end(), away)) {
+    std::vector<std::size_t> members{c};
+    members.insert(members.end(), riders[c].begin(), riders[c].end());
     fetch_run(c, members, 0, copy_bytes[c], stream);
     return true;
   }
-  std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) { return copy_offset[a] < copy_offset[b]; });
-  for (std::size_t k = 0; k < members.size();) {
-    if (!away(members[k])) {
-      ++k;
-      continue;
-    }
-    std::size_t j = k;
-    while (j < members.size() && away(members[j])) ++j;
-    const std::size_t last = members[j - 1];
-    const std::size_t from = copy_offset[members[k]];
-    const std::size_t to = copy_offset[last] + graph().buffers[plan.offloads[last].target].size;
-    fetch_run(c, std::vector<std::size_t>(members.begin() + static_cast<std::ptrdiff_t>(k),
-                                          members.begin() + static_cast<std::ptrdiff_t>(j)),
-              from, to - from, stream);
-    k = j;
-  }
+  for (const pack_run& run : pack_runs(c, away)) fetch_run(c, run.members, run.offset, run.bytes, stream);
   return true;
 }
 

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -215,6 +216,11 @@ struct engine::impl {
   std::vector<std::vector<std::size_t>> riders;          // carrier -> the other entries of its pack
   std::map<replay_device::copy_handle, std::size_t> shared_copies;  // a pack's copy -> entries holding it
   void release_copy_of(std::size_t i);                   // gives entry i's copy back (once no entry holds it)
+  struct pack_run {
+    std::vector<std::size_t> members;  // entries, in the pack's order
+    std::size_t offset = 0, bytes = 0; // where the run's bytes are in the pack, and how many
+  };
+  [[nodiscard]] std::vector<pack_run> pack_runs(std::size_t c, const std::function<bool(std::size_t)>& in_place) const;
   [[nodiscard]] bool start_pack_offload(std::size_t c, device::stream_handle stream);
   [[nodiscard]] bool fetch_pack(std::size_t c, device::stream_handle stream);
   void fetch_run(std::size_t c, const std::vector<std::size_t>& members, std::size_t offset, std::size_t bytes,

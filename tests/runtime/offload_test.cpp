@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -544,6 +545,72 @@ TEST(OffloadPacks, ADivergenceWithAPackInFlightBringsItBackAndTrainsExactly) {
   EXPECT_TRUE(r.reports[4].diverged);
   EXPECT_GT(r.reports[4].link_copies, 0u) << "the divergence came after packs went out";
   EXPECT_GT(r.reports[7].link_copies, 0u) << "the new plan offloads again";
+}
+
+// Passes every allocation callback on to `next`, but gives the first member at a nonzero
+// offset of an offloaded pack (keys in `offloaded`) no slot while `armed`: that member
+// gets pages of its own, as the allocator gives a member whose slot it refuses (Note
+// [Pack segments]).
+class place_one_apart final : public allocator::allocation_observer {
+ public:
+  allocator::allocation_observer* next = nullptr;
+  std::set<std::uint64_t> offloaded;  // pack indices + 1, as the engine's slot keys end
+  bool armed = false;
+  int placed_apart = 0;
+
+  bool place_evictable(std::size_t size, allocator::stream_handle s) override { return next->place_evictable(size, s); }
+  std::optional<allocator::pack_slot> pack_slot_for(std::size_t size, allocator::stream_handle s) override {
+    std::optional<allocator::pack_slot> slot = next->pack_slot_for(size, s);
+    if (armed && slot && slot->offset > 0 && offloaded.count(slot->key & 0xffffffffu) != 0) {
+      armed = false;
+      ++placed_apart;
+      return std::nullopt;
+    }
+    return slot;
+  }
+  void on_allocate(void* p, std::size_t size, allocator::stream_handle s, bool evictable) override {
+    next->on_allocate(p, size, s, evictable);
+  }
+  void on_free(void* p, std::size_t size, allocator::stream_handle s) override { next->on_free(p, size, s); }
+  bool defer_free(void* p, std::size_t size, allocator::stream_handle s) override { return next->defer_free(p, size, s); }
+};
+
+TEST(OffloadPacks, AMemberPlacedApartCopiesOnItsOwnAndTheRestOfItsPackInRuns) {
+  // In iteration 3 one member of an offloaded pack sits on pages of its own: it moves in a
+  // copy of its own each way, and the members before and after it in the pack in one copy
+  // per run, so the iteration makes at most two more copies each way than a clean one.
+  place_one_apart apart;
+  engine_options o = pack_options();
+  o.amend_plan = [amend = o.amend_plan, &apart](const policy::iteration& g, policy::plan& p) {
+    amend(g, p);
+    apart.offloaded.clear();
+    for (std::size_t j = 0; j < p.packs.size(); ++j)
+      if (p.packs[j].offloaded && p.packs[j].members.size() >= 3) apart.offloaded.insert(j + 1);
+  };
+  const run r = train_both(o, 6, [&apart](chain& c, host_runtime* rt, int it) {
+    if (rt && it == 0) apart.next = c.alloc.set_observer(&apart);
+    apart.armed = rt != nullptr && it == 3;
+    c.iteration(64);
+  }, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(apart.placed_apart, 1) << "no offloaded pack of three or more members";
+  ASSERT_EQ(r.reports.size(), 6u);
+  const iteration_report& moved = r.reports[3];
+  const iteration_report& clean = r.reports[4];
+  ASSERT_EQ(clean.state, engine_state::steady);
+  for (const iteration_report* it : {&moved, &clean}) {
+    SCOPED_TRACE(it->index);
+    EXPECT_FALSE(it->diverged);
+    EXPECT_EQ(it->failed_copies, 0u);
+    EXPECT_EQ(it->safety_fetches, 0u);
+    EXPECT_EQ(it->fetches, it->offloads);
+    EXPECT_LE(it->peak_mapped, it->budget);
+  }
+  EXPECT_EQ(moved.offloads, clean.offloads);
+  EXPECT_EQ(moved.offloaded_bytes, clean.offloaded_bytes) << "the runs move the members' bytes and no more";
+  EXPECT_GT(moved.link_copies, clean.link_copies);
+  EXPECT_LE(moved.link_copies, clean.link_copies + 4) << "the pack's other members move in runs, not one by one";
 }
 
 }  // namespace
