@@ -75,8 +75,8 @@ class planner::context {
                                             std::span<const std::uint32_t> packed = {});
 
   // The action per candidate of an evaluation's plan, evaluate_actions' inverse: its drop
-  // set dropped, its offloads' targets (each pack member has an offload of its own)
-  // offloaded, the rest kept.
+  // set dropped, its offloads' targets (always candidates; each pack member has an
+  // offload of its own) offloaded, the rest kept.
   [[nodiscard]] std::vector<action> actions_of(const evaluation& e) const;
 
   // Plans built and simulated by evaluate() and evaluate_actions() so far (for tests of

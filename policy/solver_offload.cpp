@@ -972,10 +972,10 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   for (const double f : {0.975, 0.95, 1.05}) {
     std::optional<evaluation> e =
         offload_starts(ctx, static_cast<std::size_t>(static_cast<double>(budget) * f), search, also);
-    if (e && f > 1.0) e = solve_offload_from_larger(ctx, budget, *e);
     if (e && f > 1.0) {
-      order_copies_out_if_better(ctx, budget, *e);  // Note [Copies out by deadline]
-      pack_offloads(ctx, budget, *e);                // Note [Offload pack search]
+      e = solve_offload_from_larger(ctx, budget, *e);
+      if (e) order_copies_out_if_better(ctx, budget, *e);  // Note [Copies out by deadline]
+      if (e) pack_offloads(ctx, budget, *e);                // Note [Offload pack search]
     }
     if (e && e->fits(budget) && e->sim.added_time_s() < best->sim.added_time_s() * (1.0 - 1e-12)) best = std::move(e);
   }

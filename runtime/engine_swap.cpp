@@ -189,7 +189,8 @@ void engine::impl::release_copy_of(std::size_t i) {
 }
 
 // The members of carrier c's pack in the pack's order, in runs of adjacent members for
-// which `in_place` holds: each run with its bytes' offset and length in the pack.
+// which `in_place` holds: each run with its bytes' offset and length in the pack. All of
+// them in place: one run of the copy's planned bytes (policy::copies_of).
 std::vector<engine::impl::pack_run> engine::impl::pack_runs(std::size_t c,
                                                             const std::function<bool(std::size_t)>& in_place) const {
   std::vector<std::size_t> members{c};
@@ -211,6 +212,7 @@ std::vector<engine::impl::pack_run> engine::impl::pack_runs(std::size_t c,
     runs.push_back(std::move(run));
     k = j;
   }
+  if (runs.size() == 1 && runs.front().members.size() == members.size()) runs.front().bytes = copy_bytes[c];
   return runs;
 }
 
@@ -227,18 +229,8 @@ bool engine::impl::start_pack_offload(std::size_t c, device::stream_handle strea
            addr[b] == addr[b0] + copy_offset[i];
   };
   if (host_pool == nullptr || !ready(c)) return false;
-  std::vector<pack_run> runs;
-  if (std::all_of(riders[c].begin(), riders[c].end(), ready)) {
-    pack_run whole;
-    whole.members.push_back(c);
-    whole.members.insert(whole.members.end(), riders[c].begin(), riders[c].end());
-    whole.bytes = copy_bytes[c];
-    runs.push_back(std::move(whole));
-  } else {
-    runs = pack_runs(c, ready);
-  }
   bool carrier_started = false, done = false;
-  for (const pack_run& run : runs) {
+  for (const pack_run& run : pack_runs(c, ready)) {
     replay_device::copy_handle h = nullptr;
     try {
       h = dev.copy_to_host(host_pool + host_offset[c] + run.offset, addr[b0] + run.offset, run.bytes, stream);
@@ -341,12 +333,6 @@ bool engine::impl::fetch_pack(std::size_t c, device::stream_handle stream) {
     return swap[i] == swap_state::on_host && !freed[b] && addr[b] == addr[b0] + copy_offset[i];
   };
   if (!away(c)) return false;
-  if (std::all_of(riders[c].begin(), riders[c].end(), away)) {
-    std::vector<std::size_t> members{c};
-    members.insert(members.end(), riders[c].begin(), riders[c].end());
-    fetch_run(c, members, 0, copy_bytes[c], stream);
-    return true;
-  }
   for (const pack_run& run : pack_runs(c, away)) fetch_run(c, run.members, run.offset, run.bytes, stream);
   return true;
 }
