@@ -64,7 +64,7 @@ class planner {
     link_model link{};                 // unusable link: no offload
     std::size_t host_budget = 0;       // bytes the offloads' pinned host pool may take; 0: no bound
     // Threads the offload search's jobs run on, the calling thread included (Note
-    // [Parallel offload starts] in solver_offload.cpp); 0 or 1 runs all on the calling
+    // [Parallel offload starts] in solver_offload_starts.cpp); 0 or 1 runs all on the calling
     // thread. The plan is the same for every count. The runtime and `sublinear plan` pass
     // runtime::planning_threads().
     std::size_t threads = 1;
@@ -75,7 +75,7 @@ class planner {
     bool offload_packs = false;
     // With offload on: where the best plan stalls for 5% of the iteration's compute or
     // more, run the offload search again at 95-105% of the budget and keep what fits for
-    // less (Note [Targets around the budget] in solver_offload.cpp).
+    // less (Note [Targets around the budget] in solver_offload_starts.cpp).
     bool rerun_targets = true;
   };
 

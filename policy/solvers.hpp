@@ -102,6 +102,8 @@ void order_copies_out_if_better(planner::context& ctx, std::size_t budget, plann
 [[nodiscard]] std::optional<planner::context::evaluation> solve_offload_from_larger(
     planner::context& ctx, std::size_t budget, const planner::context::evaluation& larger);
 
+// ---- solver_offload_starts.cpp ----------------------------------------------------------
+
 // The planner's recompute-only search: its plan at a budget on a context, or nothing.
 using recompute_search =
     std::function<std::optional<planner::context::evaluation>(planner::context& ctx, std::size_t budget)>;

@@ -1,5 +1,5 @@
 // The offload search run again at targets around the budget where its plan stalls (Note
-// [Targets around the budget] in policy/solver_offload.cpp).
+// [Targets around the budget] in policy/solver_offload_starts.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdio>

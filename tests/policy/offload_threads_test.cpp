@@ -1,5 +1,5 @@
 // The offload search's jobs on worker threads (Note [Parallel offload starts] in
-// policy/solver_offload.cpp): the plan is the same for every thread count.
+// policy/solver_offload_starts.cpp): the plan is the same for every thread count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
