@@ -9,8 +9,8 @@
 // Approach: where the best plan stalls for 5% of the iteration's compute or more, the
 //   starts run again with 97.5% and 95% of the budget as their target (such a plan fits
 //   this budget as it is) and with 105% (cover_by_trial brings it under this one, then
-//   the improvement passes run; 107.5% as well took 0.205x from +28.1% to +27.7% for
-//   another search). The plan of least added time that fits wins:
+//   the improvement passes and the pack pass run; 107.5% as well took 0.205x from +28.1%
+//   to +27.7% for another search). The plan of least added time that fits wins:
 //   ResNet-152 at 0.205x +28%, at 0.21x +26% (docs/offload.md, "Choosing").
 // Limitations: it costs three searches more where it runs, found better or not
 //   (ResNet-152 at 0.20x: 9.6 s against 1.8 s on two threads). The greedy cover prices
@@ -231,9 +231,10 @@ class job_runner {
 };
 
 // The offload search's starts at one target budget (Note [Parallel offload starts]), the
-// best plan they find, packed (Note [Offload pack search]).
+// best plan they find, packed where `pack` (Note [Offload pack search]; the rerun at a
+// larger target packs its plan only once the trial cover has brought it under the budget).
 std::optional<evaluation> offload_starts(planner::context& ctx, std::size_t budget, const recompute_search& search,
-                                         const recompute_search& also) {
+                                         const recompute_search& also, bool pack = true) {
   // Slot 0: the budget's own recompute plan; 1..3: larger budgets, whose plans keep more
   // checkpoints and recompute shorter segments (offloading those checkpoints may meet
   // this budget for less); then `also`'s at the same budgets. Slot s's starts have keys
@@ -259,7 +260,7 @@ std::optional<evaluation> offload_starts(planner::context& ctx, std::size_t budg
     if (e) order_copies_out_if_better(ctx, budget, *e);  // Note [Copies out by deadline]
     if (e && (!best || e->sim.added_time_s() < best->sim.added_time_s())) best = std::move(e);
   }
-  if (best) pack_offloads(ctx, budget, *best);  // Note [Offload pack search]; its plans ordered too
+  if (best && pack) pack_offloads(ctx, budget, *best);  // Note [Offload pack search]; its plans ordered too
   return best;
 }
 
@@ -286,7 +287,7 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     return best;
   for (const double f : {0.975, 0.95, 1.05}) {
     std::optional<evaluation> e =
-        offload_starts(ctx, static_cast<std::size_t>(static_cast<double>(budget) * f), search, also);
+        offload_starts(ctx, static_cast<std::size_t>(static_cast<double>(budget) * f), search, also, f < 1.0);
     if (e && f > 1.0) {
       e = solve_offload_from_larger(ctx, budget, *e);
       if (e) order_copies_out_if_better(ctx, budget, *e);  // Note [Copies out by deadline]
