@@ -36,6 +36,7 @@
 #include <iterator>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <unistd.h>
@@ -106,12 +107,17 @@ void engine::impl::index_offloads() {
     fetch_at[std::min<std::size_t>(o.fetch_after + 1, n)].push_back(i);
     needed_at[o.restore_before].push_back(i);
   }
+  // An offloaded pack's members ride on its first member's copies (Note [Offload packs]).
+  policy::link_copies moved = policy::copies_of(g, plan);
   // Each copy stream is a FIFO: the copies queued at one launch go in the order the
-  // simulator gives them (Note [Link timeline]): deadline first, then plan order.
+  // simulator gives them (Note [Link timeline]): deadline first, then plan order. A pack's
+  // riders, whose bytes the simulator moves in their carrier's copy wherever the plan
+  // lists them, go right after it, so the carrier's copy takes them in any plan order.
   const auto by_deadline = [&](std::vector<std::size_t>& at, auto deadline) {
-    std::stable_sort(at.begin(), at.end(), [&](std::size_t a, std::size_t b) {
-      return deadline(plan.offloads[a]) < deadline(plan.offloads[b]);
-    });
+    const auto key = [&](std::size_t j) {
+      return std::make_tuple(deadline(plan.offloads[j]), moved.carrier[j], j != moved.carrier[j], j);
+    };
+    std::sort(at.begin(), at.end(), [&](std::size_t a, std::size_t b) { return key(a) < key(b); });
   };
   for (auto& at : copy_out_after) by_deadline(at, [](const policy::offload& o) { return o.release_before; });
   for (auto& at : fetch_at) by_deadline(at, [](const policy::offload& o) { return o.restore_before; });
@@ -119,8 +125,6 @@ void engine::impl::index_offloads() {
   policy::host_layout layout = policy::lay_out_host_pool(g, plan);
   host_offset = std::move(layout.offsets);
   host_pool_bytes = layout.pool_bytes;
-  // An offloaded pack's members ride on its first member's copies (Note [Offload packs]).
-  policy::link_copies moved = policy::copies_of(g, plan);
   copy_bytes = std::move(moved.bytes);
   copy_offset = std::move(moved.offset);
   riders.assign(plan.offloads.size(), {});

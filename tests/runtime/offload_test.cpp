@@ -613,6 +613,39 @@ TEST(OffloadPacks, AMemberPlacedApartCopiesOnItsOwnAndTheRestOfItsPackInRuns) {
   EXPECT_LE(moved.link_copies, clean.link_copies + 4) << "the pack's other members move in runs, not one by one";
 }
 
+TEST(OffloadPacks, ARiderListedBeforeItsCarrierStillMovesInItsCarriersCopy) {
+  // The planner's plan with its offloads listed in reverse, so each pack's riders come
+  // before its carrier (its first member, whose copies move the pack): the copies queued
+  // at a launch still put the carrier first, and every iteration moves its packs in as
+  // many copies as the plan in its own order does.
+  engine_options reversed = pack_options();
+  reversed.amend_plan = [amend = reversed.amend_plan](const policy::iteration& g, policy::plan& p) {
+    amend(g, p);
+    std::reverse(p.offloads.begin(), p.offloads.end());
+  };
+  const run ordered = train_both(pack_options(), 6, small_steps, false, kSmallFloats);
+  const run r = train_both(reversed, 6, small_steps, false, kSmallFloats);
+  ASSERT_EQ(r.plan_error, "");
+  ASSERT_EQ(ordered.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  expect_packed_copies(r);
+  ASSERT_EQ(r.reports.size(), ordered.reports.size());
+  std::size_t compared = 0;
+  for (std::size_t k = 0; k < r.reports.size(); ++k) {
+    const iteration_report& it = r.reports[k];
+    if (it.state == engine_state::trace) continue;
+    SCOPED_TRACE(it.index);
+    EXPECT_FALSE(it.diverged);
+    EXPECT_EQ(it.failed_copies, 0u);
+    EXPECT_EQ(it.safety_fetches, 0u);
+    EXPECT_LE(it.peak_mapped, it.budget);
+    EXPECT_EQ(it.offloads, ordered.reports[k].offloads);
+    EXPECT_EQ(it.link_copies, ordered.reports[k].link_copies) << "a rider copied on its own";
+    compared += it.offloads > 0 ? 1 : 0;
+  }
+  EXPECT_GT(compared, 0u);
+}
+
 }  // namespace
 }  // namespace sublinear::runtime
 
