@@ -17,8 +17,10 @@ VMM term at the device's probed cost; hooks ms: a steady iteration's time in the
 launch hooks.
 
 Modes: off (SUBLINEAR_OFFLOAD=off), auto (SUBLINEAR_OFFLOAD=auto, offloaded sub-page
-buffers in packs) and nopacks (auto with SUBLINEAR_OFFLOAD_PACKS=0: each offloaded buffer
-copied on its own; docs/offload.md, "Offload packs").
+buffers in packs), nopacks (auto with SUBLINEAR_OFFLOAD_PACKS=0: each offloaded buffer
+copied on its own; docs/offload.md, "Offload packs") and nomargin (auto with
+SUBLINEAR_FETCH_MARGIN=0: each copy back as late as the link model allows; docs/offload.md,
+"Fetch margin"). The modes of a case take turns, one run each, repeat after repeat.
 
     benchmarks/offload_pairs.py [--sublinear build/bin/sublinear] [--repeats 3]
                                 [--iterations 8] [--modes off,auto] [--case NAME]
@@ -43,7 +45,8 @@ CASES = [
 
 
 MODES = {"off": {"SUBLINEAR_OFFLOAD": "off"}, "auto": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "1"},
-         "nopacks": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "0"}}
+         "nopacks": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "0"},
+         "nomargin": {"SUBLINEAR_OFFLOAD": "auto", "SUBLINEAR_OFFLOAD_PACKS": "1", "SUBLINEAR_FETCH_MARGIN": "0"}}
 
 
 def run_demo(binary, args, mode, iterations, policy):
@@ -106,7 +109,7 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--iterations", type=int, default=8)
     p.add_argument("--policy", default="reforward")
-    p.add_argument("--modes", default="off,auto", help="comma-separated: off, auto, nopacks")
+    p.add_argument("--modes", default="off,auto", help="comma-separated: off, auto, nopacks, nomargin")
     p.add_argument("--case", help="only the cases whose name contains this")
     p.add_argument("--quick", action="store_true", help="Transformer-8 only, one repeat")
     p.add_argument("--json", help="also write every run's figures here")
@@ -116,14 +119,18 @@ def main():
     modes = a.modes.split(",")
     for m in modes:
         if m not in MODES:
-            p.error("--modes: unknown mode %r (off, auto, nopacks)" % m)
+            p.error("--modes: unknown mode %r (off, auto, nopacks, nomargin)" % m)
     all_runs = {}
     print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" %
           ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "copies", "link busy share", "stall ms/iter",
            "predicted/measured", "plan's/measured", "device/measured", "VMM calls", "VMM ms", "hooks ms", "exact"))
     for name, args, target in cases:
+        by_mode = {mode: [] for mode in modes}
+        for _ in range(repeats):
+            for mode in modes:
+                by_mode[mode].append(figures(run_demo(a.sublinear, args, mode, a.iterations, a.policy)))
         for mode in modes:
-            runs = [figures(run_demo(a.sublinear, args, mode, a.iterations, a.policy)) for _ in range(repeats)]
+            runs = by_mode[mode]
             all_runs["%s %s" % (name, mode)] = runs
             ok = [r for r in runs if r and "error" not in r]
             if not ok:

@@ -47,6 +47,22 @@
 //   adds less time (the search itself places copies in order of last use: ordering them
 //   by deadline inside the search changed its choices and planned some budgets worse).
 //   Non-preemptive earliest deadline first is not always the best order.
+//
+// Note [Fetch margin]
+// Rationale: placement fetches each offload as late as the modelled link allows, so a copy
+//   back, or the last of a chain of copies queued back to back for one consumer, is
+//   planned to end just as its consumer starts. A link a little slower, or compute a
+//   little faster, than the model then stalls the stream, which the plan did not predict
+//   (docs/offload.md, "Fetch margin").
+// Approach: on the chosen plan, the copies back are laid out again as placement lays them
+//   out (backwards from the latest restore point, each done before the next in the queue
+//   starts), each taking (1 + margin) times its modelled time; a fetch moves earlier to
+//   that point, never later and never before its release. The moved plan is kept where it
+//   fits the budget for no more added time; where it does not, each copy's move is tried
+//   alone, in restore order, then halfway back, and kept on the same terms.
+// Limitations: a fetch moved earlier holds its pages longer, so where the budget has no
+//   room before a fetch it stays where it was; the margin is a fraction of each copy's
+//   time, not a measure of the link's or the compute's spread.
 #include <algorithm>
 #include <limits>
 #include <queue>
@@ -190,6 +206,85 @@ void order_copies_out(const iteration& it, const link_model& link, plan& p, std:
     p.offloads[j].evict_after = e;
   }
   for (std::size_t j = 0; j < m; ++j) p.offloads[j].evict_after = p.offloads[copies.carrier[j]].evict_after;
+}
+
+namespace {
+
+// Per offload, the fetch_after that gives its copy back the margin (Note [Fetch margin]):
+// never later than the plan's, never before its release; riders take their carrier's.
+std::vector<launch_id> fetches_with_margin(const iteration& it, const link_model& link, const plan& p,
+                                           const simulation& sim, double margin) {
+  std::vector<double> ready, end;
+  launch_clock(it, p, ready, end);
+  const link_copies copies = copies_of(it, p);
+  const std::size_t m = p.offloads.size();
+  std::vector<launch_id> out(m);
+  std::vector<std::uint32_t> carriers;
+  for (std::uint32_t j = 0; j < m; ++j) {
+    out[j] = p.offloads[j].fetch_after;
+    if (copies.carrier[j] == j) carriers.push_back(j);
+  }
+  std::sort(carriers.begin(), carriers.end(), [&](std::uint32_t a, std::uint32_t b) {
+    const offload& x = p.offloads[a];
+    const offload& y = p.offloads[b];
+    return std::tie(y.restore_before, y.evict_after, b) < std::tie(x.restore_before, x.evict_after, a);
+  });
+  double next_start = std::numeric_limits<double>::infinity();
+  for (std::uint32_t j : carriers) {
+    const offload& o = p.offloads[j];
+    const double copy = (1.0 + margin) * link.to_device.copy_s(copies.bytes[j]);
+    const double latest = std::min(ready[o.restore_before], next_start) - copy;
+    const auto at = std::upper_bound(end.begin(), end.begin() + o.restore_before, latest);
+    std::size_t f = at == end.begin() ? 0 : static_cast<std::size_t>(at - end.begin()) - 1;
+    f = std::max<std::size_t>(f, static_cast<std::size_t>(o.release_before) - 1);
+    f = std::min<std::size_t>(f, o.fetch_after);
+    out[j] = static_cast<launch_id>(f);
+    const double out_done = j < sim.copies.size() ? sim.copies[j].to_host_done : 0.0;
+    next_start = std::min(next_start, std::max(end[f], out_done));
+  }
+  for (std::size_t j = 0; j < m; ++j) out[j] = out[copies.carrier[j]];
+  return out;
+}
+
+}  // namespace
+
+void add_fetch_margin(planner::context& ctx, std::size_t budget, planner::context::evaluation& e, double margin) {
+  if (!(margin > 0.0) || !e.fits(budget) || e.result.offloads.empty()) return;
+  const iteration& it = ctx.graph();
+  const std::vector<launch_id> want = fetches_with_margin(it, ctx.offload().link, e.result, e.sim, margin);
+  const auto keep_if_better = [&](plan p) {
+    simulation s = ctx.sim().run(p);
+    if (!s.valid || s.peak > budget || s.added_time_s() > e.sim.added_time_s() * (1.0 + 1e-12) + 1e-15) return false;
+    record(s, p);
+    e.result = std::move(p);
+    e.sim = std::move(s);
+    return true;
+  };
+  plan all = e.result;
+  bool moved = false;
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    moved = moved || want[j] < all.offloads[j].fetch_after;
+    all.offloads[j].fetch_after = std::min(all.offloads[j].fetch_after, want[j]);
+  }
+  if (!moved || keep_if_better(std::move(all))) return;
+  // Each copy alone, in restore order, to its point, else halfway back to the plan's.
+  const link_copies copies = copies_of(it, e.result);
+  std::vector<std::uint32_t> carriers;
+  for (std::uint32_t j = 0; j < want.size(); ++j)
+    if (copies.carrier[j] == j && want[j] < e.result.offloads[j].fetch_after) carriers.push_back(j);
+  std::stable_sort(carriers.begin(), carriers.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return e.result.offloads[a].restore_before < e.result.offloads[b].restore_before;
+  });
+  for (std::uint32_t c : carriers) {
+    const launch_id planned = e.result.offloads[c].fetch_after;
+    for (const launch_id f : {want[c], static_cast<launch_id>(want[c] + (planned - want[c]) / 2)}) {
+      if (f >= planned) break;
+      plan p = e.result;
+      for (std::size_t j = 0; j < want.size(); ++j)
+        if (copies.carrier[j] == c) p.offloads[j].fetch_after = f;
+      if (keep_if_better(std::move(p))) break;
+    }
+  }
 }
 
 void order_copies_out_if_better(planner::context& ctx, std::size_t budget, planner::context::evaluation& e) {

@@ -160,7 +160,7 @@ plan planner::make_plan(const iteration& it, std::size_t budget, const options& 
     record(s, p);
     return p;
   };
-  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs, o.rerun_targets};
+  offload_settings off{o.offload, o.link, o.host_budget, o.threads, o.offload_packs, o.rerun_targets, o.fetch_margin};
   if (o.offload != offload_mode::off && !offloads()) {
     if (o.offload == offload_mode::only) {
       throw config_error("sublinear: planner '" + std::string(name()) +

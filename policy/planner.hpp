@@ -77,6 +77,10 @@ class planner {
     // more, run the offload search again at 95-105% of the budget and keep what fits for
     // less (Note [Targets around the budget] in solver_offload_starts.cpp).
     bool rerun_targets = true;
+    // With offload: the chosen plan's copies back are moved earlier, where the budget has
+    // room, as if each took (1 + fetch_margin) times its modelled time (Note [Fetch
+    // margin] in offload_placement.cpp); 0: each as late as the model allows.
+    double fetch_margin = 0.25;
   };
 
   // A validated plan with predicted_peak <= budget. Throws infeasible_budget when the

@@ -30,6 +30,7 @@ struct offload_settings {
   std::size_t threads = 0;      // planner::options::threads
   bool offload_packs = false;   // planner::options::offload_packs
   bool rerun_targets = false;  // planner::options::rerun_targets
+  double fetch_margin = 0.0;   // planner::options::fetch_margin
 };
 
 // One candidate's action in a keep/recompute/offload choice (evaluate_actions).

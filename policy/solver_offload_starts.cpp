@@ -274,6 +274,7 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     case offload_mode::only: {
       std::optional<evaluation> only = solve_offload(ctx, budget, false);
       if (only) order_copies_out_if_better(ctx, budget, *only);  // Note [Copies out by deadline]
+      if (only) add_fetch_margin(ctx, budget, *only, ctx.offload().fetch_margin);  // Note [Fetch margin]
       return only;
     }
     case offload_mode::on:
@@ -282,9 +283,13 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
   std::optional<evaluation> best = offload_starts(ctx, budget, search, also);
   // Reruns at targets around the budget where the plan stalls (Note [Targets around the
   // budget]); the iteration's compute is the predicted time less what the plan adds.
+  const auto with_margin = [&](std::optional<evaluation> e) {
+    if (e) add_fetch_margin(ctx, budget, *e, ctx.offload().fetch_margin);  // Note [Fetch margin]
+    return e;
+  };
   if (!ctx.offload().rerun_targets || !best || !(best->sim.predicted_stall_s > 0.0) ||
       best->sim.predicted_stall_s < 0.05 * (best->sim.predicted_time_s - best->sim.added_time_s()))
-    return best;
+    return with_margin(std::move(best));
   for (const double f : {0.975, 0.95, 1.05}) {
     std::optional<evaluation> e =
         offload_starts(ctx, static_cast<std::size_t>(static_cast<double>(budget) * f), search, also, f < 1.0);
@@ -295,7 +300,7 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     }
     if (e && e->fits(budget) && e->sim.added_time_s() < best->sim.added_time_s() * (1.0 - 1e-12)) best = std::move(e);
   }
-  return best;
+  return with_margin(std::move(best));
 }
 
 }  // namespace sublinear::policy

@@ -81,6 +81,11 @@ void order_copies_out(const iteration& it, const link_model& link, plan& p, std:
 // order_copies_out on `e`'s plan, kept where it still fits `budget` for less added time.
 void order_copies_out_if_better(planner::context& ctx, std::size_t budget, planner::context::evaluation& e);
 
+// Moves `e`'s fetches earlier so that each copy back would be done with (1 + margin) times
+// its modelled time, where the plan still fits `budget` for no more added time (Note
+// [Fetch margin]); margin <= 0 leaves the plan as it is.
+void add_fetch_margin(planner::context& ctx, std::size_t budget, planner::context::evaluation& e, double margin);
+
 // ---- solver_offload.cpp -----------------------------------------------------------------
 
 // Keep/recompute/offload search (Note [Offload search]): the plan of least added time

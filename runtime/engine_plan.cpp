@@ -130,6 +130,7 @@ void engine::impl::make_plan(std::size_t traced_peak) {
     po.multi_pass = opts.config.multi_pass;
     po.packs = opts.config.packs;
     po.offload_packs = opts.config.packs && opts.config.offload_packs;  // Note [Offload packs]
+    po.fetch_margin = opts.config.fetch_margin;                         // Note [Fetch margin]
     // Offload (Note [Offload execution] in engine_swap.cpp): the link as the device runs it,
     // unless SUBLINEAR_LINK_BANDWIDTH says otherwise, and the host memory it may hold.
     po.offload = offload_refused.empty() ? opts.config.offload : policy::offload_mode::off;

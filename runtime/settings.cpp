@@ -111,6 +111,9 @@ const std::vector<entry>& entries() {
       {{"SUBLINEAR_OFFLOAD_PACKS", "1", "1/true/yes/on or 0/false/no/off",
         "Let offloaded buffers of at most half a page share pages and move in one copy each way (docs/offload.md, \"Offload packs\"); 0 copies each on its own.", true},
        [](settings& s, const std::string& n, const std::string& v) { s.offload_packs = parse_bool(n, v); }},
+      {{"SUBLINEAR_FETCH_MARGIN", "0.25", "a number from 0 to 4",
+        "Plan each copy back from host memory to be done as if it took 1 + this times its modelled time, where the budget has room to fetch it that early, so that a slower link or faster compute than the trace's does not stall the stream (docs/offload.md, \"Fetch margin\"); 0 fetches each as late as the link model allows.", false},
+       [](settings& s, const std::string& n, const std::string& v) { s.fetch_margin = parse_fetch_margin(n, v); }},
       {{"SUBLINEAR_HOST_BUDGET", "", "bytes with a unit (16GiB, 512MiB, 1048576)",
         "Pinned host memory the offloads' pool may take (docs/offload.md, \"The host pool layout\"); empty means half the host's "
         "physical memory.", false},
@@ -191,6 +194,17 @@ std::size_t parse_planning_threads(const std::string& what, const std::string& v
   if (end != value.c_str() + value.size() || x < 1 || x > 64)
     bad(what, value, "a whole number from 1 to 64 (1: plan on the launching thread alone)");
   return static_cast<std::size_t>(x);
+}
+
+double parse_fetch_margin(const std::string& what, const std::string& value) {
+  // Decimal only: strtod alone would take " 1", "+1", hexadecimal, "nan" and "inf" too.
+  const bool decimal = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) != 0 || value[0] == '.') &&
+                       value.find_first_of("xX") == std::string::npos;
+  char* end = nullptr;
+  const double x = decimal ? std::strtod(value.c_str(), &end) : -1.0;
+  if (end != value.c_str() + value.size() || !(x >= 0.0) || x > 4.0)
+    bad(what, value, "a number from 0 to 4 (0.25: plan each copy back as if it took a quarter longer; 0: as late as the link allows)");
+  return x;
 }
 
 std::size_t planning_threads(std::size_t asked) {
@@ -293,6 +307,7 @@ std::string describe(const settings& s) {
       << (s.offload == policy::offload_mode::off ? "off" : s.offload == policy::offload_mode::only ? "only" : "auto")
       << "\n"
       << "SUBLINEAR_OFFLOAD_PACKS=" << (s.offload_packs ? "1" : "0") << "\n"
+      << "SUBLINEAR_FETCH_MARGIN=" << s.fetch_margin << "\n"
       << "SUBLINEAR_HOST_BUDGET=" << (s.host_budget == 0 ? std::string() : std::to_string(s.host_budget)) << "\n"
       << "SUBLINEAR_LINK_BANDWIDTH="
       << (s.link_to_host == 0.0 ? std::string()

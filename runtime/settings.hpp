@@ -46,6 +46,7 @@ struct settings {
   double link_to_host = 0.0;
   double link_to_device = 0.0;
   std::size_t planning_threads = 0;  // threads the offload search may use (0: the CPUs the process may run on, at most 8)
+  double fetch_margin = 0.25;        // copies back planned with this share of their time to spare (Note [Fetch margin])
 };
 
 struct option_info {
@@ -80,6 +81,8 @@ log_level parse_log_level(const std::string& what, const std::string& value);
 validate_mode parse_validate_mode(const std::string& what, const std::string& value);
 // SUBLINEAR_PLANNING_THREADS's form: a whole number from 1 to 64.
 std::size_t parse_planning_threads(const std::string& what, const std::string& value);
+// SUBLINEAR_FETCH_MARGIN's form: a number from 0 to 4.
+double parse_fetch_margin(const std::string& what, const std::string& value);
 
 // The threads the offload search gets (policy::planner::options::threads): `asked`, or
 // where it is 0 (the setting left empty) the CPUs this process may run on, at most 8 (its

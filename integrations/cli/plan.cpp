@@ -37,7 +37,7 @@ std::string help_text() {
   return "usage: sublinear plan --trace FILE --budget B [--policy P|all] [--device-memory BYTES]\n"
          "                      [--mapped-peak BYTES] [--no-packs] [--no-offload-packs] [--evictions] [--json PATH]\n"
          "                      [--offload auto|off|only] [--link-bandwidth GBPS[,GBPS]] [--link-latency MS[,MS]]\n"
-         "                      [--host-budget BYTES] [--threads N]\n"
+         "                      [--fetch-margin F] [--host-budget BYTES] [--threads N]\n"
          "       sublinear plan --model SPEC ... (a PyTorch model captured on the meta device, no GPU:\n"
          "                      `sublinear plan --model x --help`, docs/preview.md)\n"
          "\n"
@@ -80,6 +80,8 @@ std::string help_text() {
          "                        a trace does not record it (docs/offload.md)\n"
          "  --link-latency MS     fixed cost of each copy in milliseconds (default 0), one figure\n"
          "                        or two as above; the host device's own link takes 4.5 ms\n"
+         "  --fetch-margin F      as SUBLINEAR_FETCH_MARGIN: plan each copy back as if it took 1 + F\n"
+         "                        times its modelled time, where the budget has room (default 0.25)\n"
          "  --host-budget BYTES   pinned host pool the offloads may take (default: no bound)\n"
          "  --threads N           as SUBLINEAR_PLANNING_THREADS: threads the offload search runs its\n"
          "                        recompute searches and starts on, 1 to 64 (default: the CPUs it may\n"
@@ -184,6 +186,12 @@ plan_options parse(std::span<const std::string_view> args) {
       std::tie(o.preview.link.to_host.latency_s, o.preview.link.to_device.latency_s) =
           parse_link_pair(flag, next(), true, 1e-3, "milliseconds per copy, 0 or more", "0.01 or 4.5,4");
       latency_given = true;
+    } else if (flag == "--fetch-margin") {
+      try {
+        o.preview.fetch_margin = runtime::parse_fetch_margin("--fetch-margin", std::string(next()));
+      } catch (const config_error& e) {
+        bad(e.what());
+      }
     } else if (flag == "--host-budget") {
       o.preview.host_budget = parse_bytes(flag, next());
     } else if (flag == "--threads") {
@@ -198,7 +206,7 @@ plan_options parse(std::span<const std::string_view> args) {
     } else {
       bad("unknown argument " + quote_bounded(r.raw()) +
           "; the options are --trace, --budget, --policy, --device-memory, --mapped-peak, --no-packs, --no-offload-packs, "
-          "--evictions, --json, --offload, --link-bandwidth, --link-latency, --host-budget, --threads");
+          "--evictions, --json, --offload, --link-bandwidth, --link-latency, --fetch-margin, --host-budget, --threads");
     }
   }
   if (latency_given && !o.preview.link.usable()) {

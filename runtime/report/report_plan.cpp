@@ -141,6 +141,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
   out.offload_mode = out.offload ? options.offload : policy::offload_mode::off;
   out.link = options.link;
   out.host_budget = options.host_budget;
+  out.fetch_margin = options.fetch_margin;
   policy::recompute_floor_options with_link;
   with_link.link = options.link;
   with_link.host_budget = options.host_budget;
@@ -163,6 +164,7 @@ plan_preview preview_plans(const tracer::trace& t, const plan_preview_options& o
       policy::planner::options po;
       po.packs = options.packs;
       po.offload_packs = options.packs && options.offload_packs;
+      po.fetch_margin = options.fetch_margin;
       po.offload = out.offload_mode;
       po.link = options.link;
       po.host_budget = options.host_budget;
@@ -444,6 +446,7 @@ std::string render_plan_preview(const plan_preview& p, bool evictions) {
     }
     out << ", host budget "
         << (p.host_budget == 0 ? std::string("unbounded") : format_bytes(p.host_budget));
+    out << ", fetch margin " << p.fetch_margin;
   }
   out << "\nbudget: " << format_bytes(p.budget) << " (" << p.budget_text << ")";
   if (p.overhead > 0) out << ", " << format_bytes(p.planner_budget) << " for live buffers";
@@ -585,6 +588,7 @@ std::string plan_preview_json(const plan_preview& p) {
   w.member("to_host_latency_s", p.link.to_host.latency_s);
   w.member("to_device_latency_s", p.link.to_device.latency_s);
   w.member("host_budget_bytes", p.host_budget);
+  w.member("fetch_margin", p.fetch_margin);
   w.key("floor_s");
   if (p.offload) {
     w.number(p.offload_floor.added_s);

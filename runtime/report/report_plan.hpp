@@ -42,6 +42,7 @@ struct plan_preview_options {
   std::size_t traced_mapped_peak = 0;  // the traced iteration's peak of mapped bytes (0: unknown)
   bool packs = true;                   // as SUBLINEAR_PACKS (Note [Packs], policy/packs.hpp; and Note [Offload packs])
   bool offload_packs = true;           // also offloaded packs (as SUBLINEAR_OFFLOAD_PACKS)
+  double fetch_margin = 0.25;          // as SUBLINEAR_FETCH_MARGIN (Note [Fetch margin])
   // Offload (Note [Offload] in policy/link_model.hpp): the mode, the link (a trace records
   // none: without one, nothing is offloaded) and the host budget (0: no bound).
   policy::offload_mode offload = policy::offload_mode::on;
@@ -172,6 +173,7 @@ struct plan_preview {
   policy::offload_mode offload_mode = policy::offload_mode::off;
   policy::link_model link{};
   std::size_t host_budget = 0;
+  double fetch_margin = 0.0;
   plan_preview_floor offload_floor;
   std::vector<plan_preview_row> rows;
 };

@@ -99,13 +99,15 @@ TEST_F(PlanOffload, OneThreadAndThreePlanTheSame) {
 
 TEST_F(PlanOffload, JsonHasTheLinkFigures) {
   const std::string path = ::testing::TempDir() + "/plan_offload_" + std::to_string(::getpid()) + ".json";
-  const child_result r = plan({"--policy", "greedy", "--link-bandwidth", "50,45", "--host-budget", "64MiB", "--json", path});
+  const child_result r = plan({"--policy", "greedy", "--link-bandwidth", "50,45", "--host-budget", "64MiB",
+                               "--fetch-margin", "0.5", "--json", path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string json = slurp(path);
   std::remove(path.c_str());
   EXPECT_NE(json.find("\"mode\": \"auto\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"to_device_bytes_per_s\": 45000000000"), std::string::npos) << json;
   EXPECT_NE(json.find("\"host_budget_bytes\": 67108864"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"fetch_margin\": 0.5"), std::string::npos) << json;
   EXPECT_NE(json.find("\"offloaded_bytes\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"predicted_stall_s\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"link_busy_s\""), std::string::npos) << json;
@@ -128,6 +130,7 @@ TEST_F(PlanOffload, BadValuesNameTheProblemAndTheFix) {
       {{"--link-latency", "4.5"}, "--link-latency needs --link-bandwidth GB/s too"},
       {{"--link-bandwidth", "5", "--threads", "0"}, "--threads='0' is not valid; accepted: a whole number from 1 to 64"},
       {{"--link-bandwidth", "5", "--threads", "2x"}, "--threads='2x' is not valid; accepted: a whole number from 1 to 64"},
+      {{"--link-bandwidth", "5", "--fetch-margin", "-1"}, "--fetch-margin='-1' is not valid; accepted: a number from 0 to 4"},
   };
   for (const auto& c : cases) {
     const child_result r = plan(c.args);

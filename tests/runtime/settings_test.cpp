@@ -301,6 +301,20 @@ TEST(PlanningThreadsSetting, RefusesZeroNegativesFractionsAndWords) {
     expect_refused("SUBLINEAR_PLANNING_THREADS", v, "a whole number from 1 to 64");
 }
 
+TEST(FetchMarginSetting, TakesANumberFromZeroToFour) {
+  EXPECT_DOUBLE_EQ(read({}).fetch_margin, 0.25);
+  EXPECT_DOUBLE_EQ(read({{"SUBLINEAR_FETCH_MARGIN", "0"}}).fetch_margin, 0.0);
+  EXPECT_DOUBLE_EQ(read({{"SUBLINEAR_FETCH_MARGIN", "0.5"}}).fetch_margin, 0.5);
+  EXPECT_DOUBLE_EQ(read({{"SUBLINEAR_FETCH_MARGIN", ".1"}}).fetch_margin, 0.1);
+  EXPECT_DOUBLE_EQ(read({{"SUBLINEAR_FETCH_MARGIN", "4"}}).fetch_margin, 4.0);
+  EXPECT_NE(describe(read({{"SUBLINEAR_FETCH_MARGIN", "0"}})).find("SUBLINEAR_FETCH_MARGIN=0\n"), std::string::npos);
+}
+
+TEST(FetchMarginSetting, RefusesNegativesLargeValuesAndOtherForms) {
+  for (const char* v : {"-0.1", "4.5", "+0.5", " 0.5", "0.5 ", "quarter", "25%", "0x1p-2", "nan", "inf", ""})
+    expect_refused("SUBLINEAR_FETCH_MARGIN", v, "a number from 0 to 4");
+}
+
 // ---- SUBLINEAR_ITERATION --------------------------------------------------------------------------------
 
 TEST(IterationSetting, AcceptsMarkerOrAuto) {
