@@ -61,8 +61,9 @@
 //   fits the budget for no more added time; where it does not, each copy's move is tried
 //   alone, in restore order, then halfway back, and kept on the same terms.
 // Limitations: a fetch moved earlier holds its pages longer, so where the budget has no
-//   room before a fetch it stays where it was; the margin is a fraction of each copy's
-//   time, not a measure of the link's or the compute's spread.
+//   room before a fetch it stays where it was; copies are tried alone for the first 64
+//   in restore order only; the margin is a fraction of each copy's time, not a measure of
+//   the link's or the compute's spread.
 #include <algorithm>
 #include <limits>
 #include <queue>
@@ -267,7 +268,8 @@ void add_fetch_margin(planner::context& ctx, std::size_t budget, planner::contex
     all.offloads[j].fetch_after = std::min(all.offloads[j].fetch_after, want[j]);
   }
   if (!moved || keep_if_better(std::move(all))) return;
-  // Each copy alone, in restore order, to its point, else halfway back to the plan's.
+  // Each copy alone, in restore order, to its point, else halfway back to the plan's; at
+  // most 64 copies, two simulations each, so that large plans do not pay for it in time.
   const link_copies copies = copies_of(it, e.result);
   std::vector<std::uint32_t> carriers;
   for (std::uint32_t j = 0; j < want.size(); ++j)
@@ -275,10 +277,13 @@ void add_fetch_margin(planner::context& ctx, std::size_t budget, planner::contex
   std::stable_sort(carriers.begin(), carriers.end(), [&](std::uint32_t a, std::uint32_t b) {
     return e.result.offloads[a].restore_before < e.result.offloads[b].restore_before;
   });
+  if (carriers.size() > 64) carriers.resize(64);
   for (std::uint32_t c : carriers) {
     const launch_id planned = e.result.offloads[c].fetch_after;
-    for (const launch_id f : {want[c], static_cast<launch_id>(want[c] + (planned - want[c]) / 2)}) {
-      if (f >= planned) break;
+    const launch_id halfway = static_cast<launch_id>(want[c] + (planned - want[c]) / 2);
+    for (int k = 0; k < 2; ++k) {
+      const launch_id f = k == 0 ? want[c] : halfway;
+      if (f >= planned || (k == 1 && halfway == want[c])) break;
       plan p = e.result;
       for (std::size_t j = 0; j < want.size(); ++j)
         if (copies.carrier[j] == c) p.offloads[j].fetch_after = f;
