@@ -15,34 +15,12 @@ namespace {
 constexpr std::size_t g = 4096;
 constexpr std::size_t big = 65536;
 
-// L0 -> z | L1 -> a | L2 -> b | L3..L14 read P | L10 reads b | L12 reads a | L15 reads z.
-// Launches take 1 s (L_i ends at i + 1), a copy 2 s. z's copy holds the link over 1..3;
-// a (last used by L1) and b (by L2) wait for it, and b is needed out first.
-struct three_out {
-  iteration it;
-  buffer_id z, a, b;
-};
+// test::make_three_out: launches take 1 s (L_i ends at i + 1), a copy 2 s. z's copy
+// holds the link over 1..3; a (last used by L1) and b (by L2) wait for it, and b is
+// needed out first.
+using test::three_out;
 
-three_out make_three_out() {
-  test::hand_iteration h(g);
-  three_out s{};
-  const buffer_id P = h.persistent(1000);
-  s.z = h.transient(big, 0, 16);
-  s.a = h.transient(big, 1, 13);
-  s.b = h.transient(big, 2, 11);
-  h.launch({P}, {s.z});
-  h.launch({P}, {s.a});
-  h.launch({P}, {s.b});
-  for (int i = 3; i <= 9; ++i) h.launch({P}, {});
-  h.launch({s.b}, {});
-  h.launch({P}, {});
-  h.launch({s.a}, {});
-  h.launch({P}, {});
-  h.launch({P}, {});
-  h.launch({s.z}, {});
-  s.it = h.finish(8);
-  return s;
-}
+three_out make_three_out() { return test::make_three_out(g, big); }
 
 // z released before L3, b before L5, a before L7; fetched after L7 (b), L9 (a) and L11 (z).
 plan three_offloads(const three_out& s) {

@@ -17,33 +17,8 @@ namespace {
 constexpr std::size_t g = 4096;
 constexpr std::size_t big = 65536;
 
-// L0 -> z | L1 -> a | L2 -> b | L3..L14 read P | L10 reads b | L12 reads a | L15 reads z.
-// Launches take 1 s (L_i ends at i + 1), a copy 2 s each way.
-struct three_out {
-  iteration it;
-  buffer_id z, a, b;
-};
-
-three_out make_three_out() {
-  test::hand_iteration h(g);
-  three_out s{};
-  const buffer_id P = h.persistent(1000);
-  s.z = h.transient(big, 0, 16);
-  s.a = h.transient(big, 1, 13);
-  s.b = h.transient(big, 2, 11);
-  h.launch({P}, {s.z});
-  h.launch({P}, {s.a});
-  h.launch({P}, {s.b});
-  for (int i = 3; i <= 9; ++i) h.launch({P}, {});
-  h.launch({s.b}, {});
-  h.launch({P}, {});
-  h.launch({s.a}, {});
-  h.launch({P}, {});
-  h.launch({P}, {});
-  h.launch({s.z}, {});
-  s.it = h.finish(8);
-  return s;
-}
+// test::make_three_out: launches take 1 s (L_i ends at i + 1), a copy 2 s each way.
+using test::three_out;
 
 const link_model two_seconds = test::link_at(big / 2.0);
 
@@ -71,7 +46,7 @@ planner::context::evaluation planned(planner::context& ctx, const three_out& s) 
 // two, so a link a fifth slower to the device stalls nothing, where the plan as placed
 // waits for both.
 TEST(FetchMargin, CopiesBackDueAsTheirConsumersStartAreFetchedEarlier) {
-  const three_out s = make_three_out();
+  const three_out s = test::make_three_out(g, big);
   offload_settings off;
   off.mode = offload_mode::on;
   off.link = two_seconds;
@@ -114,35 +89,12 @@ TEST(FetchMargin, CopiesBackDueAsTheirConsumersStartAreFetchedEarlier) {
   }
 }
 
-// Where the budget has no room for a fetch moved earlier, that fetch stays: with a buffer
-// c live over L6..L8 at a budget that leaves room for two large buffers there, b (back
-// from L8 as placed) cannot come back two launches earlier, and comes back one earlier
-// (halfway), while a still moves.
+// Where the budget has no room for a fetch moved earlier, that fetch stays: with c, twice
+// a's size, live beside a over L5..L7, the budget (the plan's peak, three of a's size)
+// leaves no room at L6 for b, back from L8 as placed: it cannot come back two launches
+// earlier, and comes back one earlier (halfway), while a still moves.
 TEST(FetchMargin, AFetchStaysWhereTheBudgetHasNoRoomForItEarlier) {
-  test::hand_iteration h(g);
-  const buffer_id P = h.persistent(1000);
-  three_out s{};
-  s.z = h.transient(big, 0, 16);
-  s.a = h.transient(big, 1, 13);
-  s.b = h.transient(big, 2, 11);
-  const buffer_id c = h.transient(2 * big, 5, 8);
-  h.launch({P}, {s.z});
-  h.launch({P}, {s.a});
-  h.launch({P}, {s.b});
-  h.launch({P}, {});
-  h.launch({P}, {});
-  h.launch({P}, {c});
-  h.launch({P}, {});
-  h.launch({c}, {});
-  h.launch({P}, {});
-  h.launch({P}, {});
-  h.launch({s.b}, {});
-  h.launch({P}, {});
-  h.launch({s.a}, {});
-  h.launch({P}, {});
-  h.launch({P}, {});
-  h.launch({s.z}, {});
-  s.it = h.finish(8);
+  const three_out s = test::make_three_out(g, big, 2 * big);
   const iteration& it = s.it;
   offload_settings off;
   off.mode = offload_mode::on;

@@ -97,6 +97,45 @@ class hand_iteration {
   std::uint32_t next_alloc_ = 0;
 };
 
+// Three buffers offloaded over one iteration of 16 one-second launches, buffers of
+// `big` bytes on pages of `page`: L0 -> z | L1 -> a | L2 -> b | L3..L14 read P | L10 reads
+// b | L12 reads a | L15 reads z. With `c_bytes`, L5 writes c instead of reading P and L7
+// reads it (c live over L5..L7). Shared by the deadline and fetch margin tests.
+struct three_out {
+  iteration it;
+  buffer_id z = 0, a = 0, b = 0, c = none;
+};
+
+inline three_out make_three_out(std::size_t page, std::size_t big, std::size_t c_bytes = 0) {
+  hand_iteration h(page);
+  three_out s;
+  const buffer_id P = h.persistent(1000);
+  s.z = h.transient(big, 0, 16);
+  s.a = h.transient(big, 1, 13);
+  s.b = h.transient(big, 2, 11);
+  if (c_bytes > 0) s.c = h.transient(c_bytes, 5, 8);
+  h.launch({P}, {s.z});
+  h.launch({P}, {s.a});
+  h.launch({P}, {s.b});
+  for (launch_id i = 3; i <= 9; ++i) {
+    if (s.c != none && i == 5) {
+      h.launch({P}, {s.c});
+    } else if (s.c != none && i == 7) {
+      h.launch({s.c}, {});
+    } else {
+      h.launch({P}, {});
+    }
+  }
+  h.launch({s.b}, {});
+  h.launch({P}, {});
+  h.launch({s.a}, {});
+  h.launch({P}, {});
+  h.launch({P}, {});
+  h.launch({s.z}, {});
+  s.it = h.finish(8);
+  return s;
+}
+
 struct reference {
   double cost = std::numeric_limits<double>::infinity();
   std::size_t min_peak = std::numeric_limits<std::size_t>::max();  // over every drop set
