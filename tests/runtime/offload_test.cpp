@@ -450,9 +450,11 @@ TEST(OffloadPacks, ThePlansVmmCallsCountEachPackOnceAsASteadyIterationMapsItBack
     SCOPED_TRACE(it.index);
     // Two map, set access and unmap cycles per map-back (Note [Predicted iteration time]);
     // one that finds room under the budget takes one, and each block the pressure valve
-    // evicts may be mapped back once more. Counting a pack's members as map-backs of
-    // their own predicts a third more calls than these iterations make.
-    const std::size_t slack = 2 * 3 * (1 + it.pressure_evictions);
+    // evicts may be mapped back once more. How many find room depends on when deferred
+    // unmaps complete (thread timing; on a loaded machine up to three here), so a tenth
+    // of the prediction is allowed too. Counting a pack's members as map-backs of their
+    // own predicts a third more calls than these iterations make.
+    const std::size_t slack = 2 * 3 * (1 + it.pressure_evictions) + predicted / 10;
     EXPECT_LE(predicted, it.vmm_calls + slack);
     EXPECT_LE(it.vmm_calls, predicted + slack);
     ++steady;
