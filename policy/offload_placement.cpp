@@ -212,38 +212,32 @@ void order_copies_out(const iteration& it, const link_model& link, plan& p, std:
 namespace {
 
 // Per offload, the fetch_after that gives its copy back the margin (Note [Fetch margin]):
-// never later than the plan's, never before its release; riders take their carrier's.
-std::vector<launch_id> fetches_with_margin(const iteration& it, const link_model& link, const plan& p,
-                                           const simulation& sim, double margin) {
-  std::vector<double> ready, end;
-  launch_clock(it, p, ready, end);
+// placement's own, over a link whose copies to the device take (1 + margin) times as
+// long, never later than the plan's and never before its release; riders take their
+// carrier's, whose copy moves the pack.
+std::vector<launch_id> fetches_with_margin(const iteration& it, const link_model& link, const plan& p, double margin) {
+  link_model slower = link;
+  slower.to_device.bytes_per_s /= 1.0 + margin;
+  slower.to_device.latency_s *= 1.0 + margin;
   const link_copies copies = copies_of(it, p);
-  const std::size_t m = p.offloads.size();
-  std::vector<launch_id> out(m);
+  std::vector<offload_request> requests;
   std::vector<std::uint32_t> carriers;
-  for (std::uint32_t j = 0; j < m; ++j) {
-    out[j] = p.offloads[j].fetch_after;
-    if (copies.carrier[j] == j) carriers.push_back(j);
-  }
-  std::sort(carriers.begin(), carriers.end(), [&](std::uint32_t a, std::uint32_t b) {
-    const offload& x = p.offloads[a];
-    const offload& y = p.offloads[b];
-    return std::tie(y.restore_before, y.evict_after, b) < std::tie(x.restore_before, x.evict_after, a);
-  });
-  double next_start = std::numeric_limits<double>::infinity();
-  for (std::uint32_t j : carriers) {
+  for (std::uint32_t j = 0; j < p.offloads.size(); ++j) {
+    if (copies.carrier[j] != j) continue;
     const offload& o = p.offloads[j];
-    const double copy = (1.0 + margin) * link.to_device.copy_s(copies.bytes[j]);
-    const double latest = std::min(ready[o.restore_before], next_start) - copy;
-    const auto at = std::upper_bound(end.begin(), end.begin() + o.restore_before, latest);
-    std::size_t f = at == end.begin() ? 0 : static_cast<std::size_t>(at - end.begin()) - 1;
-    f = std::max<std::size_t>(f, static_cast<std::size_t>(o.release_before) - 1);
-    f = std::min<std::size_t>(f, o.fetch_after);
-    out[j] = static_cast<launch_id>(f);
-    const double out_done = j < sim.copies.size() ? sim.copies[j].to_host_done : 0.0;
-    next_start = std::min(next_start, std::max(end[f], out_done));
+    requests.push_back({o.target, o.evict_after, o.restore_before, none, none, copies.bytes[j]});
+    carriers.push_back(j);
   }
-  for (std::size_t j = 0; j < m; ++j) out[j] = out[copies.carrier[j]];
+  plan placed = p;
+  placed.offloads.clear();
+  place_offloads(it, slower, placed, requests);
+  std::vector<launch_id> out(p.offloads.size());
+  for (std::size_t k = 0; k < carriers.size(); ++k) {
+    const offload& o = p.offloads[carriers[k]];
+    out[carriers[k]] = std::clamp(placed.offloads[k].fetch_after, static_cast<launch_id>(o.release_before - 1),
+                                  o.fetch_after);
+  }
+  for (std::size_t j = 0; j < out.size(); ++j) out[j] = out[copies.carrier[j]];
   return out;
 }
 
@@ -252,7 +246,7 @@ std::vector<launch_id> fetches_with_margin(const iteration& it, const link_model
 void add_fetch_margin(planner::context& ctx, std::size_t budget, planner::context::evaluation& e, double margin) {
   if (!(margin > 0.0) || !e.fits(budget) || e.result.offloads.empty()) return;
   const iteration& it = ctx.graph();
-  const std::vector<launch_id> want = fetches_with_margin(it, ctx.offload().link, e.result, e.sim, margin);
+  const std::vector<launch_id> want = fetches_with_margin(it, ctx.offload().link, e.result, margin);
   const auto keep_if_better = [&](plan p) {
     simulation s = ctx.sim().run(p);
     if (!s.valid || s.peak > budget || s.added_time_s() > e.sim.added_time_s() * (1.0 + 1e-12) + 1e-15) return false;

@@ -281,16 +281,13 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
       break;
   }
   std::optional<evaluation> best = offload_starts(ctx, budget, search, also);
-  // Reruns at targets around the budget where the plan stalls (Note [Targets around the
-  // budget]); the iteration's compute is the predicted time less what the plan adds.
-  const auto with_margin = [&](std::optional<evaluation> e) {
-    if (e) add_fetch_margin(ctx, budget, *e, ctx.offload().fetch_margin);  // Note [Fetch margin]
-    return e;
-  };
-  if (!ctx.offload().rerun_targets || !best || !(best->sim.predicted_stall_s > 0.0) ||
-      best->sim.predicted_stall_s < 0.05 * (best->sim.predicted_time_s - best->sim.added_time_s()))
-    return with_margin(std::move(best));
+  // Reruns at targets around the budget where the plan stalls for 5% of the iteration's
+  // compute or more (Note [Targets around the budget]); the iteration's compute is the
+  // predicted time less what the plan adds.
+  const bool stalls = best && best->sim.predicted_stall_s > 0.0 &&
+                      best->sim.predicted_stall_s >= 0.05 * (best->sim.predicted_time_s - best->sim.added_time_s());
   for (const double f : {0.975, 0.95, 1.05}) {
+    if (!ctx.offload().rerun_targets || !stalls) break;
     std::optional<evaluation> e =
         offload_starts(ctx, static_cast<std::size_t>(static_cast<double>(budget) * f), search, also, f < 1.0);
     if (e && f > 1.0) {
@@ -300,7 +297,8 @@ std::optional<evaluation> with_offload(planner::context& ctx, std::size_t budget
     }
     if (e && e->fits(budget) && e->sim.added_time_s() < best->sim.added_time_s() * (1.0 - 1e-12)) best = std::move(e);
   }
-  return with_margin(std::move(best));
+  if (best) add_fetch_margin(ctx, budget, *best, ctx.offload().fetch_margin);  // Note [Fetch margin]
+  return best;
 }
 
 }  // namespace sublinear::policy
