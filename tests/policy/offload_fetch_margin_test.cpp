@@ -117,11 +117,8 @@ TEST(FetchMargin, NeverLaterNeverOverTheBudgetNeverMoreTime) {
   std::mt19937_64 rng(67);  // links fast enough that offloads leave room around their fetches
   std::size_t moved = 0, compared = 0, offloading = 0;
   for (std::uint64_t seed = 0; seed < 24; ++seed) {
-    const std::size_t quantum = 64 * 1024;
     const iteration it = test::page_dag(seed, 8 + seed % 5);
-    const double quantum_s = std::uniform_real_distribution<double>(1e-4, 1e-2)(rng);
-    link_model link = test::link_at(static_cast<double>(quantum) / quantum_s);
-    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    const link_model link = test::random_page_link(rng, 1e-4, 1e-2);
     for (std::size_t budget : test::budgets_for(it, 6)) {
       for (const char* name : {"greedy", "reforward"}) {
         SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + " budget " + std::to_string(budget));

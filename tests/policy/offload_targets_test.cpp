@@ -20,11 +20,8 @@ TEST(TargetsAroundTheBudget, NeverAddMoreTimeAndSometimesLess) {
   std::mt19937_64 rng(65);
   std::size_t reran_cheaper = 0, compared = 0;
   for (std::uint64_t seed = 0; seed < 36; ++seed) {
-    const std::size_t quantum = 64 * 1024;
     const iteration it = test::page_dag(seed, 8 + seed % 5);
-    const double quantum_s = std::uniform_real_distribution<double>(1e-3, 5e-2)(rng);
-    link_model link = test::link_at(static_cast<double>(quantum) / quantum_s);
-    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    const link_model link = test::random_page_link(rng, 1e-3, 5e-2);
     for (std::size_t budget : test::budgets_for(it, 8)) {
       for (const char* name : {"greedy", "reforward"}) {
         SCOPED_TRACE(std::string(name) + " seed " + std::to_string(seed) + " budget " + std::to_string(budget));
@@ -69,13 +66,10 @@ TEST(TargetsAroundTheBudget, APlanForALargerBudgetIsBroughtUnderThisOne) {
   std::mt19937_64 rng(66);
   std::size_t tried = 0, brought = 0, cheaper = 0;
   for (std::uint64_t seed = 0; seed < 24; ++seed) {
-    const std::size_t quantum = 64 * 1024;
     const iteration it = test::page_dag(seed, 8 + seed % 5);
-    const double quantum_s = std::uniform_real_distribution<double>(1e-3, 5e-2)(rng);
     offload_settings off;
     off.mode = offload_mode::on;
-    off.link = test::link_at(static_cast<double>(quantum) / quantum_s);
-    off.link.to_host.latency_s = off.link.to_device.latency_s = 1e-6;
+    off.link = test::random_page_link(rng, 1e-3, 5e-2);
     planner::context ctx(it, true, true, off);
     const recompute_search greedy = [](planner::context& c, std::size_t b) { return solve_greedy(c, b); };
     for (std::size_t budget : test::budgets_for(it, 8)) {

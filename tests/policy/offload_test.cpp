@@ -491,9 +491,7 @@ TEST(OffloadRandomised, EveryPlanValidatesAndFitsAndOnMeetsWhatOffAndOnlyMeet) {
     const std::size_t quantum = 64 * 1024;
     const iteration it = test::page_dag(seed, 8 + seed % 5);
     // Copies of one quantum take from a tenth of a launch's cost to ten launches' worth.
-    const double quantum_s = std::uniform_real_distribution<double>(1e-5, 2e-2)(rng);
-    link_model link = link_at(static_cast<double>(quantum) / quantum_s);
-    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    const link_model link = test::random_page_link(rng, 1e-5, 2e-2);
     const std::size_t host_budget = (seed % 3 == 0) ? quantum * (1 + seed % 4) : 0;
     for (std::size_t budget : test::budgets_for(it, 5)) {
       for (const char* name : {"greedy", "reforward"}) {
@@ -564,11 +562,8 @@ TEST(OffloadRandomised, ReforwardNeverAddsMoreTimeThanGreedy) {
   std::mt19937_64 rng(1001);
   std::size_t compared = 0, less = 0;
   for (std::uint64_t seed = 0; seed < 8; ++seed) {
-    const std::size_t quantum = 64 * 1024;
     const iteration it = test::page_dag(seed + 20, 8 + seed % 5);
-    const double quantum_s = std::uniform_real_distribution<double>(1e-5, 2e-2)(rng);
-    link_model link = link_at(static_cast<double>(quantum) / quantum_s);
-    link.to_host.latency_s = link.to_device.latency_s = 1e-6;
+    const link_model link = test::random_page_link(rng, 1e-5, 2e-2);
     for (std::size_t budget : test::budgets_for(it, 5)) {
       for (offload_mode mode : {offload_mode::off, offload_mode::on}) {
         SCOPED_TRACE("seed " + std::to_string(seed) + " budget " + std::to_string(budget) +

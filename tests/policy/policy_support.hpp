@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,15 @@ inline link_model link_at(double bytes_per_s) {
   link_model l;
   l.to_host.bytes_per_s = bytes_per_s;
   l.to_device.bytes_per_s = bytes_per_s;
+  return l;
+}
+
+// A link over which one 64 KiB page takes a random time in [lo_s, hi_s) each way, and a
+// copy 1 us more: the random offload tests' links.
+inline link_model random_page_link(std::mt19937_64& rng, double lo_s, double hi_s) {
+  const double page_s = std::uniform_real_distribution<double>(lo_s, hi_s)(rng);
+  link_model l = link_at(static_cast<double>(64 * 1024) / page_s);
+  l.to_host.latency_s = l.to_device.latency_s = 1e-6;
   return l;
 }
 
