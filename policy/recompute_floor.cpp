@@ -294,10 +294,12 @@ double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
 //   ratio of size to footprint among the offloadable) plus one latency per nonempty
 //   window; taking the earliest-ready (latest-due) buffers first makes every window's
 //   share the least at once, so each direction's excess is a prefix maximum
-//   (link_excess). Added time is at least the larger of the recompute needed for the rest
-//   of the deficit (the knapsack of Note [Recompute floor], solved for every remainder)
-//   and the sum of both directions' excess, minimised over X. Buffers whose writers
-//   cannot be replayed count as offloadable, and X is at most the host budget.
+//   (link_excess). The copies to host wait before t, while recompute and copies back for
+//   t happen after it (a buffer out during t comes back after t), and a recompute gives
+//   the copies back its time: added time is at least the excess to host plus the larger
+//   of the recompute needed for the rest of the deficit (the knapsack of Note [Recompute
+//   floor], solved for every remainder) and the excess back, minimised over X. Buffers
+//   whose writers cannot be replayed count as offloadable; X is at most the host budget.
 // Limitations: the two directions may pick different buffers; contention with copies for
 //   other positions and all but one latency per window are not counted, so the bound is
 //   loose where many small copies queue.
@@ -513,7 +515,7 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
         for (std::size_t w = 0; w <= units; ++w) {
           const std::size_t by_link = rest > w * unit ? rest - w * unit : 0;
           if (by_link > offloadable) continue;
-          cost = std::min(cost, std::max(best[w], to_host.at(by_link) + to_device.at(by_link)));
+          cost = std::min(cost, to_host.at(by_link) + std::max(best[w], to_device.at(by_link)));
         }
       } else {
         // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of

@@ -430,6 +430,41 @@ TEST(OffloadFloor, EachCopyHasItsOwnWindowAndLatency) {
   EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 5.0);
 }
 
+TEST(OffloadFloor, StallsBeforeThePeakAddToTheRecomputeAfterIt) {
+  // a (its writer costs 100 s) and b (3 s) are both read by L2, right before the peak L3,
+  // where both must be out. a is next used after a 20 s launch, b right after L3.
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 7);
+  const buffer_id b = h.transient(big, 1, 5);
+  const buffer_id c = h.transient(2 * big, 3, 4);
+  h.launch({P}, {a}, 100.0);
+  h.launch({P}, {b}, 3.0);
+  h.launch({a, b}, {}, 1.0);
+  h.launch({P}, {c}, 1.0);
+  h.launch({b}, {}, 1.0);
+  h.launch({P}, {}, 20.0);
+  h.launch({a}, {}, 1.0);
+  const iteration it = h.finish(3);
+  const std::size_t budget = 512 + 2 * big;
+  EXPECT_EQ(find_recompute_floor(it, budget).added_s, 103.0);  // recompute only
+  // 4 s per copy. Best: a copied out after L2, so L3 waits 4 s for its release, and b
+  // recomputed before L4 (3 s), while a comes back during L5. The copy's wait comes
+  // before L3 and the recompute after it, so they add up: 7 s, not the larger, 4 s.
+  const link_model link = link_at(big / 4.0);
+  const recompute_floor f = floor_with(it, budget, link);
+  EXPECT_TRUE(f.feasible);
+  EXPECT_EQ(f.at, 3u);
+  EXPECT_EQ(f.added_s, 7.0);
+  const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  EXPECT_EQ(best.added_time_s, 7.0);
+  ASSERT_EQ(best.best.offloads.size(), 1u);
+  EXPECT_EQ(best.best.offloads[0].target, a);
+  const plan p = make_planner("reforward")->make_plan(it, budget, with(offload_mode::on, link));
+  EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 7.0);
+}
+
 TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
   std::size_t checked = 0, lower = 0;
   for (std::uint64_t seed = 0; seed < 12; ++seed) {
