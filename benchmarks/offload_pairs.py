@@ -14,7 +14,9 @@ device/measured, over the median planned iteration: the plan's own prediction, f
 traced iteration, and the simulator's device time alone. VMM calls: the plan's predicted
 VMM calls per planned iteration over a steady iteration's (medians); VMM ms: the plan's
 VMM term at the device's probed cost; hooks ms: a steady iteration's time in the engine's
-launch hooks.
+launch hooks; checks ms: the plan's term for the engine's write checks at the device's
+probed hash cost (Note [Write check work]); hashed plan/steady: the bytes the plan says
+the checks hash over a steady iteration's.
 
 Modes: off (SUBLINEAR_OFFLOAD=off), auto (SUBLINEAR_OFFLOAD=auto, offloaded sub-page
 buffers in packs), nopacks (auto with SUBLINEAR_OFFLOAD_PACKS=0: each offloaded buffer
@@ -97,6 +99,9 @@ def figures(d):
                             if d.get("steady_vmm_calls") else None),
         "vmm_ms": d.get("predicted_vmm_s", 0.0) * 1e3,
         "hooks_ms": d.get("steady_launch_hooks_s", 0.0) * 1e3,
+        "checks_ms": d.get("predicted_check_s", 0.0) * 1e3,
+        "hashed_ratio": (d.get("predicted_hashed_bytes", 0) / d["steady_hashed_bytes"]
+                         if d.get("steady_hashed_bytes") else None),
         "recomputed": d.get("recomputed_launches", 0),
         "identical": d.get("params_bit_identical"),
         "link": d.get("link_source", ""),
@@ -121,9 +126,10 @@ def main():
         if m not in MODES:
             p.error("--modes: unknown mode %r (off, auto, nopacks, nomargin)" % m)
     all_runs = {}
-    print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" %
+    print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-16s %-18s %-9s" %
           ("case", "offload", "time vs baseline", "peak", "buffers", "MiB/iter", "copies", "link busy share", "stall ms/iter",
-           "predicted/measured", "plan's/measured", "device/measured", "VMM calls", "VMM ms", "hooks ms", "exact"))
+           "predicted/measured", "plan's/measured", "device/measured", "VMM calls", "VMM ms", "hooks ms", "checks ms",
+           "hashed plan/steady", "exact"))
     for name, args, target in cases:
         by_mode = {mode: [] for mode in modes}
         for _ in range(repeats):
@@ -137,7 +143,7 @@ def main():
                 why = next((r["error"] for r in runs if r and "error" in r), "failed")
                 print("%-22s %-8s %s" % (name, mode, why))
                 continue
-            print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-9s" % (
+            print("%-22s %-8s %-24s %-14s %-8s %-10s %-10s %-16s %-16s %-18s %-18s %-18s %-18s %-16s %-16s %-16s %-18s %-9s" % (
                 name, mode, summary([r["time"] for r in ok], "%.2fx"), summary([r["peak"] for r in ok], "%.2fx"),
                 summary([r["offloaded_buffers"] for r in ok], "%d"), summary([r["link_mib"] for r in ok], "%.1f"),
                 summary([r["copies"] for r in ok], "%d"),
@@ -145,6 +151,7 @@ def main():
                 summary([r["pred_over_meas"] for r in ok], "%.2f"), summary([r["at_plan_over_meas"] for r in ok], "%.2f"),
                 summary([r["device_over_meas"] for r in ok], "%.2f"), summary([r["vmm_calls_ratio"] for r in ok], "%.2f"),
                 summary([r["vmm_ms"] for r in ok], "%.0f"), summary([r["hooks_ms"] for r in ok], "%.0f"),
+                summary([r["checks_ms"] for r in ok], "%.0f"), summary([r["hashed_ratio"] for r in ok], "%.3f"),
                 all(r["identical"] for r in ok)))
         print("%-22s target: %s" % ("", target))
     if a.json:

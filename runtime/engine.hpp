@@ -102,6 +102,8 @@ class engine final : public allocator::allocation_observer {
     host_cost_sample measured;   // the iteration host_s_per_launch of `next` comes from
     remap_work remaps;           // the plan's map-back cycles per iteration
     device::vmm_cycle_cost vmm_cycle;  // the device's, probed at the first plan (not with a given cost)
+    write_check_work checks;     // the plan's write checks per iteration (Note [Write check work])
+    hash_cost hash;              // the device's, probed at the first plan (not with a given cost)
     std::string measured_on;     // "traced iteration N", "planned iteration N" or "given"
   };
   [[nodiscard]] plan_time predicted_time() const;

@@ -317,9 +317,12 @@ void engine::impl::predict_plan_time() {
   // An injected cost stands for all of the host's work; otherwise the device's cycle cost,
   // probed once (Note [VMM cost probe]).
   if (!given && t.vmm_cycle.device.empty()) t.vmm_cycle = device::probe_vmm_cycle_cost(alloc.device_vmm());
+  if (!given && t.hash.device.empty()) t.hash = probe_hash_cost(dev, alloc.device_vmm());
   t.remaps = remaps_of(plan, graph(), alloc.granularity());
+  t.checks = count_write_checks(checks, plan, graph());
   t.at_plan = predict_iteration_time(plan.predicted_time_s, per_launch(t.traced), t.traced.launches,
-                                     plan.recomputed_launches, given ? remap_work{} : t.remaps, t.vmm_cycle);
+                                     plan.recomputed_launches, given ? remap_work{} : t.remaps, t.vmm_cycle,
+                                     given ? write_check_work{} : t.checks, t.hash);
   // Until a steady iteration has run a plan, the next one is predicted as the plan is.
   t.next = t.measured_on.rfind("planned iteration", 0) != 0
                ? t.at_plan
@@ -428,7 +431,7 @@ void engine::impl::index_plan() {
       default: expected_handle[l] = ~std::uint64_t{2}; break;
     }
   }
-  index_write_checks();
+  checks = index_write_checks(plan, g);
 }
 
 }  // namespace sublinear::runtime

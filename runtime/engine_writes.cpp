@@ -71,52 +71,6 @@ std::shared_future<std::uint64_t> replay_device::hash(const void* device_src, st
   return done.get_future().share();
 }
 
-// Which blocks to hash where (Note [Unseen writes]), from the plan: each carrier's targets
-// after the recipe's last write to them, and every block its launches read in place (not
-// written by the recipe, not a temporary) before and after each launch touching it.
-void engine::impl::index_write_checks() {
-  const auto& g = graph();
-  const std::size_t n = g.launches.size();
-  hash_before_at.assign(n + 1, {});
-  hash_after_at.assign(n + 1, {});
-  guarded_inputs.assign(plan.evictions.size(), {});
-  productions.assign(plan.evictions.size(), {});
-  for (std::size_t i = 0; i < plan.evictions.size(); ++i) {
-    const auto& e = plan.evictions[i];
-    if (e.recipe.empty()) continue;
-    std::unordered_set<buffer_id> made(e.temporaries.begin(), e.temporaries.end());
-    made.insert(e.target);
-    made.insert(e.also_regenerates.begin(), e.also_regenerates.end());
-    for (launch_id l : e.recipe) made.insert(g.launches[l].written.begin(), g.launches[l].written.end());
-    std::unordered_map<buffer_id, launch_id> first_read, last_write_of;
-    for (launch_id l : e.recipe) {
-      for (buffer_id u : g.launches[l].touched) {
-        if (made.count(u) != 0) continue;
-        hash_before_at[l].push_back(u);
-        hash_after_at[l].push_back(u);
-        first_read.emplace(u, l);
-      }
-      for (buffer_id w : g.launches[l].written) last_write_of[w] = l;
-    }
-    auto& guarded = guarded_inputs[i];
-    guarded.assign(first_read.begin(), first_read.end());
-    std::sort(guarded.begin(), guarded.end());
-    auto note_production = [&](buffer_id t) {
-      const auto w = last_write_of.find(t);
-      if (w == last_write_of.end()) return;
-      productions[i].emplace_back(t, w->second);
-      hash_after_at[w->second].push_back(t);
-    };
-    note_production(e.target);
-    for (buffer_id t : e.also_regenerates) note_production(t);
-  }
-  for (auto* lists : {&hash_before_at, &hash_after_at})
-    for (auto& v : *lists) {
-      std::sort(v.begin(), v.end());
-      v.erase(std::unique(v.begin(), v.end()), v.end());
-    }
-}
-
 void engine::impl::reset_write_checks() {
   const std::size_t nb = graph().buffers.size();
   observations.assign(nb, {});
@@ -157,13 +111,13 @@ void engine::impl::observe(buffer_id b, std::uint32_t stamp, device::stream_hand
 }
 
 void engine::impl::observe_before(const launch_view& op) {
-  if (pos >= hash_before_at.size()) return;
-  for (buffer_id b : hash_before_at[pos]) observe(b, before_stamp(pos), op.stream);
+  if (pos >= checks.hash_before_at.size()) return;
+  for (buffer_id b : checks.hash_before_at[pos]) observe(b, before_stamp(pos), op.stream);
 }
 
 void engine::impl::observe_after(const launch_view& op) {
-  if (pos >= hash_after_at.size()) return;
-  for (buffer_id b : hash_after_at[pos]) observe(b, after_stamp(pos), op.stream);
+  if (pos >= checks.hash_after_at.size()) return;
+  for (buffer_id b : checks.hash_after_at[pos]) observe(b, after_stamp(pos), op.stream);
 }
 
 // The first hash of `b` from `from` on that differs from the one at `from` (versions
@@ -193,13 +147,13 @@ bool engine::impl::release_check(buffer_id b, std::size_t entry, std::uint32_t s
   if (c < 0 || plan.evictions[static_cast<std::size_t>(c)].recipe.empty()) return true;  // no regeneration
   const auto carrier = static_cast<std::size_t>(c);
   launch_id produced = none;
-  for (const auto& [t, l] : productions[carrier])
+  for (const auto& [t, l] : checks.productions[carrier])
     if (t == b) produced = l;
   observe(b, stamp, stream);
   for (const pending_check& p : pending_checks)
     if (p.buffer == b) p.got.wait();  // its pages must outlive the hash of its last regeneration
   std::vector<std::pair<buffer_id, launch_id>> inputs;
-  for (const auto& [u, first] : guarded_inputs[carrier])
+  for (const auto& [u, first] : checks.guarded_inputs[carrier])
     if (before_stamp(first) < stamp) {
       observe(u, stamp, stream);
       inputs.emplace_back(u, first);
@@ -256,7 +210,7 @@ void engine::impl::keep_input_copies(buffer_id b, std::size_t entry, bool planne
   const auto next = std::upper_bound(ub.begin(), ub.end(), static_cast<launch_id>(planned ? pos : pos - 1));
   if (next == ub.end()) return;
   const auto from = static_cast<launch_id>(planned ? pos + 1 : pos);
-  for (const auto& [u, first] : guarded_inputs[static_cast<std::size_t>(c)]) {
+  for (const auto& [u, first] : checks.guarded_inputs[static_cast<std::size_t>(c)]) {
     if (g.buffers[u].persistent() || evicted[u] || freed[u] || addr[u] == nullptr) continue;  // see isolate_changed_inputs
     if (const auto kept = input_copies.find(u); kept != input_copies.end() && kept->second.version == version[u]) continue;
     const observation* read = nullptr;
@@ -302,7 +256,7 @@ void engine::impl::add_unseen_temporaries(std::size_t entry, const std::vector<b
   for (buffer_id b : targets)
     if (unseen_written[b] && !evicted[b] && !freed[b]) temps.insert(b);
   if (!tainted[entry]) return;
-  for (const auto& [u, first] : guarded_inputs[entry])
+  for (const auto& [u, first] : checks.guarded_inputs[entry])
     if (!evicted[u] && !freed[u] && addr[u] != nullptr) temps.insert(u);
 }
 
@@ -319,7 +273,7 @@ void engine::impl::isolate_changed_inputs(std::size_t entry, const std::vector<b
   for (buffer_id b : restored)
     if (released_at[b] != none) from = std::min(from, released_at[b]);
   if (from == none) return;
-  for (const auto& [u, first] : guarded_inputs[entry]) {
+  for (const auto& [u, first] : checks.guarded_inputs[entry]) {
     if (temps.count(u) != 0 || evicted[u] || freed[u] || addr[u] == nullptr) continue;
     if (!touched_between(u, after_stamp(from), before_stamp(pos))) continue;
     const std::size_t size = graph().buffers[u].size;

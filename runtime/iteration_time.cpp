@@ -43,7 +43,8 @@ double host_s_per_launch(const host_cost_sample& s) noexcept {
 
 iteration_time predict_iteration_time(double device_s, double per_launch, std::size_t traced_launches,
                                       std::size_t replayed_launches, const remap_work& remaps,
-                                      const device::vmm_cycle_cost& cycle) noexcept {
+                                      const device::vmm_cycle_cost& cycle, const write_check_work& checks,
+                                      const hash_cost& hash) noexcept {
   iteration_time t;
   t.device_s = device_s;
   t.host_s_per_launch = per_launch;
@@ -53,7 +54,9 @@ iteration_time predict_iteration_time(double device_s, double per_launch, std::s
   t.remaps = remaps;
   t.vmm_calls = remaps.cycles() * cycle.calls_per_cycle;
   t.vmm_s = cycle.cost_s(remaps.cycles(), remaps.cycle_bytes());
-  t.predicted_s = device_s + t.host_s + t.vmm_s;
+  t.checks = checks;
+  t.check_s = hash.cost_s(checks);
+  t.predicted_s = device_s + t.host_s + t.vmm_s + t.check_s;
   return t;
 }
 

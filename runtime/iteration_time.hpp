@@ -1,35 +1,35 @@
 // The predicted time of a planned iteration: the simulator's device time plus the host's
 // work per launch, measured on an iteration that ended before it, and, for a plan no
-// iteration has run, the VMM work of its evictions and offloads at the device's cost.
+// iteration has run, the VMM work of its evictions and offloads and the engine's write
+// checks, at the device's cost.
 //
 // Note [Predicted iteration time]
 // Rationale: the simulator (Note [Link timeline] in policy/simulator_offload.cpp) adds up
 //   traced durations, recipes and copy stalls: device time only. A measured iteration also
 //   holds the host's work around each launch and, planned, the engine's planned hooks:
-//   mapping evicted blocks' pages again, and dispatching replays.
+//   mapping evicted blocks' pages again, dispatching replays, hashing for unseen writes.
 // Approach: host_s_per_launch = max(0, active_s - device_s - observation_s - recording_s) /
 //   launches of a measured iteration (active_s: from its first call into the engine to its
 //   end; observation_s, recording_s: the collectors' write observation and recording,
-//   recorder::observation_ns and recording_ns, work only a traced iteration does). The
-//   plan's own prediction (at_plan) measures on the traced iteration and adds what a
-//   planned one does beyond it: its replayed launches at the same cost per launch, and the
-//   VMM work of its map-backs (remap_work): each pack, and each evicted or offloaded block
-//   outside a pack, is mapped again, and under the budget each map-back takes pages a
-//   cached free block held, whose next allocation maps again: two map, set access and
-//   unmap cycles of its bytes, at the device's probed cost (Note [VMM cost probe] in
-//   device/vmm_cost_probe.hpp). Each planned iteration is given, before it begins, the
-//   prediction from the last steady iteration that ran the plan undiverged (whose cost
-//   per launch holds its VMM work: no cycle term), or at_plan before any; never from
-//   itself.
+//   work only a traced iteration does). The plan's own prediction (at_plan) measures on
+//   the traced iteration and adds what a planned one does beyond it: its replayed
+//   launches at the same cost per launch; the VMM work of its map-backs (remap_work: one
+//   per pack and per evicted or offloaded block outside one, each taking pages a cached
+//   free block held, whose next allocation maps again: two map, set access and unmap
+//   cycles, at the probed cost, Note [VMM cost probe] in device/vmm_cost_probe.hpp); and
+//   its write checks (Note [Write check work]: hashes, bytes and waits at the probed cost).
+//   Each planned iteration is given, before it begins, the prediction from the last steady
+//   iteration that ran the plan undiverged (whose cost per launch holds its VMM work and
+//   checks: no such terms), or at_plan before any; never from itself.
 // Limitations: host and device work are added, not overlapped (on the host device the
 //   streams are worker threads beside the launching one). The engine's bookkeeping around
-//   each map-back, its hashes (Note [Unseen writes]), chunk creation and the waits at
-//   releases are not counted; docs/runtime.md gives the figures.
+//   each map-back and chunk creation are not counted; docs/runtime.md gives the figures.
 #pragma once
 
 #include <cstddef>
 
 #include "device/vmm_cost_probe.hpp"
+#include "runtime/write_check_work.hpp"
 
 namespace sublinear::policy {
 struct iteration;
@@ -69,7 +69,9 @@ struct iteration_time {
   remap_work remaps;               // counted in vmm_s (none where the measure holds them)
   std::size_t vmm_calls = 0;       // remaps.cycles() * the probe's calls per cycle
   double vmm_s = 0.0;              // the device's cost of remaps.cycles() and cycle_bytes()
-  double predicted_s = 0.0;        // device_s + host_s + vmm_s
+  write_check_work checks;         // counted in check_s (none where the measure holds them)
+  double check_s = 0.0;            // the device's cost of the checks' hashes, waits and copies
+  double predicted_s = 0.0;        // device_s + host_s + vmm_s + check_s
 };
 
 // max(0, active_s - device_s - observation_s - recording_s) / launches; 0 without launches.
@@ -79,6 +81,8 @@ struct iteration_time {
                                                     std::size_t traced_launches,
                                                     std::size_t replayed_launches,
                                                     const remap_work& remaps = {},
-                                                    const device::vmm_cycle_cost& cycle = {}) noexcept;
+                                                    const device::vmm_cycle_cost& cycle = {},
+                                                    const write_check_work& checks = {},
+                                                    const hash_cost& hash = {}) noexcept;
 
 }  // namespace sublinear::runtime

@@ -486,12 +486,14 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
     return std::string(buf);
   };
   // The steady iterations' VMM calls and hook time (medians), beside the plan's prediction.
-  std::vector<double> vmm_calls, hooks_s;
+  std::vector<double> vmm_calls, hooks_s, hashed;
   for (const auto& r : b.reports) {
     if (r.state != runtime::engine_state::steady || r.diverged) continue;
     vmm_calls.push_back(static_cast<double>(r.vmm_calls));
     hooks_s.push_back(r.launch_hooks_s);
+    hashed.push_back(static_cast<double>(r.hashed_bytes));
   }
+  const runtime::write_check_work& checks = b.time.at_plan.checks;
   return {
       {"policy", wl::json_string(o.policy)},
       {"budget", wl::json_string(o.budget ? o.budget->text : "none")},
@@ -543,6 +545,16 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"vmm_byte_s", num(b.time.vmm_cycle.byte_s)},
       {"steady_vmm_calls", num(median(vmm_calls))},
       {"steady_launch_hooks_s", num(median(hooks_s))},
+      // The plan's write checks (Note [Write check work]) against a steady iteration's.
+      {"predicted_hashes", std::to_string(checks.hashes)},
+      {"predicted_hashed_bytes", std::to_string(checks.hashed_bytes)},
+      {"predicted_check_waits", std::to_string(checks.waits)},
+      {"predicted_input_copy_bytes", std::to_string(checks.copied_bytes)},
+      {"predicted_check_s", num(b.time.at_plan.check_s)},
+      {"hash_issue_s", num(b.time.hash.issue_s)},
+      {"hash_wait_s", num(b.time.hash.wait_s)},
+      {"hash_byte_s", num(b.time.hash.byte_s)},
+      {"steady_hashed_bytes", num(median(hashed))},
       {"link_to_host_bytes_per_s", num(b.link.to_host_bytes_per_s)},
       {"link_to_device_bytes_per_s", num(b.link.to_device_bytes_per_s)},
       {"link_source", wl::json_string(b.link.source)},

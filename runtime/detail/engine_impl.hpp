@@ -46,6 +46,7 @@
 #include "runtime/engine.hpp"
 #include "runtime/log_output.hpp"
 #include "runtime/settings.hpp"
+#include "runtime/write_check_work.hpp"
 #include "tracer/analysis.hpp"
 #include "tracer/events.hpp"
 #include "tracer/recorder.hpp"
@@ -159,10 +160,7 @@ struct engine::impl {
     std::shared_future<std::uint64_t> expected;  // at its release
     std::shared_future<std::uint64_t> got;       // once regenerated
   };
-  std::vector<std::vector<buffer_id>> hash_before_at;    // position -> buffers to hash just before it
-  std::vector<std::vector<buffer_id>> hash_after_at;     // position -> buffers to hash just after it
-  std::vector<std::vector<std::pair<buffer_id, launch_id>>> guarded_inputs;  // entry -> (read in place, first reader)
-  std::vector<std::vector<std::pair<buffer_id, launch_id>>> productions;     // entry -> (target, recipe's last write)
+  write_check_index checks;                              // which blocks to hash where, from the plan
   std::vector<std::vector<observation>> observations;    // buffer -> this iteration's hashes, by stamp
   std::vector<std::uint32_t> engine_writes;              // buffer -> replays touching it this iteration
   std::vector<std::uint8_t> unseen_written;              // buffer -> kept: written where the trace saw no write
@@ -389,7 +387,6 @@ struct engine::impl {
   void prefetch(device::stream_handle stream);
 
   // ---- unseen writes (runtime/engine_writes.cpp) -----------------------------------------
-  void index_write_checks();
   void reset_write_checks();
   [[nodiscard]] bool touched_between(buffer_id b, std::uint32_t from, std::uint32_t to) const;
   void observe(buffer_id b, std::uint32_t stamp, device::stream_handle stream);

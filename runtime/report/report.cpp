@@ -195,6 +195,15 @@ run_report make_report(const engine& e, const settings& config, const report_met
   plan.vmm_cycle_s = pt.vmm_cycle.cycle_s;
   plan.vmm_byte_s = pt.vmm_cycle.byte_s;
   plan.vmm_probe = pt.vmm_cycle.error.empty() ? pt.vmm_cycle.device : "failed: " + pt.vmm_cycle.error;
+  plan.predicted_hashes = pt.at_plan.checks.hashes;
+  plan.predicted_hashed_bytes = pt.at_plan.checks.hashed_bytes;
+  plan.predicted_check_waits = pt.at_plan.checks.waits;
+  plan.predicted_input_copy_bytes = pt.at_plan.checks.copied_bytes;
+  plan.predicted_check_s = pt.at_plan.check_s;
+  plan.hash_issue_s = pt.hash.issue_s;
+  plan.hash_wait_s = pt.hash.wait_s;
+  plan.hash_byte_s = pt.hash.byte_s;
+  plan.hash_probe = pt.hash.error.empty() ? pt.hash.device : "failed: " + pt.hash.error;
   return make_report(config, meta, std::move(plan), e.iterations(), e.evictions(), e.timeline());
 }
 
@@ -304,6 +313,15 @@ std::string to_json(const run_report& r) {
   w.member("vmm_cycle_s", r.plan.vmm_cycle_s);
   w.member("vmm_byte_s", r.plan.vmm_byte_s);
   w.member("vmm_probe", r.plan.vmm_probe);
+  w.member("predicted_hashes", r.plan.predicted_hashes);
+  w.member("predicted_hashed_bytes", r.plan.predicted_hashed_bytes);
+  w.member("predicted_check_waits", r.plan.predicted_check_waits);
+  w.member("predicted_input_copy_bytes", r.plan.predicted_input_copy_bytes);
+  w.member("predicted_check_s", r.plan.predicted_check_s);
+  w.member("hash_issue_s", r.plan.hash_issue_s);
+  w.member("hash_wait_s", r.plan.hash_wait_s);
+  w.member("hash_byte_s", r.plan.hash_byte_s);
+  w.member("hash_probe", r.plan.hash_probe);
   w.member("error", r.plan.error);
   w.end_object();
   w.key("baseline");
@@ -512,6 +530,15 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
   r.plan.vmm_cycle_s = seconds_or_zero("vmm_cycle_s");
   r.plan.vmm_byte_s = seconds_or_zero("vmm_byte_s");
   if (const json::value* v = plan.find("vmm_probe")) r.plan.vmm_probe = v->as_string();
+  r.plan.predicted_hashes = size_or(plan, "predicted_hashes");
+  r.plan.predicted_hashed_bytes = size_or(plan, "predicted_hashed_bytes");
+  r.plan.predicted_check_waits = size_or(plan, "predicted_check_waits");
+  r.plan.predicted_input_copy_bytes = size_or(plan, "predicted_input_copy_bytes");
+  r.plan.predicted_check_s = seconds_or_zero("predicted_check_s");
+  r.plan.hash_issue_s = seconds_or_zero("hash_issue_s");
+  r.plan.hash_wait_s = seconds_or_zero("hash_wait_s");
+  r.plan.hash_byte_s = seconds_or_zero("hash_byte_s");
+  if (const json::value* v = plan.find("hash_probe")) r.plan.hash_probe = v->as_string();
   r.plan.error = plan.at("error").as_string();
   if (const auto& b = doc.at("baseline"); b.is_object()) {
     r.baseline = baseline_figures{size_or(b, "peak_mapped_bytes"), b.at("iteration_s").as_number()};

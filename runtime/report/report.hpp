@@ -91,6 +91,17 @@ struct plan_summary {
   double vmm_cycle_s = 0.0;
   double vmm_byte_s = 0.0;
   std::string vmm_probe{};  // the device probed, or why there is no cost ("" without a probe)
+  // The write checks' work per planned iteration and its cost at the probed device's rate
+  // (Note [Write check work] in runtime/write_check_work.hpp), in predicted_iteration_s.
+  std::size_t predicted_hashes = 0;
+  std::size_t predicted_hashed_bytes = 0;
+  std::size_t predicted_check_waits = 0;
+  std::size_t predicted_input_copy_bytes = 0;
+  double predicted_check_s = 0.0;
+  double hash_issue_s = 0.0;
+  double hash_wait_s = 0.0;
+  double hash_byte_s = 0.0;
+  std::string hash_probe{};  // the device probed, or why there is no cost ("" without a probe)
 };
 
 // A run of the same workload without sublinear's budget, when the caller knows one.

@@ -51,6 +51,25 @@ TEST(IterationTime, ThePredictionAddsTheHostCostOfTracedAndReplayedLaunches) {
   EXPECT_EQ(t.host_s, 1.0);
   EXPECT_EQ(t.predicted_s, 1.5);
   EXPECT_EQ(t.vmm_s, 0.0) << "no map-backs, no VMM work";
+  EXPECT_EQ(t.check_s, 0.0) << "no write checks, no hashing";
+}
+
+// The write checks' hashes, waits and bytes at the probed cost (Note [Write check work]).
+TEST(IterationTime, ThePlansWriteChecksAddTheirHashesWaitsAndBytesAtTheProbedCost) {
+  hash_cost cost;
+  cost.issue_s = 0.5;
+  cost.wait_s = 0.25;
+  cost.byte_s = 0.125;
+  write_check_work w;
+  w.hashes = 4;
+  w.copies = 2;
+  w.waits = 3;
+  w.hashed_bytes = 8;
+  w.copied_bytes = 8;
+  const iteration_time t = predict_iteration_time(0.5, 0.125, 6, 2, {}, {}, w, cost);
+  EXPECT_EQ(t.checks.hashes, 4u);
+  EXPECT_EQ(t.check_s, 0.5 * 6 + 0.25 * 3 + 0.125 * 16);
+  EXPECT_EQ(t.predicted_s, 1.5 + t.check_s);
 }
 
 // Each map-back and the allocation it displaces: two map, set access and unmap cycles of
@@ -231,7 +250,8 @@ TEST(IterationTime, EachPlannedIterationIsPredictedFromAnIterationBeforeIt) {
   EXPECT_EQ(t.traced.recording_s, traced.recording_s);
   EXPECT_GT(traced.recording_s, 0.0) << "the host collector times its recording";
   EXPECT_EQ(t.at_plan.predicted_s, predict_iteration_time(device_s, host_s_per_launch(t.traced), traced.launches,
-                                                          r.replayed, t.remaps, t.vmm_cycle).predicted_s);
+                                                          r.replayed, t.remaps, t.vmm_cycle, t.checks, t.hash)
+                                        .predicted_s);
   const iteration_report* measured = nullptr;  // the last steady iteration before the one predicted
   for (const auto& it : r.reports) {
     if (it.state == engine_state::trace) continue;
@@ -321,6 +341,16 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(rep.plan.vmm_cycle_s, r.time.vmm_cycle.cycle_s);
   EXPECT_EQ(rep.plan.vmm_byte_s, r.time.vmm_cycle.byte_s);
   EXPECT_EQ(rep.plan.vmm_probe, "host");
+  EXPECT_EQ(rep.plan.predicted_hashes, r.time.at_plan.checks.hashes);
+  EXPECT_GT(rep.plan.predicted_hashes, 0u) << "the chain's recipes read the activation before";
+  EXPECT_EQ(rep.plan.predicted_hashed_bytes, r.time.at_plan.checks.hashed_bytes);
+  EXPECT_EQ(rep.plan.predicted_check_waits, r.time.at_plan.checks.waits);
+  EXPECT_EQ(rep.plan.predicted_input_copy_bytes, r.time.at_plan.checks.copied_bytes);
+  EXPECT_EQ(rep.plan.predicted_check_s, r.time.at_plan.check_s);
+  EXPECT_EQ(rep.plan.hash_issue_s, r.time.hash.issue_s);
+  EXPECT_EQ(rep.plan.hash_wait_s, r.time.hash.wait_s);
+  EXPECT_EQ(rep.plan.hash_byte_s, r.time.hash.byte_s);
+  EXPECT_EQ(rep.plan.hash_probe, "host");
   const run_report back = parse_report(to_json(rep));
   EXPECT_EQ(back.plan.predicted_device_s, rep.plan.predicted_device_s);
   EXPECT_EQ(back.plan.host_s_per_launch, rep.plan.host_s_per_launch);
@@ -337,6 +367,15 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(back.plan.vmm_cycle_s, rep.plan.vmm_cycle_s);
   EXPECT_EQ(back.plan.vmm_byte_s, rep.plan.vmm_byte_s);
   EXPECT_EQ(back.plan.vmm_probe, rep.plan.vmm_probe);
+  EXPECT_EQ(back.plan.predicted_hashes, rep.plan.predicted_hashes);
+  EXPECT_EQ(back.plan.predicted_hashed_bytes, rep.plan.predicted_hashed_bytes);
+  EXPECT_EQ(back.plan.predicted_check_waits, rep.plan.predicted_check_waits);
+  EXPECT_EQ(back.plan.predicted_input_copy_bytes, rep.plan.predicted_input_copy_bytes);
+  EXPECT_EQ(back.plan.predicted_check_s, rep.plan.predicted_check_s);
+  EXPECT_EQ(back.plan.hash_issue_s, rep.plan.hash_issue_s);
+  EXPECT_EQ(back.plan.hash_wait_s, rep.plan.hash_wait_s);
+  EXPECT_EQ(back.plan.hash_byte_s, rep.plan.hash_byte_s);
+  EXPECT_EQ(back.plan.hash_probe, rep.plan.hash_probe);
   ASSERT_EQ(back.iterations.size(), rep.iterations.size());
   for (std::size_t i = 0; i < rep.iterations.size(); ++i) {
     EXPECT_EQ(back.iterations[i].active_s, rep.iterations[i].active_s);
