@@ -8,7 +8,7 @@
 //   at each release's comparison. On a recurrent model that is most of the planned
 //   iteration's extra time: an LSTM's input sequence is read by every step's recipe, so it
 //   is hashed about once per step and once per release (LSTM-512 at 0.5x on the host
-//   device: 560-590 MB hashed and about 5,000 waits an iteration). The traced iteration does
+//   device: 410-590 MB hashed and 4,200-5,200 waits an iteration). The traced iteration does
 //   none of it, so the plan's prediction (Note [Predicted iteration time]) must add it.
 // Approach: count_write_checks walks the hashes the engine takes, in its order (before a
 //   launch: restores, then the hashes listed before it; after it: the hashes listed
@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +55,10 @@ struct write_check_index {
 };
 
 [[nodiscard]] write_check_index index_write_checks(const policy::plan& plan, const policy::iteration& traced);
+
+// Buffer -> the plan entry whose recipe regenerates it (its own, or the entry listing it
+// in also_regenerates), else an entry evicting it without one, else -1.
+[[nodiscard]] std::vector<std::int32_t> carriers_of(const policy::plan& plan, std::size_t buffers);
 
 // What the checks do in one planned iteration (Note [Write check work]).
 struct write_check_work {
