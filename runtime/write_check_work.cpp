@@ -133,7 +133,8 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
   for (std::size_t i = 0; i < plan.evictions.size(); ++i) {
     const auto& e = plan.evictions[i];
     if (e.evict_after < n) steps.push_back({after_stamp(e.evict_after), 1, step::kind::release, i});
-    if (!e.recipe.empty() && e.restore_before <= n) steps.push_back({before_stamp(e.restore_before), 0, step::kind::restore, i});
+    if (!e.recipe.empty() && e.restore_before <= n)
+      steps.push_back({before_stamp(e.restore_before), 0, step::kind::restore, i});
   }
   std::stable_sort(steps.begin(), steps.end(), [](const step& a, const step& b) {
     return std::tie(a.stamp, a.phase) < std::tie(b.stamp, b.phase);

@@ -84,7 +84,8 @@ TEST(WriteCheckWork, ThePlanCountsTheBytesEachSteadyIterationHashes) {
       return d <= want / 100;
     };
     for (const iteration_report& it : r.reports) {
-      if (it.state != engine_state::steady || it.diverged || it.pressure_evictions != 0 || it.unseen_writes != 0) continue;
+      if (it.state != engine_state::steady || it.diverged || it.pressure_evictions != 0 || it.unseen_writes != 0)
+        continue;
       SCOPED_TRACE("iteration " + std::to_string(it.index) + ", prefetched " + std::to_string(it.prefetched));
       ++compared;
       if (kind == model_kind::resnet) {
