@@ -276,12 +276,14 @@ hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t larg
       dev.fill(address, 0x5A, large, nullptr);
       // Issue: a batch queued back to back (the stream busy with the first, as in an
       // iteration), per hash. Waits and bytes: one hash waited for, at two sizes. Least of
-      // the rounds: what the work costs without another thread's interference.
+      // the rounds: what the work costs without another thread's interference. At least
+      // 3 rounds, then as many as fit in 50 ms (a GPU's hash copies its block to the host).
       constexpr int batch = 16;
       std::vector<double> issued, waited[2];
       const std::size_t sizes[2] = {small, large};
       std::vector<std::shared_future<std::uint64_t>> queued(batch);
-      for (int r = 0; r < rounds; ++r) {
+      const double started = now_s();
+      for (int r = 0; r < rounds && (r < 3 || now_s() - started < 0.05); ++r) {
         const double t0 = now_s();
         for (auto& h : queued) h = dev.hash(address, small, nullptr);
         issued.push_back((now_s() - t0) / batch);

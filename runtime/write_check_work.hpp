@@ -17,8 +17,8 @@
 //   block not allocated, evicted, offloaded or freed then). It counts hashes and their
 //   bytes, waits (a release whose comparison takes a new hash, an input hashed again
 //   before a replay, an input copied at a release) and the input copies. probe_hash_cost
-//   times the device's hash: issued alone, and waited for, at one granule and at
-//   `large_granules`, in a reservation of its own (medians of `rounds`).
+//   times the device's hash: queued back to back, and waited for at one granule and at
+//   `large_granules`, in a reservation of its own (the least of up to `rounds`, 50 ms).
 // Limitations: the walk assumes every planned release and restore happens where the plan
 //   says; the valve, prefetching, unseen writes and validation's copies change the
 //   figures. `WriteCheckWork.*` compares them with steady iterations' counts.
