@@ -111,13 +111,13 @@ void engine::impl::observe(buffer_id b, std::uint32_t stamp, device::stream_hand
 }
 
 void engine::impl::observe_before(const launch_view& op) {
-  if (pos >= checks.hash_before_at.size()) return;
-  for (buffer_id b : checks.hash_before_at[pos]) observe(b, before_stamp(pos), op.stream);
+  if (pos >= check_index.hash_before_at.size()) return;
+  for (buffer_id b : check_index.hash_before_at[pos]) observe(b, before_stamp(pos), op.stream);
 }
 
 void engine::impl::observe_after(const launch_view& op) {
-  if (pos >= checks.hash_after_at.size()) return;
-  for (buffer_id b : checks.hash_after_at[pos]) observe(b, after_stamp(pos), op.stream);
+  if (pos >= check_index.hash_after_at.size()) return;
+  for (buffer_id b : check_index.hash_after_at[pos]) observe(b, after_stamp(pos), op.stream);
 }
 
 // The first hash of `b` from `from` on that differs from the one at `from` (versions
@@ -147,13 +147,13 @@ bool engine::impl::release_check(buffer_id b, std::size_t entry, std::uint32_t s
   if (c < 0 || plan.evictions[static_cast<std::size_t>(c)].recipe.empty()) return true;  // no regeneration
   const auto carrier = static_cast<std::size_t>(c);
   launch_id produced = none;
-  for (const auto& [t, l] : checks.productions[carrier])
+  for (const auto& [t, l] : check_index.productions[carrier])
     if (t == b) produced = l;
   observe(b, stamp, stream);
   for (const pending_check& p : pending_checks)
     if (p.buffer == b) p.got.wait();  // its pages must outlive the hash of its last regeneration
   std::vector<std::pair<buffer_id, launch_id>> inputs;
-  for (const auto& [u, first] : checks.guarded_inputs[carrier])
+  for (const auto& [u, first] : check_index.guarded_inputs[carrier])
     if (before_stamp(first) < stamp) {
       observe(u, stamp, stream);
       inputs.emplace_back(u, first);
@@ -210,7 +210,7 @@ void engine::impl::keep_input_copies(buffer_id b, std::size_t entry, bool planne
   const auto next = std::upper_bound(ub.begin(), ub.end(), static_cast<launch_id>(planned ? pos : pos - 1));
   if (next == ub.end()) return;
   const auto from = static_cast<launch_id>(planned ? pos + 1 : pos);
-  for (const auto& [u, first] : checks.guarded_inputs[static_cast<std::size_t>(c)]) {
+  for (const auto& [u, first] : check_index.guarded_inputs[static_cast<std::size_t>(c)]) {
     if (g.buffers[u].persistent() || evicted[u] || freed[u] || addr[u] == nullptr) continue;  // see isolate_changed_inputs
     if (const auto kept = input_copies.find(u); kept != input_copies.end() && kept->second.version == version[u]) continue;
     const observation* read = nullptr;
@@ -256,7 +256,7 @@ void engine::impl::add_unseen_temporaries(std::size_t entry, const std::vector<b
   for (buffer_id b : targets)
     if (unseen_written[b] && !evicted[b] && !freed[b]) temps.insert(b);
   if (!tainted[entry]) return;
-  for (const auto& [u, first] : checks.guarded_inputs[entry])
+  for (const auto& [u, first] : check_index.guarded_inputs[entry])
     if (!evicted[u] && !freed[u] && addr[u] != nullptr) temps.insert(u);
 }
 
@@ -273,7 +273,7 @@ void engine::impl::isolate_changed_inputs(std::size_t entry, const std::vector<b
   for (buffer_id b : restored)
     if (released_at[b] != none) from = std::min(from, released_at[b]);
   if (from == none) return;
-  for (const auto& [u, first] : checks.guarded_inputs[entry]) {
+  for (const auto& [u, first] : check_index.guarded_inputs[entry]) {
     if (temps.count(u) != 0 || evicted[u] || freed[u] || addr[u] == nullptr) continue;
     if (!touched_between(u, after_stamp(from), before_stamp(pos))) continue;
     const std::size_t size = graph().buffers[u].size;

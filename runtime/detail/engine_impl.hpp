@@ -160,7 +160,7 @@ struct engine::impl {
     std::shared_future<std::uint64_t> expected;  // at its release
     std::shared_future<std::uint64_t> got;       // once regenerated
   };
-  write_check_index checks;                              // which blocks to hash where, from the plan
+  write_check_index check_index;                         // which blocks to hash where, from the plan
   std::vector<std::vector<observation>> observations;    // buffer -> this iteration's hashes, by stamp
   std::vector<std::uint32_t> engine_writes;              // buffer -> replays touching it this iteration
   std::vector<std::uint8_t> unseen_written;              // buffer -> kept: written where the trace saw no write
