@@ -51,10 +51,6 @@ using policy::buffer_id;
 using policy::launch_id;
 using policy::none;
 
-// Stamps order hashes against launches: 2l is just before launch l, 2l + 1 just after it.
-constexpr std::uint32_t before_stamp(std::size_t l) { return static_cast<std::uint32_t>(2 * l); }
-constexpr std::uint32_t after_stamp(std::size_t l) { return static_cast<std::uint32_t>(2 * l + 1); }
-
 bool ready(const std::shared_future<std::uint64_t>& f) {
   return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
@@ -84,12 +80,9 @@ void engine::impl::reset_write_checks() {
   kept_unseen = 0;
 }
 
-// Whether a launch of the trace touching `b` runs between the hashes stamped `from` and
-// `to` (the only way its bytes can change, for pointers the scan sees).
+// Whether a launch of the trace touching `b` runs between the hashes stamped `from` and `to`.
 bool engine::impl::touched_between(buffer_id b, std::uint32_t from, std::uint32_t to) const {
-  const auto& u = uses[b];
-  const auto it = std::lower_bound(u.begin(), u.end(), static_cast<launch_id>((from + 1) / 2));
-  return it != u.end() && after_stamp(*it) <= to;
+  return runtime::touched_between(uses[b], from, to);
 }
 
 // Hashes `b` on `stream` at `stamp`, or repeats the last hash when nothing can have

@@ -2,10 +2,8 @@
 #include "runtime/write_check_work.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <future>
-#include <iterator>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -64,6 +62,11 @@ write_check_index index_write_checks(const policy::plan& plan, const policy::ite
   return ix;
 }
 
+bool touched_between(const std::vector<launch_id>& uses, std::uint32_t from, std::uint32_t to) {
+  const auto it = std::lower_bound(uses.begin(), uses.end(), static_cast<launch_id>((from + 1) / 2));
+  return it != uses.end() && after_stamp(*it) <= to;
+}
+
 std::vector<std::int32_t> carriers_of(const policy::plan& plan, std::size_t buffers) {
   std::vector<std::int32_t> carrier(buffers, -1);
   for (std::size_t i = 0; i < plan.evictions.size(); ++i) {
@@ -81,9 +84,6 @@ std::vector<std::int32_t> carriers_of(const policy::plan& plan, std::size_t buff
 namespace {
 
 // Stamps as the engine's: 2l just before launch l, 2l + 1 just after it.
-std::uint32_t before_stamp(std::size_t l) { return static_cast<std::uint32_t>(2 * l); }
-std::uint32_t after_stamp(std::size_t l) { return static_cast<std::uint32_t>(2 * l + 1); }
-
 // One step of the walk. At a stamp before a launch, restores come first (phase 0), then
 // the hashes listed before it (1); after a launch, the listed hashes (0), then releases (1).
 struct step {
@@ -103,11 +103,6 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
   std::vector<std::vector<launch_id>> uses(nb);
   for (launch_id l = 0; l < n; ++l)
     for (buffer_id b : g.launches[l].touched) uses[b].push_back(l);
-  const auto touched_between = [&](buffer_id b, std::uint32_t from, std::uint32_t to) {
-    const auto& u = uses[b];
-    const auto it = std::lower_bound(u.begin(), u.end(), static_cast<launch_id>((from + 1) / 2));
-    return it != u.end() && after_stamp(*it) <= to;
-  };
   // Offloaded blocks' pages are given back over these stamps; evicted ones from their
   // release (in the walk's order) to their regeneration.
   std::vector<std::vector<std::pair<std::uint32_t, std::uint32_t>>> offloaded(nb);
@@ -150,7 +145,7 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
     if (!present(b, s)) return false;
     if (last[b] != never) {
       if (last[b] == s) return false;
-      if (!replayed[b] && !touched_between(b, last[b], s)) {
+      if (!replayed[b] && !touched_between(uses[b], last[b], s)) {
         last[b] = s;
         return false;
       }
@@ -224,7 +219,7 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
     const std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
     if (from != never) {
       for (const auto& [u, first] : guarded) {
-        if (temps.count(u) != 0 || !present(u, s.stamp) || !touched_between(u, from, s.stamp)) continue;
+        if (temps.count(u) != 0 || !present(u, s.stamp) || !touched_between(uses[u], from, s.stamp)) continue;
         if (observe(u, s.stamp)) ++w.waits;  // a new hash: the engine waits for it
       }
     }
@@ -243,14 +238,6 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
   return w;
 }
 
-namespace {
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t large_granules, int rounds) {
   hash_cost out;
   out.device = vmm.name();
@@ -264,13 +251,10 @@ hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t larg
     out.error = std::string("reserve: ") + device::to_string(s) + " " + vmm.last_error();
     return out;
   }
-  device::vmm_status s = vmm.create_chunk(large, &chunk);
-  if (s == device::vmm_status::ok) {
-    s = vmm.map(address, large, chunk);
-    if (s == device::vmm_status::ok) s = vmm.set_access(address, large);
-  }
-  if (s != device::vmm_status::ok) {
-    out.error = std::string("map: ") + device::to_string(s) + " " + vmm.last_error();
+  const bool created = vmm.create_chunk(large, &chunk) == device::vmm_status::ok;
+  const bool mapped = created && vmm.map(address, large, chunk) == device::vmm_status::ok;
+  if (!mapped || vmm.set_access(address, large) != device::vmm_status::ok) {
+    out.error = std::string(created ? (mapped ? "set_access: " : "map: ") : "create_chunk: ") + vmm.last_error();
   } else {
     try {
       dev.fill(address, 0x5A, large, nullptr);
@@ -282,16 +266,16 @@ hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t larg
       std::vector<double> issued, waited[2];
       const std::size_t sizes[2] = {small, large};
       std::vector<std::shared_future<std::uint64_t>> queued(batch);
-      const double started = now_s();
-      for (int r = 0; r < rounds && (r < 3 || now_s() - started < 0.05); ++r) {
-        const double t0 = now_s();
+      const double started = dev.now_s();
+      for (int r = 0; r < rounds && (r < 3 || dev.now_s() - started < 0.05); ++r) {
+        const double t0 = dev.now_s();
         for (auto& h : queued) h = dev.hash(address, small, nullptr);
-        issued.push_back((now_s() - t0) / batch);
+        issued.push_back((dev.now_s() - t0) / batch);
         for (auto& h : queued) (void)h.get();
         for (int k = 0; k < 2; ++k) {
-          const double t1 = now_s();
+          const double t1 = dev.now_s();
           (void)dev.hash(address, sizes[k], nullptr).get();
-          waited[k].push_back(now_s() - t1);
+          waited[k].push_back(dev.now_s() - t1);
         }
       }
       const auto least = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
@@ -302,9 +286,9 @@ hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t larg
     } catch (const std::exception& e) {
       out.error = std::string("hash: ") + e.what();
     }
-    (void)vmm.unmap(address, large);
   }
-  if (chunk != 0) (void)vmm.release_chunk(chunk);
+  if (mapped) (void)vmm.unmap(address, large);
+  if (created) (void)vmm.release_chunk(chunk);
   (void)vmm.release(address, large);
   if (!out.error.empty()) out.issue_s = out.wait_s = out.byte_s = 0.0;
   return out;

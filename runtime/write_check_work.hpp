@@ -44,6 +44,15 @@ namespace sublinear::runtime {
 
 class replay_device;
 
+// Stamps order hashes against launches: 2l is just before launch l, 2l + 1 just after it.
+constexpr std::uint32_t before_stamp(std::size_t l) { return static_cast<std::uint32_t>(2 * l); }
+constexpr std::uint32_t after_stamp(std::size_t l) { return static_cast<std::uint32_t>(2 * l + 1); }
+
+// Whether a launch in `uses` (a block's touching launches, ascending) runs between the
+// hashes stamped `from` and `to`: the only way the block's bytes can change, for
+// pointers the scan sees.
+[[nodiscard]] bool touched_between(const std::vector<policy::launch_id>& uses, std::uint32_t from, std::uint32_t to);
+
 // Which blocks to hash where (Note [Unseen writes]): position -> blocks to hash just
 // before (after) that launch; per plan entry, the blocks its recipe reads in place with
 // their first reader, and its targets with the recipe's last write to each.
