@@ -67,6 +67,8 @@ class replay_device {
   // waiting for the stream; a device may hash where the bytes are.
   virtual std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
                                                  device::stream_handle stream);
+  // Where hash() does the work, for the report ("copied to the host and hashed there").
+  virtual std::string hash_site();
 
   // ---- offload copies (Note [Offload execution] in runtime/engine_swap.cpp) ----------
   // A copy in flight: completes once its bytes have arrived (nullptr: already done).

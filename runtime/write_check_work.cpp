@@ -240,7 +240,7 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
 
 hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t large_granules, int rounds) {
   hash_cost out;
-  out.device = vmm.name();
+  out.device = vmm.name() + ", " + dev.hash_site();
   const std::size_t granule = vmm.granularity();
   large_granules = std::max<std::size_t>(large_granules, 2);
   rounds = std::max(rounds, 1);

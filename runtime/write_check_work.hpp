@@ -86,7 +86,7 @@ struct hash_cost {
   double issue_s = 0.0;  // the host's time to queue one (the whole hash where it waits)
   double wait_s = 0.0;   // a wait for one just queued on an idle stream, beyond issue_s
   double byte_s = 0.0;   // per byte hashed
-  std::string device;    // the device probed
+  std::string device;    // the device probed, and where it hashes ("host, hashed on its stream")
   std::string error;     // why there are no costs ("" if measured)
   // The host and device time of `w`.
   [[nodiscard]] double cost_s(const write_check_work& w) const noexcept {

@@ -18,7 +18,7 @@ case "${1:-}" in -h|--help) sed -n '2,14p' "$0"; exit 0 ;; esac
 out="$(realpath -m "${1:-$SUBLINEAR_ROOT/.gpurun/build}")"
 build="$SUBLINEAR_ROOT/build-gpu"
 sublinear_ensure_deps
-targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer test_gpu_launch_kinds gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
+targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer test_gpu_block_hash test_gpu_launch_kinds gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
 mkdir -p "$build"
 echo "sublinear: building $build (CUDA on; log: $build/bundle.log)"
 SUBLINEAR_BUILD_TARGETS="$targets" sublinear_build "$build" -DSUBLINEAR_CUDA=ON -DSUBLINEAR_BUILD_TESTS=ON \

@@ -131,7 +131,7 @@ fi
 [ -d "$build/lib" ] && export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # ---- build -----------------------------------------------------------------------------------
-targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer test_gpu_launch_kinds gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
+targets="test_device test_allocator test_tracer test_integrations gpu_vmm_bench test_gpu_tracer test_gpu_block_hash test_gpu_launch_kinds gpu_resnet_train test_gpu_resnet sublinear sublinear_preload sublinear_cli"
 if [ "$skip_build" = 0 ]; then
   say "building $build (CUDA on; log: $work/build.log)"
   generator=()
@@ -181,6 +181,8 @@ fi
 if want 2; then
 step tracer 120 "$bin/test_gpu_tracer" --gtest_output="json:$work/tracer.json"
 step cupti 60 "$bin/test_tracer" --gtest_filter='CuptiCollector*' --gtest_output="json:$work/cupti.json"
+# The engine's hashes on the GPU (Note [Hash on the device]).
+step block_hash 60 "$bin/test_gpu_block_hash" --gtest_output="json:$work/block_hash.json"
 # The process runtime (engine fed by CUPTI, replay through cuLaunchKernel) and the preload.
 step runtime 90 "$bin/test_integrations" --gtest_filter='ProcessRuntimeOnGpu.*:Preload*:CApi*' \
   --gtest_output="json:$work/runtime.json"

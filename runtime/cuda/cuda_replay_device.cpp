@@ -24,7 +24,7 @@ CUstream cu_stream(device::stream_handle s) { return static_cast<CUstream>(s); }
 }  // namespace
 
 cuda_replay_device::cuda_replay_device(const device::driver_api& api, CUctx_st* context)
-    : link_(api, context), api_(api), context_(context) {
+    : link_(api, context), hasher_(api, context), api_(api), context_(context) {
   // The same library load_driver opened; optional entry points (drivers before 12.4 lack them).
   if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
     func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");
@@ -338,6 +338,27 @@ void cuda_replay_device::synchronize(device::stream_handle stream) {
   const tracer::untraced_scope untraced;
   enter();
   SUBLINEAR_CU_CHECK(api_, api_.stream_synchronize(cu_stream(stream)));
+}
+
+bool cuda_replay_device::hash_on_device(const void* device_src) {
+  return reinterpret_cast<std::uintptr_t>(device_src) % 8 == 0 && hasher_.unavailable_reason().empty();
+}
+
+// A buffer keeps its address, so every hash of it is taken the same way, and the engine
+// compares only hashes of one buffer (Note [Hash on the device]).
+std::shared_future<std::uint64_t> cuda_replay_device::hash(const void* device_src, std::size_t bytes,
+                                                           device::stream_handle stream) {
+  const tracer::untraced_scope untraced;
+  enter();
+  if (hash_on_device(device_src)) return hasher_.hash(device_src, bytes, stream);
+  return replay_device::hash(device_src, bytes, stream);
+}
+
+std::string cuda_replay_device::hash_site() {
+  const tracer::untraced_scope untraced;
+  enter();
+  const std::string why = hasher_.unavailable_reason();
+  return why.empty() ? "hashed on the GPU" : "copied to the host and hashed there: " + why;
 }
 
 double cuda_replay_device::now_s() {

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/cuda/cuda_block_hash.hpp"
 #include "runtime/cuda/cuda_copy_link.hpp"
 #include "runtime/engine.hpp"
 
@@ -62,6 +63,11 @@ class cuda_replay_device final : public replay_device {
   void fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) override;
   void synchronize(device::stream_handle stream) override;
   double now_s() override;
+  // On the GPU by a kernel where it can (Note [Hash on the device] in block_hash_terms.hpp),
+  // else the default's copy to the host.
+  std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
+                                         device::stream_handle stream) override;
+  std::string hash_site() override;
   // Offload copies on copy streams into a pinned pool (Note [CUDA copy link]); the
   // synchronous defaults where the driver lacks an entry point.
   std::byte* host_pool(std::size_t bytes) override;
@@ -77,6 +83,9 @@ class cuda_replay_device final : public replay_device {
 
  private:
   cuda_copy_link link_;
+  cuda_block_hash hasher_;
+  // The kernel can hash at `device_src` (loaded, and the address 8-byte aligned).
+  bool hash_on_device(const void* device_src);
   void enter();
   // One launch of `op` as `fn` on `stream`, plain or with its attributes (cuLaunchKernelEx);
   // the driver's CUresult (CUDA_ERROR_NOT_SUPPORTED without cuLaunchKernelEx).

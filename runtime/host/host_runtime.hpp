@@ -30,6 +30,7 @@ class host_replay_device final : public replay_device {
   // On the stream, by a host function: the host does not wait.
   std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
                                          device::stream_handle stream) override;
+  std::string hash_site() override { return "hashed on its stream"; }
   // Offload copies run on the host copy engine (Note [Host copy engine]), made at the
   // first copy so that a run without offloads creates no streams of its own.
   std::byte* host_pool(std::size_t bytes) override;

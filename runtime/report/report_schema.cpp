@@ -79,7 +79,7 @@ std::string_view report_schema() {
         "hash_issue_s": {"$ref": "#/$defs/seconds", "description": "The probed device's host time to queue one hash (all of it where a hash waits for the stream); absent in older reports (read as 0)."},
         "hash_wait_s": {"$ref": "#/$defs/seconds", "description": "The probed device's time to wait for a hash just queued on an idle stream, beyond queuing it; absent in older reports (read as 0)."},
         "hash_byte_s": {"$ref": "#/$defs/seconds", "description": "The probed device's time per byte hashed; absent in older reports (read as 0)."},
-        "hash_probe": {"type": "string", "description": "The device whose hash cost was probed (host, cuda), 'failed: ' and why, or empty without a probe; absent in older reports."},
+        "hash_probe": {"type": "string", "description": "The device whose hash cost was probed (host, cuda) and where it hashes ('cuda, hashed on the GPU'; 'cuda, copied to the host and hashed there: ' and why not on the GPU), 'failed: ' and why, or empty without a probe; absent in older reports."},
         "error": {"type": "string", "description": "Why there is no plan (an infeasible budget names the smallest feasible one); empty when there is one."}
       }
     },

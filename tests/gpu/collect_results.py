@@ -26,7 +26,7 @@ EXPECTED_ON_GPU = re.compile(r"\b(is|are) present\b")
 PARTS = {
     "1_cuda_vmm": "the CUDA VMM backend under the VMM and allocator conformance suites, and VMM call costs by chunk size",
     "2_cupti_tracer": "the CUPTI collector on hand-written kernels (by-value structs, Philox RNG, in place, workspace), "
-                      "and the process runtime and preload library it feeds",
+                      "the engine's hash kernel, and the process runtime and preload library it feeds",
     "3_cudnn_resnet": "a cuDNN + cuBLAS ResNet trained with and without a budget through sublinear's C API",
     "4_pytorch": "PyTorch ResNet-50 and GPT-2 blocks through sublinear.torch.enable() and `sublinear run`",
     "5_real_stacks": "GPT-2 124M (bf16, SDPA, fused AdamW) eager and under torch.compile, ResNet-50 bf16 channels-last "
@@ -181,6 +181,7 @@ def main() -> int:
                                        "conformance": gtest(work, "conformance"), "vmm_bench": bench})
         parts["2_cupti_tracer"] = combine({"hand_written_kernels": gtest(work, "tracer"),
                                            "cupti_collector": gtest(work, "cupti"),
+                                           "block_hash": gtest(work, "block_hash"),
                                            "process_runtime": gtest(work, "runtime")})
         resnet = combine({"training": gtest(work, "resnet")})
         resnet["figures"] = resnet_figures(work)

@@ -350,7 +350,7 @@ TEST(IterationTime, TheReportCarriesThePredictionThroughJsonAndText) {
   EXPECT_EQ(rep.plan.hash_issue_s, r.time.hash.issue_s);
   EXPECT_EQ(rep.plan.hash_wait_s, r.time.hash.wait_s);
   EXPECT_EQ(rep.plan.hash_byte_s, r.time.hash.byte_s);
-  EXPECT_EQ(rep.plan.hash_probe, "host");
+  EXPECT_EQ(rep.plan.hash_probe, "host, hashed on its stream");
   const run_report back = parse_report(to_json(rep));
   EXPECT_EQ(back.plan.predicted_device_s, rep.plan.predicted_device_s);
   EXPECT_EQ(back.plan.host_s_per_launch, rep.plan.host_s_per_launch);

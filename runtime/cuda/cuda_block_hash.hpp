@@ -1,0 +1,45 @@
+// Content hashes taken on the GPU (Note [Hash on the device] in block_hash_terms.hpp):
+// one kernel per block on the program's stream, eight bytes back, a future that waits for
+// them.
+//
+// This header does not include <cuda.h>.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "device/stream_events.hpp"
+
+struct CUctx_st;  // CUcontext
+
+namespace sublinear::device {
+struct driver_api;
+}
+
+namespace sublinear::runtime {
+
+class cuda_block_hash {
+ public:
+  cuda_block_hash(const device::driver_api& api, CUctx_st* context);
+  ~cuda_block_hash();
+  cuda_block_hash(const cuda_block_hash&) = delete;
+  cuda_block_hash& operator=(const cuda_block_hash&) = delete;
+
+  // "" when hashes can be taken on the device, else why not (no kernel image in this
+  // build, a driver entry point missing, the module refused by the driver). Loads the
+  // kernel at the first call, in the calling thread's current context.
+  [[nodiscard]] std::string unavailable_reason();
+  // The hash of `bytes` at `device_src` (8-byte aligned) when `stream` gets here; the
+  // future waits for an event recorded after the eight bytes are back. Throws
+  // sublinear::device_error when the driver refuses a call.
+  std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes, device::stream_handle stream);
+
+ private:
+  struct pool;
+  std::shared_ptr<pool> pool_;  // futures keep it alive
+};
+
+}  // namespace sublinear::runtime
