@@ -7,9 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <future>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device/stream_events.hpp"
@@ -38,6 +39,28 @@ struct launch_view {
   int value = 0;
 };
 
+// A content hash on its way (replay_device::hash): ready() once the stream has passed the
+// point it was taken at, without waiting; get() waits for it. Copies share one hash. A
+// device gives its own state (a host function's future, a GPU event); empty: !valid().
+class hash_result {
+ public:
+  struct state {
+    virtual ~state() = default;
+    virtual bool ready() = 0;
+    virtual std::uint64_t get() = 0;  // waits until ready
+  };
+  hash_result() = default;
+  explicit hash_result(std::shared_ptr<state> s) : state_(std::move(s)) {}
+  // A hash already taken.
+  static hash_result of(std::uint64_t value);
+  [[nodiscard]] bool valid() const noexcept { return state_ != nullptr; }
+  [[nodiscard]] bool ready() const { return state_->ready(); }
+  [[nodiscard]] std::uint64_t get() const { return state_->get(); }
+
+ private:
+  std::shared_ptr<state> state_;
+};
+
 // What the engine needs from a device to regenerate buffers. Work queued through it is
 // not intercepted by the engine or the tracer.
 class replay_device {
@@ -60,13 +83,13 @@ class replay_device {
   virtual void synchronize(device::stream_handle stream) = 0;
   // Monotonic seconds, for recompute-time accounting.
   virtual double now_s() = 0;
-  // A content hash (tracer::hash_bytes) of `bytes` at `device_src`, taken when `stream`
+  // A content hash of `bytes` at `device_src` (tracer::hash_bytes, or the device's own:
+  // the engine compares only hashes one device took), taken when `stream`
   // gets here: after the work queued on it so far, before what is queued later. The host
-  // does not wait; the future is ready once the stream has passed this point (Note [Unseen
+  // does not wait; the result is ready once the stream has passed this point (Note [Unseen
   // writes] in runtime/engine_writes.cpp). The default copies to the host and hashes there,
   // waiting for the stream; a device may hash where the bytes are.
-  virtual std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
-                                                 device::stream_handle stream);
+  virtual hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream);
   // Where hash() does the work, for the report ("copied to the host and hashed there").
   virtual std::string hash_site();
 

@@ -32,9 +32,7 @@
 #include "runtime/detail/engine_impl.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
-#include <future>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -51,20 +49,23 @@ using policy::buffer_id;
 using policy::launch_id;
 using policy::none;
 
-bool ready(const std::shared_future<std::uint64_t>& f) {
-  return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-}
-
 }  // namespace
 
+hash_result hash_result::of(std::uint64_t value) {
+  struct known final : state {
+    std::uint64_t value;
+    explicit known(std::uint64_t v) : value(v) {}
+    bool ready() override { return true; }
+    std::uint64_t get() override { return value; }
+  };
+  return hash_result(std::make_shared<known>(value));
+}
+
 // The device's default: a copy to the host, hashed there (it waits for the stream).
-std::shared_future<std::uint64_t> replay_device::hash(const void* device_src, std::size_t bytes,
-                                                      device::stream_handle stream) {
+hash_result replay_device::hash(const void* device_src, std::size_t bytes, device::stream_handle stream) {
   std::vector<std::byte> copy(bytes);
   download(copy.data(), device_src, bytes, stream);
-  std::promise<std::uint64_t> done;
-  done.set_value(tracer::hash_bytes(copy.data(), bytes));
-  return done.get_future().share();
+  return hash_result::of(tracer::hash_bytes(copy.data(), bytes));
 }
 
 std::string replay_device::hash_site() { return "copied to the host and hashed there"; }
@@ -146,14 +147,14 @@ bool engine::impl::release_check(buffer_id b, std::size_t entry, std::uint32_t s
     if (t == b) produced = l;
   observe(b, stamp, stream);
   for (const pending_check& p : pending_checks)
-    if (p.buffer == b) p.got.wait();  // its pages must outlive the hash of its last regeneration
+    if (p.buffer == b) (void)p.got.get();  // its pages must outlive the hash of its last regeneration
   std::vector<std::pair<buffer_id, launch_id>> inputs;
   for (const auto& [u, first] : check_index.guarded_inputs[carrier])
     if (before_stamp(first) < stamp) {
       observe(u, stamp, stream);
       inputs.emplace_back(u, first);
     }
-  release_hash[b] = observations[b].empty() ? std::shared_future<std::uint64_t>{} : observations[b].back().hash;
+  release_hash[b] = observations[b].empty() ? hash_result{} : observations[b].back().hash;
   released_at[b] = static_cast<std::uint32_t>(pos);
   std::string why;
   if (produced == none || observations[b].empty() || observations[b].front().stamp > after_stamp(produced)) {
@@ -311,7 +312,7 @@ void engine::impl::settle_write_checks(bool wait) {
   std::size_t kept = 0;
   for (std::size_t i = 0; i < pending_checks.size(); ++i) {
     pending_check& p = pending_checks[i];
-    if (!wait && !(ready(p.expected) && ready(p.got))) {
+    if (!wait && !(p.expected.ready() && p.got.ready())) {
       if (kept != i) pending_checks[kept] = std::move(p);
       ++kept;
       continue;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <future>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
@@ -265,7 +264,7 @@ hash_cost probe_hash_cost(replay_device& dev, device::vmm& vmm, std::size_t larg
       constexpr int batch = 16;
       std::vector<double> issued, waited[2];
       const std::size_t sizes[2] = {small, large};
-      std::vector<std::shared_future<std::uint64_t>> queued(batch);
+      std::vector<hash_result> queued(batch);
       const double started = dev.now_s();
       for (int r = 0; r < rounds && (r < 3 || dev.now_s() - started < 0.05); ++r) {
         const double t0 = dev.now_s();

@@ -12,9 +12,13 @@
 //   invertible), plus a term of the length. A sum does not depend on the order threads
 //   add, so any grid computes the same value, and changing one word always changes it
 //   (its term changes, no other does); several changed words cancel with probability
-//   about 2^-64. Bytes past the last whole word form one zero-padded word.
-// Limitations: it is not tracer::hash_bytes; the engine compares only hashes the same
-//   device took (runtime/engine_types.hpp), so the two never meet.
+//   about 2^-64. Bytes past the last whole word form one zero-padded word. The result is
+//   ready when an event recorded after its copy has completed (a query, no wait), so the
+//   engine settles its checks as the stream passes them, as on the host device.
+// Limitations: it is not tracer::hash_bytes; the engine compares only hashes of one
+//   buffer, at one address, so the two never meet. A block not 8-byte aligned, a build
+//   without nvcc, or a driver that refuses the image (sm_80, sm_90, compute_80 PTX) hashes
+//   on the host as before. Compiled here, run only on a GPU (test_gpu_block_hash).
 #pragma once
 
 #include <cstdint>

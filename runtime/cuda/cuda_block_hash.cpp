@@ -120,17 +120,29 @@ struct cuda_block_hash::pool {
     const std::lock_guard<std::mutex> lock(mutex);
     retired.push_back(s);
   }
-  // A slot while a future may still read it; given back when the future is gone.
-  struct lease {
+  // A hash on its way: holds its slot until no copy of its result is left, then gives it
+  // back (to be reused once its event has completed).
+  struct pending final : hash_result::state {
     std::shared_ptr<pool> owner;
     slot held;
     bool lost = false;  // a call after the slot's first queued op failed: never reused
-    lease(std::shared_ptr<pool> o, slot s) : owner(std::move(o)), held(s) {}
-    ~lease() {
+    pending(std::shared_ptr<pool> o, slot s) : owner(std::move(o)), held(s) {}
+    ~pending() override {
       if (!lost) owner->give_back(held);
     }
-    lease(const lease&) = delete;
-    lease& operator=(const lease&) = delete;
+    pending(const pending&) = delete;
+    pending& operator=(const pending&) = delete;
+    bool ready() override {
+      const tracer::untraced_scope untraced;
+      const CUresult r = owner->api.event_query(held.done);
+      if (r != CUDA_ERROR_NOT_READY) SUBLINEAR_CU_CHECK(owner->api, r);
+      return r == CUDA_SUCCESS;
+    }
+    std::uint64_t get() override {
+      const tracer::untraced_scope untraced;
+      SUBLINEAR_CU_CHECK(owner->api, owner->api.event_synchronize(held.done));
+      return *held.host;
+    }
   };
 };
 
@@ -158,11 +170,10 @@ std::string cuda_block_hash::unavailable_reason() {
   return m.why_not;
 }
 
-std::shared_future<std::uint64_t> cuda_block_hash::hash(const void* device_src, std::size_t bytes,
-                                                        device::stream_handle stream) {
+hash_result cuda_block_hash::hash(const void* device_src, std::size_t bytes, device::stream_handle stream) {
   pool& m = *pool_;
   const auto s = m.take();
-  auto held = std::make_shared<pool::lease>(pool_, s);
+  auto held = std::make_shared<pool::pending>(pool_, s);
   CUstream on = static_cast<CUstream>(stream);
   CUdeviceptr data = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(device_src));
   unsigned long long length = bytes;
@@ -181,12 +192,7 @@ std::shared_future<std::uint64_t> cuda_block_hash::hash(const void* device_src, 
     held->lost = true;  // what was queued may still write the slot, after its event
     throw;
   }
-  return std::async(std::launch::deferred, [held] {
-           const tracer::untraced_scope untraced;
-           SUBLINEAR_CU_CHECK(held->owner->api, held->owner->api.event_synchronize(held->held.done));
-           return *held->held.host;
-         })
-      .share();
+  return hash_result(held);
 }
 
 }  // namespace sublinear::runtime

@@ -1,17 +1,16 @@
 // Content hashes taken on the GPU (Note [Hash on the device] in block_hash_terms.hpp):
-// one kernel per block on the program's stream, eight bytes back, a future that waits for
-// them.
+// one kernel per block on the program's stream, eight bytes back, and an event that says
+// when they are.
 //
 // This header does not include <cuda.h>.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <string>
 
-#include "device/stream_events.hpp"
+#include "runtime/engine_types.hpp"
 
 struct CUctx_st;  // CUcontext
 
@@ -32,14 +31,14 @@ class cuda_block_hash {
   // build, a driver entry point missing, the module refused by the driver). Loads the
   // kernel at the first call, in the calling thread's current context.
   [[nodiscard]] std::string unavailable_reason();
-  // The hash of `bytes` at `device_src` (8-byte aligned) when `stream` gets here; the
-  // future waits for an event recorded after the eight bytes are back. Throws
+  // The hash of `bytes` at `device_src` (8-byte aligned) when `stream` gets here: ready
+  // once an event recorded after the eight bytes are back has completed. Throws
   // sublinear::device_error when the driver refuses a call.
-  std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes, device::stream_handle stream);
+  hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream);
 
  private:
   struct pool;
-  std::shared_ptr<pool> pool_;  // futures keep it alive
+  std::shared_ptr<pool> pool_;  // hashes on their way keep it alive
 };
 
 }  // namespace sublinear::runtime

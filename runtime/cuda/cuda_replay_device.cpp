@@ -346,8 +346,7 @@ bool cuda_replay_device::hash_on_device(const void* device_src) {
 
 // A buffer keeps its address, so every hash of it is taken the same way, and the engine
 // compares only hashes of one buffer (Note [Hash on the device]).
-std::shared_future<std::uint64_t> cuda_replay_device::hash(const void* device_src, std::size_t bytes,
-                                                           device::stream_handle stream) {
+hash_result cuda_replay_device::hash(const void* device_src, std::size_t bytes, device::stream_handle stream) {
   const tracer::untraced_scope untraced;
   enter();
   if (hash_on_device(device_src)) return hasher_.hash(device_src, bytes, stream);

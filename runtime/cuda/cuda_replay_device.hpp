@@ -65,8 +65,7 @@ class cuda_replay_device final : public replay_device {
   double now_s() override;
   // On the GPU by a kernel where it can (Note [Hash on the device] in block_hash_terms.hpp),
   // else the default's copy to the host.
-  std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
-                                         device::stream_handle stream) override;
+  hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream) override;
   std::string hash_site() override;
   // Offload copies on copy streams into a pinned pool (Note [CUDA copy link]); the
   // synchronous defaults where the driver lacks an entry point.

@@ -29,7 +29,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -153,12 +152,12 @@ struct engine::impl {
     std::uint32_t stamp = 0;          // 2l: just before launch l; 2l + 1: just after it
     std::uint64_t version = 0;        // the buffer's version then
     std::uint32_t engine_writes = 0;  // and the engine's replays touching it so far
-    std::shared_future<std::uint64_t> hash;
+    hash_result hash;
   };
   struct pending_check {
     buffer_id buffer = none;
-    std::shared_future<std::uint64_t> expected;  // at its release
-    std::shared_future<std::uint64_t> got;       // once regenerated
+    hash_result expected;  // at its release
+    hash_result got;       // once regenerated
   };
   write_check_index check_index;                         // which blocks to hash where, from the plan
   std::vector<std::vector<observation>> observations;    // buffer -> this iteration's hashes, by stamp
@@ -166,7 +165,7 @@ struct engine::impl {
   std::vector<std::uint8_t> unseen_written;              // buffer -> kept: written where the trace saw no write
   std::vector<std::uint8_t> tainted;                     // entry -> what its recipe reads was written unseen
   std::vector<std::uint32_t> released_at;                // buffer -> position of its last release, or none
-  std::vector<std::shared_future<std::uint64_t>> release_hash;  // buffer -> its hash at that release
+  std::vector<hash_result> release_hash;  // buffer -> its hash at that release
   std::vector<pending_check> pending_checks;
   std::unordered_set<std::uint32_t> warned_unseen;       // alloc_index values warned about
   struct input_copy {

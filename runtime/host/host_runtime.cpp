@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <memory>
 
 #include "runtime/report/report.hpp"
 #include "sublinear/error.hpp"
@@ -137,12 +139,17 @@ void host_replay_device::copy(void* dst, const void* src, std::size_t bytes, dev
   dev_.memcpy_async(dst, src, bytes, on(stream));
 }
 
-std::shared_future<std::uint64_t> host_replay_device::hash(const void* device_src, std::size_t bytes,
-                                                           device::stream_handle stream) {
-  auto done = std::make_shared<std::promise<std::uint64_t>>();
-  std::shared_future<std::uint64_t> out = done->get_future().share();
-  dev_.host_func(on(stream), [done, device_src, bytes] { done->set_value(tracer::hash_bytes(device_src, bytes)); });
-  return out;
+hash_result host_replay_device::hash(const void* device_src, std::size_t bytes, device::stream_handle stream) {
+  // Set by a host function on the stream; ready once the stream has run it.
+  struct on_stream final : hash_result::state {
+    std::promise<std::uint64_t> done;
+    std::shared_future<std::uint64_t> value = done.get_future().share();
+    bool ready() override { return value.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+    std::uint64_t get() override { return value.get(); }
+  };
+  auto s = std::make_shared<on_stream>();
+  dev_.host_func(on(stream), [s, device_src, bytes] { s->done.set_value(tracer::hash_bytes(device_src, bytes)); });
+  return hash_result(s);
 }
 
 void host_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) {

@@ -28,8 +28,7 @@ class host_replay_device final : public replay_device {
   void synchronize(device::stream_handle stream) override;
   double now_s() override;
   // On the stream, by a host function: the host does not wait.
-  std::shared_future<std::uint64_t> hash(const void* device_src, std::size_t bytes,
-                                         device::stream_handle stream) override;
+  hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream) override;
   std::string hash_site() override { return "hashed on its stream"; }
   // Offload copies run on the host copy engine (Note [Host copy engine]), made at the
   // first copy so that a run without offloads creates no streams of its own.
