@@ -25,7 +25,7 @@ extern const std::size_t sublinear_block_hash_image_size;
 namespace sublinear::runtime {
 
 namespace {
-constexpr std::size_t slots_per_chunk = 512;
+constexpr std::size_t slots_per_chunk = 4096;  // 32 KiB on the device and pinned
 constexpr unsigned threads_per_block = 256;
 constexpr unsigned max_blocks = 1024;
 }  // namespace
@@ -40,7 +40,6 @@ struct cuda_block_hash::pool {
     CUevent done = nullptr;
   };
   const device::driver_api& api;
-  CUcontext context;
   decltype(&::cuModuleLoadData) module_load_data = nullptr;
   decltype(&::cuModuleGetFunction) module_get_function = nullptr;
   decltype(&::cuModuleUnload) module_unload = nullptr;
@@ -59,7 +58,7 @@ struct cuda_block_hash::pool {
   std::vector<slot> made;      // every slot made, for the events' teardown
   std::deque<slot> retired;    // given back, in order
 
-  pool(const device::driver_api& a, CUcontext c) : api(a), context(c) {}
+  explicit pool(const device::driver_api& a) : api(a) {}
   ~pool() {
     for (const slot& s : made) SUBLINEAR_CU_UNCHECKED(api.event_destroy(s.done));
     for (const slot& c : chunks) {
@@ -99,12 +98,20 @@ struct cuda_block_hash::pool {
     }
     if (handed_out == chunks.size() * slots_per_chunk) {
       slot c;
-      SUBLINEAR_CU_CHECK(api, mem_alloc(&c.device, slots_per_chunk * sizeof(std::uint64_t)));
       void* host = nullptr;
-      if (const CUresult r = host_alloc(&host, slots_per_chunk * sizeof(std::uint64_t), 0); r != CUDA_SUCCESS) {
-        SUBLINEAR_CU_UNCHECKED(mem_free(c.device));
-        SUBLINEAR_CU_CHECK(api, r);
+      CUresult r = mem_alloc(&c.device, slots_per_chunk * sizeof(std::uint64_t));
+      if (r == CUDA_SUCCESS) {
+        r = host_alloc(&host, slots_per_chunk * sizeof(std::uint64_t), 0);
+        if (r != CUDA_SUCCESS) SUBLINEAR_CU_UNCHECKED(mem_free(c.device));
       }
+      if (r != CUDA_SUCCESS && !retired.empty()) {
+        // No memory for more slots (a full device): wait for the oldest given back.
+        const slot s = retired.front();
+        SUBLINEAR_CU_CHECK(api, api.event_synchronize(s.done));
+        retired.pop_front();
+        return s;
+      }
+      SUBLINEAR_CU_CHECK(api, r);
       c.host = static_cast<std::uint64_t*>(host);
       chunks.push_back(c);
     }
@@ -146,8 +153,7 @@ struct cuda_block_hash::pool {
   };
 };
 
-cuda_block_hash::cuda_block_hash(const device::driver_api& api, CUctx_st* context)
-    : pool_(std::make_shared<pool>(api, context)) {
+cuda_block_hash::cuda_block_hash(const device::driver_api& api) : pool_(std::make_shared<pool>(api)) {
   if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
     auto& m = *pool_;
     m.module_load_data = reinterpret_cast<decltype(m.module_load_data)>(::dlsym(h, "cuModuleLoadData"));

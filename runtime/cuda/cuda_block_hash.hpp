@@ -12,8 +12,6 @@
 
 #include "runtime/engine_types.hpp"
 
-struct CUctx_st;  // CUcontext
-
 namespace sublinear::device {
 struct driver_api;
 }
@@ -22,7 +20,9 @@ namespace sublinear::runtime {
 
 class cuda_block_hash {
  public:
-  cuda_block_hash(const device::driver_api& api, CUctx_st* context);
+  // The driver's entry points come from `api` and dlsym; calls run in the caller's
+  // current context (the replay device enters its own first).
+  explicit cuda_block_hash(const device::driver_api& api);
   ~cuda_block_hash();
   cuda_block_hash(const cuda_block_hash&) = delete;
   cuda_block_hash& operator=(const cuda_block_hash&) = delete;

@@ -24,7 +24,7 @@ CUstream cu_stream(device::stream_handle s) { return static_cast<CUstream>(s); }
 }  // namespace
 
 cuda_replay_device::cuda_replay_device(const device::driver_api& api, CUctx_st* context)
-    : link_(api, context), hasher_(api, context), api_(api), context_(context) {
+    : link_(api, context), hasher_(api), api_(api), context_(context) {
   // The same library load_driver opened; optional entry points (drivers before 12.4 lack them).
   if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
     func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");

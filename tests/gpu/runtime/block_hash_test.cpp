@@ -107,7 +107,7 @@ TEST_F(BlockHashOnGpu, SeesTheWorkQueuedBeforeItAndNotAfter) {
 }
 
 TEST_F(BlockHashOnGpu, SlotsComeBackOnlyOnceTheirCopiesAre) {
-  // More hashes in flight than a chunk of slots, on two streams; half the futures are
+  // More hashes in flight than a chunk of slots (4,096), on two streams; half the futures are
   // dropped unread, so their slots are given back while the stream may not be there yet;
   // ready() turns true without a wait once the stream is past.
   const std::size_t bytes = 64 * 1024;
@@ -118,7 +118,7 @@ TEST_F(BlockHashOnGpu, SlotsComeBackOnlyOnceTheirCopiesAre) {
   const std::uint64_t hb = runtime::block_hash::reference(b.data(), bytes);
   for (int round = 0; round < 3; ++round) {
     std::vector<runtime::hash_result> kept_a, kept_b;
-    for (int k = 0; k < 1500; ++k) {
+    for (int k = 0; k < 2500; ++k) {
       auto fa = dev_->hash(pa, bytes, stream_);
       auto fb = dev_->hash(pb, bytes, other_);
       if (k % 2 == 0) {
