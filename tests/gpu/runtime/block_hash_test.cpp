@@ -107,7 +107,7 @@ TEST_F(BlockHashOnGpu, SeesTheWorkQueuedBeforeItAndNotAfter) {
 }
 
 TEST_F(BlockHashOnGpu, SlotsComeBackOnlyOnceTheirCopiesAre) {
-  // More hashes in flight than a chunk of slots (4,096), on two streams; half the futures are
+  // More hashes in flight than a chunk of slots (4,096), on two streams; half the results are
   // dropped unread, so their slots are given back while the stream may not be there yet;
   // ready() turns true without a wait once the stream is past.
   const std::size_t bytes = 64 * 1024;
