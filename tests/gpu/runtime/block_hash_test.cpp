@@ -108,8 +108,8 @@ TEST_F(BlockHashOnGpu, SeesTheWorkQueuedBeforeItAndNotAfter) {
 
 TEST_F(BlockHashOnGpu, SlotsComeBackOnlyOnceTheirCopiesAre) {
   // More hashes in flight than a chunk of slots (4,096), on two streams; half the results are
-  // dropped unread, so their slots are given back while the stream may not be there yet;
-  // ready() turns true without a wait once the stream is past.
+  // dropped unread, so their slots are given back while the stream may not be there yet.
+  // Once a stream is synchronized, its results are ready() without a wait.
   const std::size_t bytes = 64 * 1024;
   std::vector<unsigned char> a, b;
   const unsigned char* pa = block(a, bytes, 1);
@@ -126,6 +126,8 @@ TEST_F(BlockHashOnGpu, SlotsComeBackOnlyOnceTheirCopiesAre) {
         kept_b.push_back(fb);
       }
     }
+    ASSERT_EQ(cudaStreamSynchronize(other_), cudaSuccess);
+    for (auto& f : kept_b) ASSERT_TRUE(f.ready()) << "round " << round << ": the stream is past it";
     for (auto& f : kept_a) ASSERT_EQ(f.get(), ha) << "round " << round;
     for (auto& f : kept_b) ASSERT_EQ(f.get(), hb) << "round " << round;
   }
