@@ -127,6 +127,14 @@ const driver_api* load_driver(std::string* why) noexcept {
   return loaded.api.get();
 }
 
+void* optional_driver_symbol(const char* symbol) {
+  void* library = ::dlopen(driver_library, RTLD_NOW | RTLD_NOLOAD);
+  if (library == nullptr) return nullptr;
+  void* address = ::dlsym(library, symbol);
+  ::dlclose(library);  // load_driver's handle keeps it loaded
+  return address;
+}
+
 std::string error_text(const driver_api* api, CUresult result) {
   const char* name = nullptr;
   const char* text = nullptr;

@@ -6,7 +6,9 @@
 
 #include <cuda.h>
 
+#include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "device/cuda/driver_api.hpp"
 
@@ -63,6 +65,10 @@ std::string error_text(const driver_api* api, CUresult result);
 bool retain_device(const driver_api& api, int ordinal, CUdevice* device, CUcontext* context,
                    std::string* why);
 
+// The address of an entry point of the driver load_driver opened, or nullptr where the
+// driver lacks it or is not loaded: for features that work, or turn off, without it.
+void* optional_driver_symbol(const char* symbol);
+
 inline void cu_check(const driver_api& api, CUresult result, const char* call, const char* file,
                      int line) {
   if (result != CUDA_SUCCESS) throw_cu_error(api, result, call, file, line);
@@ -73,6 +79,16 @@ inline void cu_check(const driver_api& api, CUresult result, const char* call, c
 // SUBLINEAR_CU_CHECK(api, api.mem_map(...)): throws sublinear::device_error on failure.
 #define SUBLINEAR_CU_CHECK(api, call) \
   ::sublinear::device::cu_check((api), (call), #call, __FILE__, __LINE__)
+
+// SUBLINEAR_OPTIONAL_ENTRY(slot, cuMemHostAlloc): `slot` (of the function's own type, checked
+// at compile time) gets the entry point, or nullptr (optional_driver_symbol).
+#define SUBLINEAR_OPTIONAL_ENTRY(slot, symbol)                                                   \
+  do {                                                                                           \
+    static_assert(std::is_same_v<std::remove_reference_t<decltype(slot)>, decltype(&::symbol)>); \
+    void* address_ = ::sublinear::device::optional_driver_symbol(#symbol);                      \
+    static_assert(sizeof(address_) == sizeof(slot));                                             \
+    std::memcpy(&(slot), &address_, sizeof(slot));                                               \
+  } while (false)
 
 // A call whose failure is deliberately ignored (teardown, where the driver may already be
 // shut down). Greppable on purpose.

@@ -1,8 +1,6 @@
 // See Note [Hash on the device] in block_hash_terms.hpp.
 #include "runtime/cuda/cuda_block_hash.hpp"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <deque>
@@ -154,18 +152,15 @@ struct cuda_block_hash::pool {
 };
 
 cuda_block_hash::cuda_block_hash(const device::driver_api& api) : pool_(std::make_shared<pool>(api)) {
-  if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
-    auto& m = *pool_;
-    m.module_load_data = reinterpret_cast<decltype(m.module_load_data)>(::dlsym(h, "cuModuleLoadData"));
-    m.module_get_function = reinterpret_cast<decltype(m.module_get_function)>(::dlsym(h, "cuModuleGetFunction"));
-    m.module_unload = reinterpret_cast<decltype(m.module_unload)>(::dlsym(h, "cuModuleUnload"));
-    m.mem_alloc = reinterpret_cast<decltype(m.mem_alloc)>(::dlsym(h, "cuMemAlloc_v2"));
-    m.mem_free = reinterpret_cast<decltype(m.mem_free)>(::dlsym(h, "cuMemFree_v2"));
-    m.host_alloc = reinterpret_cast<decltype(m.host_alloc)>(::dlsym(h, "cuMemHostAlloc"));
-    m.free_host = reinterpret_cast<decltype(m.free_host)>(::dlsym(h, "cuMemFreeHost"));
-    m.memcpy_dtoh_async = reinterpret_cast<decltype(m.memcpy_dtoh_async)>(::dlsym(h, "cuMemcpyDtoHAsync_v2"));
-    ::dlclose(h);
-  }
+  auto& m = *pool_;
+  SUBLINEAR_OPTIONAL_ENTRY(m.module_load_data, cuModuleLoadData);
+  SUBLINEAR_OPTIONAL_ENTRY(m.module_get_function, cuModuleGetFunction);
+  SUBLINEAR_OPTIONAL_ENTRY(m.module_unload, cuModuleUnload);
+  SUBLINEAR_OPTIONAL_ENTRY(m.mem_alloc, cuMemAlloc_v2);
+  SUBLINEAR_OPTIONAL_ENTRY(m.mem_free, cuMemFree_v2);
+  SUBLINEAR_OPTIONAL_ENTRY(m.host_alloc, cuMemHostAlloc);
+  SUBLINEAR_OPTIONAL_ENTRY(m.free_host, cuMemFreeHost);
+  SUBLINEAR_OPTIONAL_ENTRY(m.memcpy_dtoh_async, cuMemcpyDtoHAsync_v2);
 }
 
 cuda_block_hash::~cuda_block_hash() = default;

@@ -1,7 +1,6 @@
 // See Note [CUDA copy link] in cuda_copy_link.hpp.
 #include "runtime/cuda/cuda_copy_link.hpp"
 
-#include <dlfcn.h>
 
 #include <cstdint>
 #include <map>
@@ -104,17 +103,15 @@ struct cuda_copy_link::impl {
 
 cuda_copy_link::cuda_copy_link(const device::driver_api& api, CUctx_st* context)
     : impl_(std::make_unique<impl>(api, context)) {
-  if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
-    auto& m = *impl_;
-    m.stream_create = reinterpret_cast<decltype(m.stream_create)>(::dlsym(h, "cuStreamCreate"));
-    m.stream_destroy = reinterpret_cast<decltype(m.stream_destroy)>(::dlsym(h, "cuStreamDestroy_v2"));
-    m.stream_wait_event = reinterpret_cast<decltype(m.stream_wait_event)>(::dlsym(h, "cuStreamWaitEvent"));
-    m.host_alloc = reinterpret_cast<decltype(m.host_alloc)>(::dlsym(h, "cuMemHostAlloc"));
-    m.free_host = reinterpret_cast<decltype(m.free_host)>(::dlsym(h, "cuMemFreeHost"));
-    m.elapsed = reinterpret_cast<decltype(m.elapsed)>(::dlsym(h, "cuEventElapsedTime"));
-    m.mem_alloc = reinterpret_cast<decltype(m.mem_alloc)>(::dlsym(h, "cuMemAlloc_v2"));
-    m.mem_free = reinterpret_cast<decltype(m.mem_free)>(::dlsym(h, "cuMemFree_v2"));
-  }
+  auto& m = *impl_;
+  SUBLINEAR_OPTIONAL_ENTRY(m.stream_create, cuStreamCreate);
+  SUBLINEAR_OPTIONAL_ENTRY(m.stream_destroy, cuStreamDestroy_v2);
+  SUBLINEAR_OPTIONAL_ENTRY(m.stream_wait_event, cuStreamWaitEvent);
+  SUBLINEAR_OPTIONAL_ENTRY(m.host_alloc, cuMemHostAlloc);
+  SUBLINEAR_OPTIONAL_ENTRY(m.free_host, cuMemFreeHost);
+  SUBLINEAR_OPTIONAL_ENTRY(m.elapsed, cuEventElapsedTime);
+  SUBLINEAR_OPTIONAL_ENTRY(m.mem_alloc, cuMemAlloc_v2);
+  SUBLINEAR_OPTIONAL_ENTRY(m.mem_free, cuMemFree_v2);
 }
 
 cuda_copy_link::~cuda_copy_link() {

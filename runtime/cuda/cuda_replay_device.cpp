@@ -1,7 +1,6 @@
 // See Note [Replay through the driver] in cuda_replay_device.hpp.
 #include "runtime/cuda/cuda_replay_device.hpp"
 
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,17 +24,15 @@ CUstream cu_stream(device::stream_handle s) { return static_cast<CUstream>(s); }
 
 cuda_replay_device::cuda_replay_device(const device::driver_api& api, CUctx_st* context)
     : link_(api, context), hasher_(api), api_(api), context_(context) {
-  // The same library load_driver opened; optional entry points (drivers before 12.4 lack them).
-  if (void* h = ::dlopen(device::driver_library, RTLD_NOW | RTLD_NOLOAD); h != nullptr) {
-    func_param_info_ = ::dlsym(h, "cuFuncGetParamInfo");
-    kernel_param_info_ = ::dlsym(h, "cuKernelGetParamInfo");
-    func_get_attribute_ = ::dlsym(h, "cuFuncGetAttribute");
-    kernel_get_function_ = ::dlsym(h, "cuKernelGetFunction");
-    kernel_get_attribute_ = ::dlsym(h, "cuKernelGetAttribute");
-    func_set_attribute_ = ::dlsym(h, "cuFuncSetAttribute");
-    kernel_set_attribute_ = ::dlsym(h, "cuKernelSetAttribute");
-    launch_kernel_ex_ = ::dlsym(h, "cuLaunchKernelEx");
-  }
+  // Optional entry points (drivers before 12.4 lack them).
+  func_param_info_ = device::optional_driver_symbol("cuFuncGetParamInfo");
+  kernel_param_info_ = device::optional_driver_symbol("cuKernelGetParamInfo");
+  func_get_attribute_ = device::optional_driver_symbol("cuFuncGetAttribute");
+  kernel_get_function_ = device::optional_driver_symbol("cuKernelGetFunction");
+  kernel_get_attribute_ = device::optional_driver_symbol("cuKernelGetAttribute");
+  func_set_attribute_ = device::optional_driver_symbol("cuFuncSetAttribute");
+  kernel_set_attribute_ = device::optional_driver_symbol("cuKernelSetAttribute");
+  launch_kernel_ex_ = device::optional_driver_symbol("cuLaunchKernelEx");
 }
 
 int cuda_replay_device::launch_once(const launch_view& op, CUfunc_st* fn, device::stream_handle stream, void** params,
