@@ -2,6 +2,7 @@
 #include "runtime/cuda/cuda_block_hash.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <mutex>
@@ -137,15 +138,21 @@ struct cuda_block_hash::pool {
     }
     pending(const pending&) = delete;
     pending& operator=(const pending&) = delete;
+    std::atomic<bool> done{false};  // the event has completed: no query again
     bool ready() override {
+      if (done.load(std::memory_order_acquire)) return true;
       const tracer::untraced_scope untraced;
       const CUresult r = owner->api.event_query(held.done);
       if (r != CUDA_ERROR_NOT_READY) SUBLINEAR_CU_CHECK(owner->api, r);
+      if (r == CUDA_SUCCESS) done.store(true, std::memory_order_release);
       return r == CUDA_SUCCESS;
     }
     std::uint64_t get() override {
-      const tracer::untraced_scope untraced;
-      SUBLINEAR_CU_CHECK(owner->api, owner->api.event_synchronize(held.done));
+      if (!done.load(std::memory_order_acquire)) {
+        const tracer::untraced_scope untraced;
+        SUBLINEAR_CU_CHECK(owner->api, owner->api.event_synchronize(held.done));
+        done.store(true, std::memory_order_release);
+      }
       return *held.host;
     }
   };
