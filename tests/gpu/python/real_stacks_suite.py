@@ -110,7 +110,8 @@ def same_training(name: str, base: Dict[str, Any], run: Dict[str, Any], determin
 
 def report_costs(report: Path) -> Dict[str, Any]:
     """Note [Interception cost]: per planned iteration, the engine's ns per launch and VMM
-    calls; and what the plan's offloads moved over the link (docs/offload.md)."""
+    calls; what the plan's offloads moved over the link (docs/offload.md); and the engine's
+    write checks."""
     try:
         doc = json.loads(report.read_text())
     except (OSError, json.JSONDecodeError):
@@ -137,7 +138,13 @@ def report_costs(report: Path) -> Dict[str, Any]:
             "offloaded_bytes_per_iteration": per_iteration("offloaded_bytes"),
             "fetched_bytes_per_iteration": per_iteration("fetched_bytes"),
             "link_busy_s_per_iteration": per_iteration("link_busy_s"),
-            "copy_stall_s_per_iteration": per_iteration("copy_stall_s")}
+            "copy_stall_s_per_iteration": per_iteration("copy_stall_s"),
+            # The engine's write checks (Note [Write check work]): where and at what cost
+            # the device hashes, the plan's count, and the bytes a planned iteration hashed.
+            "write_checks": {key: plan.get(key) for key in ("hash_probe", "hash_issue_s", "hash_wait_s", "hash_byte_s",
+                                                            "predicted_hashes", "predicted_hashed_bytes",
+                                                            "predicted_check_waits", "predicted_check_s")},
+            "hashed_bytes_per_iteration": per_iteration("hashed_bytes")}
 
 
 def run_phase(phase: str, model: str, a: argparse.Namespace, work: Path, out: Dict[str, Any]) -> None:

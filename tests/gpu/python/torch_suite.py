@@ -145,6 +145,8 @@ def report_figures(path: Path) -> Dict[str, Any]:
         "fetched_bytes": [i.get("fetched_bytes", 0) for i in its],
         "link_busy_s": [i.get("link_busy_s", 0.0) for i in its],
         "copy_stall_s": [i.get("copy_stall_s", 0.0) for i in its],
+        # Write checks (Note [Unseen writes]): bytes hashed, where (the plan's hash_probe).
+        "hashed_bytes": [i.get("hashed_bytes", 0) for i in its],
     }
 
 
@@ -255,6 +257,20 @@ def offload_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
             "predicted_stall_s": plan.get("predicted_stall_s"),
             "offloaded_bytes": median("offloaded_bytes"), "fetched_bytes": median("fetched_bytes"),
             "link_busy_s": median("link_busy_s"), "copy_stall_s": median("copy_stall_s")}
+
+
+def check_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
+    """The engine's write checks (Note [Write check work]): where the device hashes and what
+    the probe measured, the plan's count and cost, and the median bytes a planned iteration
+    hashed."""
+    plan = rep.get("plan") or {}
+    planned = [i for i, st in enumerate(rep.get("states", [])) if st in PLANNED]
+    hashed = rep.get("hashed_bytes") or []
+    figures = {key: plan.get(key) for key in ("hash_probe", "hash_issue_s", "hash_wait_s", "hash_byte_s",
+                                              "predicted_hashes", "predicted_hashed_bytes",
+                                              "predicted_check_waits", "predicted_check_s")}
+    figures["hashed_bytes"] = median_of([hashed[i] for i in planned if i < len(hashed)])
+    return figures
 
 
 def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
@@ -421,6 +437,7 @@ def run_model(model: str, a: argparse.Namespace, work: Path) -> Dict[str, Any]:
     if t_off and t_on:
         fig["offload_vs_recompute_only"] = round(t_on / t_off, 4)
     fig["enable_offload"] = offload_figures((runs.get("enable") or {}).get("report") or {})
+    fig["enable_write_checks"] = check_figures((runs.get("enable") or {}).get("report") or {})
 
     verdicts = [c["passed"] for c in checks.values()]
     if any(v is False for v in verdicts):
