@@ -17,8 +17,7 @@
 // The kernel image (block_hash_kernel.cu through nvcc -fatbin, embedded by
 // cmake/EmbedBinary.cmake); a build without nvcc has none.
 #if SUBLINEAR_BLOCK_HASH_IMAGE
-extern const unsigned char sublinear_block_hash_image[];
-extern const std::size_t sublinear_block_hash_image_size;
+extern const unsigned char sublinear_block_hash_image[];  // cuModuleLoadData reads its own length
 #endif
 
 namespace sublinear::runtime {
@@ -54,12 +53,12 @@ struct cuda_block_hash::pool {
   std::mutex mutex;
   std::vector<slot> chunks;  // each chunk's first slot: what to free
   std::size_t handed_out = 0;  // slots made so far (the chunks hold chunks.size() * slots_per_chunk)
-  std::vector<slot> made;      // every slot made, for the events' teardown
+  std::vector<CUevent> events;  // every slot's, for the teardown
   std::deque<slot> retired;    // given back, in order
 
   explicit pool(const device::driver_api& a) : api(a) {}
   ~pool() {
-    for (const slot& s : made) SUBLINEAR_CU_UNCHECKED(api.event_destroy(s.done));
+    for (CUevent e : events) SUBLINEAR_CU_UNCHECKED(api.event_destroy(e));
     for (const slot& c : chunks) {
       SUBLINEAR_CU_UNCHECKED(mem_free(c.device));
       SUBLINEAR_CU_UNCHECKED(free_host(c.host));
@@ -118,7 +117,7 @@ struct cuda_block_hash::pool {
     const std::size_t k = handed_out % slots_per_chunk;
     slot s{c.device + k * sizeof(std::uint64_t), c.host + k, nullptr};
     SUBLINEAR_CU_CHECK(api, api.event_create(&s.done, CU_EVENT_DISABLE_TIMING));
-    made.push_back(s);
+    events.push_back(s.done);
     ++handed_out;
     return s;
   }
@@ -172,7 +171,7 @@ cuda_block_hash::cuda_block_hash(const device::driver_api& api) : pool_(std::mak
 
 cuda_block_hash::~cuda_block_hash() = default;
 
-std::string cuda_block_hash::unavailable_reason() {
+const std::string& cuda_block_hash::unavailable_reason() {
   pool& m = *pool_;
   std::call_once(m.load_once, [&m] { m.load(); });
   return m.why_not;

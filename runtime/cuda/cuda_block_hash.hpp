@@ -30,7 +30,7 @@ class cuda_block_hash {
   // "" when hashes can be taken on the device, else why not (no kernel image in this
   // build, a driver entry point missing, the module refused by the driver). Loads the
   // kernel at the first call, in the calling thread's current context.
-  [[nodiscard]] std::string unavailable_reason();
+  [[nodiscard]] const std::string& unavailable_reason();
   // The hash of `bytes` at `device_src` (8-byte aligned) when `stream` gets here: ready
   // once an event recorded after the eight bytes are back has completed. Throws
   // sublinear::device_error when the driver refuses a call.

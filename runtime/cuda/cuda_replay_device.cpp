@@ -353,7 +353,7 @@ hash_result cuda_replay_device::hash(const void* device_src, std::size_t bytes, 
 std::string cuda_replay_device::hash_site() {
   const tracer::untraced_scope untraced;
   enter();
-  const std::string why = hasher_.unavailable_reason();
+  const std::string& why = hasher_.unavailable_reason();
   return why.empty() ? "hashed on the GPU" : "copied to the host and hashed there: " + why;
 }
 
