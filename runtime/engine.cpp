@@ -143,6 +143,7 @@ void engine::impl::end_iteration() {
   flush_memory_op();
   release_held(none);
   if (have_plan && (st == engine_state::validate || st == engine_state::steady)) {
+    settle_releases(unsettled.size());
     settle_write_checks(true);
     finish_offloads();
   }
@@ -349,6 +350,7 @@ void engine::impl::before(const launch_view& op) {
   flush_memory_op();
   touch_and_restore(op, op.stream);
   if (!have_plan || (st != engine_state::validate && st != engine_state::steady)) return;
+  settle_needed_releases(op);  // Note [Unsettled releases]
   settle_write_checks(false);
   if (restore_all_pending) restore_everything(op.stream);
   if (!diverged) {

@@ -47,10 +47,15 @@ std::size_t engine::impl::relieve(std::size_t shortfall) {
   // A diverged iteration under an absolute budget keeps it the same way.
   if (diverged && trace_budget_bytes > 0 && have_plan && !prefetching) return offload(shortfall);
   if (!active() || prefetching) return 0;
-  // Offloads first: their pages go early at the cost of a wait (Note [Offload execution]).
-  const std::size_t released = offload_under_pressure(shortfall);
-  if (released >= shortfall) return released;
-  shortfall -= released;
+  // The releases waiting for their checks first: the plan's own (Note [Unsettled releases]).
+  const std::size_t settled = settle_releases(unsettled.size());
+  if (settled >= shortfall) return settled;
+  shortfall -= settled;
+  // Offloads next: their pages go early at the cost of a wait (Note [Offload execution]).
+  const std::size_t offloaded = offload_under_pressure(shortfall);
+  const std::size_t released = settled + offloaded;
+  if (offloaded >= shortfall) return released;
+  shortfall -= offloaded;
   const auto& g = graph();
   const std::size_t n = g.launches.size();
   const std::size_t gran = alloc.granularity();
@@ -62,7 +67,8 @@ std::size_t engine::impl::relieve(std::size_t shortfall) {
   std::vector<candidate> found;
   std::size_t considered = 0;
   for (buffer_id b = 0; b < g.buffers.size(); ++b) {
-    if (!buffer_evictable[b] || kept_resident[b] || addr[b] == nullptr || freed[b] || evicted[b] || pins[b] != 0)
+    if (!buffer_evictable[b] || kept_resident[b] || addr[b] == nullptr || freed[b] || evicted[b] || releasing[b] ||
+        pins[b] != 0)
       continue;
     ++considered;
     const auto& u = uses[b];

@@ -97,21 +97,39 @@ void engine::impl::evict(std::size_t entry_index, device::stream_handle stream) 
 
 // `planned`: at the plan's evict point (validation keeps a copy); otherwise the valve's.
 // False: not evicted (Note [Unseen writes]: it is kept when a write the trace did not see
-// changed it, or what its recipe reads).
+// changed it, or what its recipe reads), or not yet (Note [Unsettled releases]).
 bool engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned) {
-  if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b]) return false;
+  if (addr[b] == nullptr || freed[b] || evicted[b] || kept_resident[b] || releasing[b]) return false;
   const std::size_t size = graph().buffers[b].size;
-  if (!release_check(b, entry_index, static_cast<std::uint32_t>(planned ? 2 * pos + 1 : 2 * pos), stream)) return false;
+  unsettled_release check;
+  const auto verdict =
+      start_release_check(b, entry_index, static_cast<std::uint32_t>(planned ? 2 * pos + 1 : 2 * pos), stream, check);
+  if (verdict == release_verdict::keep) return false;
   keep_input_copies(b, entry_index, planned, stream);  // Note [Unseen writes]
   if (planned && st == engine_state::validate) {
     auto& copy = backups[b];
     copy.resize(size);
     dev.download(copy.data(), addr[b], size, stream);
   }
+  if (verdict == release_verdict::unsettled) {
+    if (planned && (!unsettled.empty() || !settled(check))) {
+      releasing[b] = 1;
+      unsettled.push_back(std::move(check));
+      return false;
+    }
+    if (!planned && check.fresh) ++current.check_waits;  // the valve needs the pages now
+    if (!finish_release_check(check)) return false;
+  }
+  complete_eviction(b, entry_index);
+  return true;
+}
+
+// The pages of `b`, released by plan entry `entry_index`, go once its last uses complete.
+void engine::impl::complete_eviction(buffer_id b, std::size_t entry_index) {
+  const std::size_t size = graph().buffers[b].size;
   if (opts.config.log >= log_level::debug)
     log_debug("iteration " + std::to_string(iteration_index) + ": evict buffer " + std::to_string(b) + " at " +
-            std::to_string(static_cast<const void*>(addr[b]) != nullptr ? reinterpret_cast<std::uintptr_t>(addr[b]) : 0) +
-            " after launch " + std::to_string(pos));
+              std::to_string(reinterpret_cast<std::uintptr_t>(addr[b])) + " after launch " + std::to_string(pos));
   alloc.evict(addr[b]);
   evicted[b] = 1;
   active_entry[b] = static_cast<std::int32_t>(entry_index);
@@ -121,7 +139,6 @@ bool engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::st
   auto& r = record_for(b);
   ++r.times_evicted;
   note_block(timeline_event::kind::evict, dev.now_s(), addr[b], size, r.producer);
-  return true;
 }
 
 // Note [Failed recipe]
@@ -243,6 +260,14 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   if (e.recipe.empty()) throw error("sublinear: an evicted buffer has no recipe to regenerate it");
   const auto& g = graph();
   const std::vector<launch_id> recipe = runnable_recipe(e, targets);
+  // Inputs whose release is unsettled are evicted first or kept (Note [Unsettled releases]).
+  std::size_t settle = 0;
+  for (std::size_t k = 0; k < unsettled.size(); ++k)
+    for (launch_id l : recipe)
+      if (releasing[unsettled[k].buffer] &&
+          std::binary_search(g.launches[l].touched.begin(), g.launches[l].touched.end(), unsettled[k].buffer))
+        settle = k + 1;
+  if (settle != 0) settle_releases(settle);
   pin_scope pinned(pins, g, e);
   // Offloaded inputs come back before a recipe reads them; at its restore point the plan
   // has them back already (Note [Offloaded recipe inputs]), elsewhere this waits for them.
@@ -497,6 +522,7 @@ void engine::impl::validate_regenerated(buffer_id b, device::stream_handle strea
 
 void engine::impl::restore_everything(device::stream_handle stream) {
   restore_all_pending = false;
+  settle_releases(unsettled.size());  // Note [Unsettled releases]
   // Under an absolute budget a buffer on the host stays there until a launch touches it
   // (fetch_touched follows every word once diverged), a recipe reads it, or the iteration
   // ends: all back at once, each offloaded buffer under a page on pages of its own, maps
@@ -640,7 +666,7 @@ bool engine::impl::recipe_valid(std::size_t i, std::size_t until) const {
       if (until > pos && written_in(u, pos, until)) return false;
       if (gone_by_then) continue;  // a temporary then
       if (made.count(u) != 0) continue;
-      if (evicted[u] && !freed[u]) return false;
+      if ((evicted[u] || releasing[u]) && !freed[u]) return false;
       if (version[u] != so.input_versions[k]) return false;
     }
     for (buffer_id w : g.launches[l].written) {

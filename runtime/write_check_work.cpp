@@ -163,19 +163,19 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
     }
     return v;
   };
-  // release_check: the target and the inputs read so far, then a comparison that waits
-  // when any hash is new; keep_input_copies: inputs a kernel touches before the target's
-  // next use.
+  // start_release_check: the target and the inputs read so far, compared once the stream
+  // gets there (Note [Unsettled releases]); keep_input_copies: inputs a kernel touches
+  // before the target's next use, each a wait.
   const auto release = [&](const policy::eviction& e, const auto& guarded, std::uint32_t stamp) {
     const buffer_id b = e.target;
-    bool fresh = observe(b, stamp);
+    observe(b, stamp);
     for (const auto& [u, first] : guarded)
-      if (before_stamp(first) < stamp) fresh = observe(u, stamp) || fresh;
-    w.waits += fresh ? 1 : 0;
+      if (before_stamp(first) < stamp) observe(u, stamp);
     released[b] = stamp;
     const auto& ub = uses[b];
     const auto next = std::upper_bound(ub.begin(), ub.end(), e.evict_after);
     if (next == ub.end()) return;
+    bool copied = false;
     for (const auto& [u, first] : guarded) {
       const auto& ubuf = g.buffers[u];
       if (ubuf.persistent() || !present(u, stamp)) continue;
@@ -189,8 +189,9 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
                   !std::binary_search(g.launches[*l].written.begin(), g.launches[*l].written.end(), u);
       if (!exposed) continue;
       copied_version[u] = version;
+      w.waits += copied ? 0 : 1;  // the first copy waits for the stream, the others find it there
+      copied = true;
       ++w.copies;
-      ++w.waits;
       w.copied_bytes += ubuf.size;
     }
   };
@@ -217,10 +218,12 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
     for (buffer_id b : targets) from = std::min(from, released[b]);
     const std::unordered_set<buffer_id> temps(e.temporaries.begin(), e.temporaries.end());
     if (from != never) {
+      bool hashed = false;  // a new hash: the engine waits for the stream (once for all of them)
       for (const auto& [u, first] : guarded) {
         if (temps.count(u) != 0 || !present(u, s.stamp) || !touched_between(uses[u], from, s.stamp)) continue;
-        if (observe(u, s.stamp)) ++w.waits;  // a new hash: the engine waits for it
+        hashed = observe(u, s.stamp) || hashed;
       }
+      w.waits += hashed ? 1 : 0;
     }
     for (launch_id l : e.recipe)
       for (buffer_id u : g.launches[l].touched)

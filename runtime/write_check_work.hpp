@@ -4,19 +4,20 @@
 //
 // Note [Write check work]
 // Rationale: in planned iterations the engine hashes recipe inputs around their readers,
-//   targets after their production, both again at each release, and waits for the stream
-//   at each release's comparison. On a recurrent model that is most of the planned
+//   targets after their production, both again at each release, and inputs again before
+//   a replay, which waits for the stream. On a recurrent model that is most of the planned
 //   iteration's extra time: an LSTM's input sequence is read by every step's recipe, so it
 //   is hashed about once per step and once per release (LSTM-512 at 0.5x on the host
-//   device: 410-590 MB hashed and 4,200-5,200 waits an iteration). The traced iteration does
-//   none of it, so the plan's prediction (Note [Predicted iteration time]) must add it.
+//   device: 550-640 MB hashed and about 1,600 waits an iteration). The traced iteration
+//   does none of it, so the plan's prediction (Note [Predicted iteration time]) must add it.
 // Approach: count_write_checks walks the hashes the engine takes, in its order (before a
 //   launch: restores, then the hashes listed before it; after it: the hashes listed
 //   after it, then its releases), with the engine's rule for repeating a hash (no launch
 //   of the trace and no replay touched the block since its last one) and its skips (a
 //   block not allocated, evicted, offloaded or freed then). It counts hashes and their
-//   bytes, waits (a release whose comparison takes a new hash, an input hashed again
-//   before a replay, an input copied at a release) and the input copies. probe_hash_cost
+//   bytes, waits (a replay whose inputs are hashed again, a release that copies inputs:
+//   one each, as later hashes find the stream drained; a release compares when the stream
+//   gets there, Note [Unsettled releases]) and the input copies. probe_hash_cost
 //   times the device's hash: queued back to back, and waited for at one granule and at
 //   `large_granules`, in a reservation of its own (the least of up to `rounds`, 50 ms).
 // Limitations: the walk assumes every planned release and restore happens where the plan

@@ -28,6 +28,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -167,6 +168,19 @@ struct engine::impl {
   std::vector<std::uint32_t> released_at;                // buffer -> position of its last release, or none
   std::vector<hash_result> release_hash;  // buffer -> its hash at that release
   std::vector<pending_check> pending_checks;
+  // A planned release whose comparison waits for hashes the stream has not reached
+  // (Note [Unsettled releases] in runtime/engine_writes.cpp).
+  struct unsettled_release {
+    buffer_id buffer = none;
+    std::size_t entry = 0;          // the plan entry releasing it
+    std::size_t carrier = 0;        // the entry whose recipe regenerates it
+    launch_id produced = none;      // the recipe's last write of it
+    std::vector<std::pair<buffer_id, launch_id>> inputs;  // blocks read in place, with their first reader
+    std::vector<hash_result> awaited;  // the hashes the comparison reads that were not ready at the release
+    bool fresh = false;             // the release queued a hash
+  };
+  std::deque<unsettled_release> unsettled;              // in release order
+  std::vector<std::uint8_t> releasing;                   // buffer -> its release is in `unsettled`
   std::unordered_set<std::uint32_t> warned_unseen;       // alloc_index values warned about
   struct input_copy {
     std::uint64_t version = 0;  // the block's version when copied
@@ -366,6 +380,7 @@ struct engine::impl {
   // ---- eviction and regeneration (runtime/engine_regenerate.cpp) ------------------------
   void evict(std::size_t entry_index, device::stream_handle stream);
   bool evict_buffer(buffer_id b, std::size_t entry_index, device::stream_handle stream, bool planned);
+  void complete_eviction(buffer_id b, std::size_t entry_index);
   void regenerate(std::size_t entry_index, device::stream_handle stream, int depth = 0, bool prefetch = false);
   bool recover_failed_recipe(const std::vector<buffer_id>& pending, const std::string& why,
                              device::stream_handle stream);
@@ -388,11 +403,18 @@ struct engine::impl {
   // ---- unseen writes (runtime/engine_writes.cpp) -----------------------------------------
   void reset_write_checks();
   [[nodiscard]] bool touched_between(buffer_id b, std::uint32_t from, std::uint32_t to) const;
-  void observe(buffer_id b, std::uint32_t stamp, device::stream_handle stream);
+  bool observe(buffer_id b, std::uint32_t stamp, device::stream_handle stream);
   void observe_before(const launch_view& op);
   void observe_after(const launch_view& op);
   [[nodiscard]] const observation* first_change(buffer_id b, std::uint32_t from) const;
-  bool release_check(buffer_id b, std::size_t entry, std::uint32_t stamp, device::stream_handle stream);
+  enum class release_verdict : std::uint8_t { evict, keep, unsettled };
+  release_verdict start_release_check(buffer_id b, std::size_t entry, std::uint32_t stamp,
+                                      device::stream_handle stream, unsettled_release& out);
+  [[nodiscard]] static bool settled(unsettled_release& r);
+  bool finish_release_check(const unsettled_release& r);
+  void keep_unseen_written(buffer_id b, std::size_t carrier, const std::string& why);
+  std::size_t settle_releases(std::size_t waiting_for);
+  void settle_needed_releases(const launch_view& op);
   void keep_input_copies(buffer_id b, std::size_t entry, bool planned, device::stream_handle stream);
   [[nodiscard]] std::string suspects(buffer_id b, std::uint32_t from, std::uint32_t to) const;
   void add_unseen_temporaries(std::size_t entry, const std::vector<buffer_id>& targets,

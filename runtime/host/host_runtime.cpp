@@ -1,5 +1,6 @@
 #include "runtime/host/host_runtime.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -144,10 +145,16 @@ hash_result host_replay_device::hash(const void* device_src, std::size_t bytes, 
   struct on_stream final : hash_result::state {
     std::promise<std::uint64_t> done;
     std::shared_future<std::uint64_t> value = done.get_future().share();
-    bool ready() override { return value.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+    std::atomic<std::size_t> lag{0};  // set_hash_lag
+    bool ready() override {
+      for (std::size_t left = lag.load(); left > 0;)
+        if (lag.compare_exchange_weak(left, left - 1)) return false;
+      return value.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
     std::uint64_t get() override { return value.get(); }
   };
   auto s = std::make_shared<on_stream>();
+  s->lag = hash_lag_;
   dev_.host_func(on(stream), [s, device_src, bytes] { s->done.set_value(tracer::hash_bytes(device_src, bytes)); });
   return hash_result(s);
 }

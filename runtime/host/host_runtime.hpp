@@ -52,6 +52,11 @@ class host_replay_device final : public replay_device {
     fail_to_device_ = to_device;
   }
 
+  // Each hash queued from now on answers ready() false its first `queries` times, as a
+  // GPU's hash whose stream is far behind the host (Note [Unsettled releases] in
+  // runtime/engine_writes.cpp): the tests use it.
+  void set_hash_lag(std::size_t queries) { hash_lag_ = queries; }
+
   // Kernels (by name) this device refuses to replay, as a CUDA driver refuses a launch it
   // cannot run as a plain one (Note [Failed recipe] in engine_regenerate.cpp): the fault tests use it.
   void refuse_replay_of(std::string kernel_name) { refused_.insert(std::move(kernel_name)); }
@@ -74,6 +79,7 @@ class host_replay_device final : public replay_device {
   std::vector<std::byte> pool_;
   std::size_t fail_to_host_ = 0;
   std::size_t fail_to_device_ = 0;
+  std::size_t hash_lag_ = 0;
 };
 
 struct host_runtime_options {

@@ -172,6 +172,7 @@ struct report_totals {
   std::size_t unseen_writes = 0;        // Note [Unseen writes]
   std::size_t hashed_bytes = 0;
   std::size_t copied_bytes = 0;
+  std::size_t check_waits = 0;         // Note [Write check work]
   std::size_t retained = 0;             // frees deferred (Note [Retention])
   std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room
   std::size_t handoffs = 0;             // Note [Stream-ordered handoff]

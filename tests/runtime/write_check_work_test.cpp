@@ -65,8 +65,8 @@ outcome train(model_kind kind, const std::string& budget, int iterations = 5) {
 }
 
 // Each model's plan says, before it runs, how many bytes a steady iteration hashes and
-// copies; a steady iteration that ran the plan as planned (no valve eviction, no unseen
-// write) does exactly that. Where a restore runs early (a prefetch: the LSTM's, now and
+// copies, and how often it waits for the stream; a steady iteration that ran the plan as
+// planned (no valve eviction, no unseen write) does exactly that. Where a restore runs early (a prefetch: the LSTM's, now and
 // then) a hash may fall on the other side of a launch: within 1%. On the ResNet the
 // valve, under pressure now and then (the stream workers free blocks late), may also hash
 // a candidate it then keeps (one whose production was not hashed) without evicting
@@ -92,20 +92,26 @@ TEST(WriteCheckWork, ThePlanCountsTheBytesEachSteadyIterationHashes) {
         EXPECT_GE(it.hashed_bytes, w.hashed_bytes);
         EXPECT_LE(it.hashed_bytes, w.hashed_bytes + w.hashed_bytes / 20);
         EXPECT_EQ(it.copied_bytes, w.copied_bytes);
+        EXPECT_GE(it.check_waits, w.waits);  // and a queued release the valve settles
       } else if (it.prefetched != 0) {
         EXPECT_TRUE(near(it.hashed_bytes, w.hashed_bytes)) << it.hashed_bytes << " against " << w.hashed_bytes;
         EXPECT_TRUE(near(it.copied_bytes, w.copied_bytes)) << it.copied_bytes << " against " << w.copied_bytes;
+        EXPECT_TRUE(near(it.check_waits, w.waits)) << it.check_waits << " against " << w.waits;
       } else {
         EXPECT_EQ(it.hashed_bytes, w.hashed_bytes);
         EXPECT_EQ(it.copied_bytes, w.copied_bytes);
+        EXPECT_EQ(it.check_waits, w.waits);
       }
-      exact += it.hashed_bytes == w.hashed_bytes && it.copied_bytes == w.copied_bytes ? 1 : 0;
+      exact += it.hashed_bytes == w.hashed_bytes && it.copied_bytes == w.copied_bytes &&
+                       it.check_waits == w.waits
+                   ? 1
+                   : 0;
     }
     EXPECT_GT(compared, 0u) << "no steady iteration ran the plan as planned";
-    std::printf("write checks, %s: %zu of %zu steady iterations hashed and copied exactly what the plan says\n",
+    std::printf("write checks, %s: %zu of %zu steady iterations hashed, copied and waited exactly as the plan says\n",
                 std::string(workloads::models::to_string(kind)).c_str(), exact, compared);
     if (w.hashes > 0) {
-      EXPECT_GT(w.waits, 0u) << "a release compares hashes";
+      EXPECT_GT(w.waits, 0u) << "a replay's inputs touched since the release are hashed again";
       EXPECT_EQ(r.time.hash.error, "");
       EXPECT_GT(r.time.hash.byte_s, 0.0) << "the probe measured the host device's hash";
       EXPECT_EQ(r.time.at_plan.check_s, r.time.hash.cost_s(w));
