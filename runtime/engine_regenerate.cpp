@@ -117,7 +117,7 @@ bool engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::st
       unsettled.push_back(std::move(check));
       return false;
     }
-    if (!planned && check.fresh) ++current.check_waits;  // the valve needs the pages now
+    if (!planned && check.fresh) ++current.settle_waits;  // the valve needs the pages now
     if (!finish_release_check(check)) return false;
   }
   complete_eviction(b, entry_index);

@@ -172,8 +172,12 @@ struct iteration_report {
   std::size_t unseen_writes = 0;    // writes the trace did not see, found: a buffer kept at its release (never
                                     // evicted again), or a recipe input read from its copy (Note [Unseen writes])
   std::size_t hashed_bytes = 0;     // bytes hashed to find such writes (Note [Unseen writes])
-  std::size_t check_waits = 0;      // times a check needed a hash or copy before the host could go on
-                                    // (Note [Write check work] counts the same for a plan)
+  std::size_t check_waits = 0;      // times a check needed a hash or copy before the host could go on: a
+                                    // replay's inputs, a release's copies (Note [Write check work] counts the
+                                    // same for a plan)
+  std::size_t settle_waits = 0;     // times the host waited for a release's hashes the stream had not
+                                    // reached: a queued release needed early, the valve's (Note [Unsettled
+                                    // releases]); none where the stream keeps up
   std::size_t copied_bytes = 0;     // recipe inputs copied to host memory at a release because a launch touches
                                     // them before the regeneration (Note [Unseen writes])
   // The cost of interception when nothing is evicted (Note [Interception cost] in engine.cpp).

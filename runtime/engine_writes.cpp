@@ -177,7 +177,7 @@ engine::impl::release_verdict engine::impl::start_release_check(buffer_id b, std
   bool fresh = observe(b, stamp, stream);
   for (const pending_check& p : pending_checks)
     if (p.buffer == b && !p.got.ready()) {
-      ++current.check_waits;
+      ++current.settle_waits;
       (void)p.got.get();  // its pages must outlive the hash of its last regeneration
     }
   std::vector<std::pair<buffer_id, launch_id>> inputs;
@@ -268,7 +268,7 @@ std::size_t engine::impl::settle_releases(std::size_t waiting_for) {
     if (k < waiting_for && pins[b] != 0) break;
     if (!settled(r)) {
       if (k >= waiting_for) break;
-      ++current.check_waits;
+      ++current.settle_waits;
     }
     releasing[b] = 0;
     const unsettled_release done = std::move(r);

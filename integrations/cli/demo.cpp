@@ -486,13 +486,14 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
     return std::string(buf);
   };
   // The steady iterations' VMM calls and hook time (medians), beside the plan's prediction.
-  std::vector<double> vmm_calls, hooks_s, hashed, waits;
+  std::vector<double> vmm_calls, hooks_s, hashed, waits, settles;
   for (const auto& r : b.reports) {
     if (r.state != runtime::engine_state::steady || r.diverged) continue;
     vmm_calls.push_back(static_cast<double>(r.vmm_calls));
     hooks_s.push_back(r.launch_hooks_s);
     hashed.push_back(static_cast<double>(r.hashed_bytes));
     waits.push_back(static_cast<double>(r.check_waits));
+    settles.push_back(static_cast<double>(r.settle_waits));
   }
   const runtime::write_check_work& checks = b.time.at_plan.checks;
   return {
@@ -557,6 +558,7 @@ std::vector<std::pair<std::string, std::string>> budgeted_json(const budgeted_ru
       {"hash_byte_s", num(b.time.hash.byte_s)},
       {"steady_hashed_bytes", num(median(hashed))},
       {"steady_check_waits", num(median(waits))},
+      {"steady_settle_waits", num(median(settles))},
       {"link_to_host_bytes_per_s", num(b.link.to_host_bytes_per_s)},
       {"link_to_device_bytes_per_s", num(b.link.to_device_bytes_per_s)},
       {"link_source", wl::json_string(b.link.source)},

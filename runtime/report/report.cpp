@@ -235,6 +235,7 @@ report_totals totals(const run_report& r) {
     add(t.hashed_bytes, it.hashed_bytes);
     add(t.copied_bytes, it.copied_bytes);
     add(t.check_waits, it.check_waits);
+    add(t.settle_waits, it.settle_waits);
     t.budget_lifted += it.budget_lifted ? 1 : 0;
     add(t.retained, it.retained);
     add(t.allocator_waits, it.allocator_waits);
@@ -371,6 +372,7 @@ std::string to_json(const run_report& r) {
     w.member("hashed_bytes", it.hashed_bytes);
     w.member("copied_bytes", it.copied_bytes);
     w.member("check_waits", it.check_waits);
+    w.member("settle_waits", it.settle_waits);
     w.member("retained", it.retained);
     w.member("offloads", it.offloads);
     w.member("offloaded_bytes", it.offloaded_bytes);
@@ -565,6 +567,7 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.hashed_bytes = size_or(it, "hashed_bytes");
     ir.copied_bytes = size_or(it, "copied_bytes");
     ir.check_waits = size_or(it, "check_waits");
+    ir.settle_waits = size_or(it, "settle_waits");
     ir.retained = size_or(it, "retained");
     ir.offloads = size_or(it, "offloads");
     ir.offloaded_bytes = size_or(it, "offloaded_bytes");
@@ -768,7 +771,7 @@ std::string render_text(const run_report& r, std::size_t top) {
         << " writes the trace did not see, found (buffers kept, or recipe inputs read from copies)\n";
   if (t.hashed_bytes > 0)
     out << "  write checks       " << format_bytes(t.hashed_bytes) << " hashed, " << format_bytes(t.copied_bytes)
-        << " copied to host memory, " << t.check_waits
+        << " copied to host memory, " << t.check_waits << " + " << t.settle_waits
         << " waits for the stream, to find writes the trace did not see\n";
   if (t.budget_lifted > 0)
     out << "  budget lifted      " << t.budget_lifted

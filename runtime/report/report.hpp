@@ -173,6 +173,7 @@ struct report_totals {
   std::size_t hashed_bytes = 0;
   std::size_t copied_bytes = 0;
   std::size_t check_waits = 0;         // Note [Write check work]
+  std::size_t settle_waits = 0;        // Note [Unsettled releases]
   std::size_t retained = 0;             // frees deferred (Note [Retention])
   std::size_t allocator_waits = 0;      // the allocator waited for a stream to make room
   std::size_t handoffs = 0;             // Note [Stream-ordered handoff]

@@ -289,6 +289,7 @@ struct run {
   std::size_t evictions = 0;
   std::size_t unseen_writes = 0;
   std::size_t check_waits = 0;
+  std::size_t settle_waits = 0;
 };
 
 // Replaces the plan's evictions by one per activation, each released after its last
@@ -358,6 +359,7 @@ run train(hazard h, const std::string& policy, validate_mode validate = validate
       out.evictions += r.evictions;
       out.unseen_writes += r.unseen_writes;
       out.check_waits += r.check_waits;
+      out.settle_waits += r.settle_waits;
     }
   }
   return out;
@@ -450,7 +452,7 @@ TEST(UnsettledReleases, ReleasesTheStreamHasNotReachedSettleWhereTheirBuffersAre
     EXPECT_EQ(behind.result, baseline.result);
     ASSERT_GT(keeping_up.evictions, 0u);
     EXPECT_EQ(behind.unseen_writes, keeping_up.unseen_writes);
-    EXPECT_GT(behind.check_waits, keeping_up.check_waits) << "settling a release the stream has not reached waits";
+    EXPECT_GT(behind.settle_waits, 0u) << "settling a release the stream has not reached waits";
     // The iteration where the unseen writes are found keeps those buffers, and its budget
     // is lifted for the rest of it either way (Note [Unseen writes]); elsewhere it holds.
     ASSERT_EQ(behind.reports.size(), keeping_up.reports.size());
