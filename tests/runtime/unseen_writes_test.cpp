@@ -326,25 +326,32 @@ void evict_every_activation(const policy::iteration& g, policy::plan& p) {
   p.recomputed_launches = p.evictions.size();
 }
 
-// `hash_lag`: each hash answers ready() false that many times (host_replay_device::set_hash_lag).
-run train(hazard h, const std::string& policy, validate_mode validate = validate_mode::first,
-          std::size_t hash_lag = 0, bool every_activation = false) {
+struct train_options {
+  validate_mode validate = validate_mode::first;
+  std::size_t hash_lag = 0;       // each hash answers ready() false that many times (set_hash_lag)
+  bool every_activation = false;  // evict_every_activation
+  bool fixed_costs = false;       // launches cost their bytes: the same plan every run
+};
+
+run train(hazard h, const std::string& policy, const train_options& t = {}) {
   chain m;
   std::unique_ptr<host_runtime> rt;
   if (!policy.empty()) {
     engine_options o;  // default settings but the budget and the planner
     o.config.budget = policy::parse_budget("0.6x");
     o.config.policy = policy;
-    o.config.validate = validate;
+    o.config.validate = t.validate;
     o.config.log = log_level::error;
     if (const char* l = std::getenv("UNSEEN_LOG")) o.config.log = parse_log_level("UNSEEN_LOG", l);
     o.device_capacity = std::size_t{256} << 20;
-    if (every_activation) {
+    if (t.every_activation) {
       o.config.multi_pass = false;
       o.amend_plan = evict_every_activation;
     }
-    rt = std::make_unique<host_runtime>(m.dev, m.alloc, o);
-    rt->replay_device().set_hash_lag(hash_lag);
+    host_runtime_options ro;
+    ro.time_launches = !t.fixed_costs;
+    rt = std::make_unique<host_runtime>(m.dev, m.alloc, o, ro);
+    rt->replay_device().set_hash_lag(t.hash_lag);
   }
   for (int it = 0; it < kIterations; ++it) {
     m.iteration(h, it);
@@ -375,7 +382,7 @@ void expect_bit_identical_under_every_planner(hazard h, bool writes_unseen, std:
   for (std::string_view name : policy::planner_names()) {
     if (name == "none") continue;
     SCOPED_TRACE(std::string(name));
-    const run r = train(h, std::string(name), validate_mode::first, hash_lag);
+    const run r = train(h, std::string(name), {.hash_lag = hash_lag});
     EXPECT_EQ(r.result, baseline.result) << "the parameters differ from training without sublinear";
     if (r.evictions == 0) continue;
     ++evicting;
@@ -418,7 +425,7 @@ TEST(UnseenWrites, AParameterChangedAfterTheReleaseOfWhatItsRecipesReadStopsTheR
                 std::string::npos)
           << e.what();
     }
-    const run validated = train(hazard::gain, policy, validate_mode::always);
+    const run validated = train(hazard::gain, policy, {.validate = validate_mode::always});
     EXPECT_EQ(validated.result, baseline.result);
     EXPECT_GT(validated.evictions, 0u);
   }
@@ -440,14 +447,14 @@ TEST(UnsettledReleases, WithTheStreamBehindTheUnseenWritesAreFoundBeforeThePages
 }
 
 // Releases that cannot settle before their buffers are needed settle there: the plan's
-// evictions as when the stream keeps up, the same parameters, the budget held, and the
-// waits counted.
+// evictions as when the stream keeps up (launches cost their bytes, so both runs plan
+// alike), the same parameters, the budget held, and the waits counted.
 TEST(UnsettledReleases, ReleasesTheStreamHasNotReachedSettleWhereTheirBuffersAreNeeded) {
   for (hazard h : {hazard::clamp, hazard::mask}) {
     SCOPED_TRACE(static_cast<int>(h));
     const run baseline = train(h, "");
-    const run keeping_up = train(h, "reforward");
-    const run behind = train(h, "reforward", validate_mode::first, std::size_t{1} << 30);
+    const run keeping_up = train(h, "reforward", {.fixed_costs = true});
+    const run behind = train(h, "reforward", {.hash_lag = std::size_t{1} << 30, .fixed_costs = true});
     EXPECT_EQ(keeping_up.result, baseline.result);
     EXPECT_EQ(behind.result, baseline.result);
     ASSERT_GT(keeping_up.evictions, 0u);
@@ -481,8 +488,8 @@ TEST(UnsettledReleases, ReleasesTheStreamHasNotReachedSettleWhereTheirBuffersAre
 // found and training stays bit-identical, as when the stream keeps up.
 TEST(UnsettledReleases, ARecipeReadingABufferWhoseReleaseIsQueuedIsCheckedByThatBuffersHashes) {
   const run baseline = train(hazard::clamp, "");
-  const run keeping_up = train(hazard::clamp, "reforward", validate_mode::first, 0, true);
-  const run behind = train(hazard::clamp, "reforward", validate_mode::first, std::size_t{1} << 30, true);
+  const run keeping_up = train(hazard::clamp, "reforward", {.every_activation = true});
+  const run behind = train(hazard::clamp, "reforward", {.hash_lag = std::size_t{1} << 30, .every_activation = true});
   EXPECT_EQ(keeping_up.result, baseline.result);
   EXPECT_EQ(behind.result, baseline.result);
   EXPECT_GT(keeping_up.evictions, 0u);
