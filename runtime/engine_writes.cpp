@@ -386,15 +386,20 @@ void engine::impl::isolate_changed_inputs(std::size_t entry, const std::vector<b
   for (buffer_id b : restored)
     if (released_at[b] != none) from = std::min(from, released_at[b]);
   if (from == none) return;
-  bool waited = false;
+  // Every input's hash queued first, then one wait: for the newest, which the stream
+  // reaches after the others.
+  std::vector<std::pair<buffer_id, launch_id>> touched;
+  bool queued = false;
   for (const auto& [u, first] : check_index.guarded_inputs[entry]) {
     if (temps.count(u) != 0 || evicted[u] || releasing[u] || freed[u] || addr[u] == nullptr) continue;
     if (!touched_between(u, after_stamp(from), before_stamp(pos))) continue;
+    queued = observe(u, before_stamp(pos), stream) || queued;
+    touched.emplace_back(u, first);
+  }
+  if (queued) ++current.check_waits;
+  for (auto it = touched.rbegin(); it != touched.rend(); ++it) (void)observations[it->first].back().hash.get();
+  for (const auto& [u, first] : touched) {
     const std::size_t size = graph().buffers[u].size;
-    if (observe(u, before_stamp(pos), stream) && !waited) {
-      waited = true;  // the first new hash waits for the stream; the others find it there
-      ++current.check_waits;
-    }
     const std::uint64_t now = observations[u].back().hash.get();
     const observation* read = nullptr;  // what the original launches read
     for (const observation& o : observations[u])
