@@ -144,8 +144,8 @@ const engine::impl::observation* engine::impl::first_change(buffer_id b, std::ui
 // Note [Unsettled releases]
 // Rationale: a release's comparison needs the hashes it just queued, so deciding at the
 //   release means waiting for the stream there: on a GPU each such wait drains the
-//   launch queue (ResNet-434 at 0.5x: about 500 an iteration). The decision is needed
-//   only before the pages go.
+//   launch queue (ResNet-434 at 0.5x releases about 500 buffers an iteration). The
+//   decision is needed only before the pages go.
 // Approach: a planned release whose hashes are not ready is queued, in release order; its
 //   buffer stays resident, and the checks' hashes treat it as evicted (as it will be).
 //   Before each launch the engine settles the queue up to the first release the stream
