@@ -111,7 +111,6 @@ TEST(WriteCheckWork, ThePlanCountsTheBytesEachSteadyIterationHashes) {
     std::printf("write checks, %s: %zu of %zu steady iterations hashed, copied and waited exactly as the plan says\n",
                 std::string(workloads::models::to_string(kind)).c_str(), exact, compared);
     if (w.hashes > 0) {
-      EXPECT_GT(w.waits, 0u) << "a replay's inputs touched since the release are hashed again";
       EXPECT_EQ(r.time.hash.error, "");
       EXPECT_GT(r.time.hash.byte_s, 0.0) << "the probe measured the host device's hash";
       EXPECT_EQ(r.time.at_plan.check_s, r.time.hash.cost_s(w));
@@ -121,13 +120,15 @@ TEST(WriteCheckWork, ThePlanCountsTheBytesEachSteadyIterationHashes) {
 }
 
 // The LSTM's input sequence is read by every step's recipe, so it is hashed about once a
-// step: most of what its checks hash.
+// step: most of what its checks hash, and what its replays wait for.
 TEST(WriteCheckWork, AnLstmsInputSequenceIsHashedAboutOnceAStep) {
   const outcome r = train(model_kind::lstm, "0.5x", 3);
   ASSERT_EQ(r.plan_error, "");
   const write_check_work& w = r.time.at_plan.checks;
   EXPECT_GT(w.hashes, 128u);
   EXPECT_GT(w.hashed_bytes, 128u * 128 * 32 * sizeof(float) / 2);
+  // Later steps read it after a release, so the replays hash it again and wait.
+  EXPECT_GT(w.waits, 0u);
 }
 
 // Hashes of a block no launch and no replay touched since its last one are not taken
