@@ -144,7 +144,9 @@ def report_costs(report: Path) -> Dict[str, Any]:
             "write_checks": {key: plan.get(key) for key in ("hash_probe", "hash_issue_s", "hash_wait_s", "hash_byte_s",
                                                             "predicted_hashes", "predicted_hashed_bytes",
                                                             "predicted_check_waits", "predicted_check_s")},
-            "hashed_bytes_per_iteration": per_iteration("hashed_bytes")}
+            "hashed_bytes_per_iteration": per_iteration("hashed_bytes"),
+            "check_waits_per_iteration": per_iteration("check_waits"),
+            "settle_waits_per_iteration": per_iteration("settle_waits")}
 
 
 def run_phase(phase: str, model: str, a: argparse.Namespace, work: Path, out: Dict[str, Any]) -> None:

@@ -145,8 +145,11 @@ def report_figures(path: Path) -> Dict[str, Any]:
         "fetched_bytes": [i.get("fetched_bytes", 0) for i in its],
         "link_busy_s": [i.get("link_busy_s", 0.0) for i in its],
         "copy_stall_s": [i.get("copy_stall_s", 0.0) for i in its],
-        # Write checks (Note [Unseen writes]): bytes hashed, where (the plan's hash_probe).
+        # Write checks (Note [Unseen writes]): bytes hashed, where (the plan's hash_probe),
+        # and the host's waits for the stream (Note [Unsettled releases]).
         "hashed_bytes": [i.get("hashed_bytes", 0) for i in its],
+        "check_waits": [i.get("check_waits", 0) for i in its],
+        "settle_waits": [i.get("settle_waits", 0) for i in its],
     }
 
 
@@ -262,7 +265,7 @@ def offload_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
 def check_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
     """The engine's write checks (Note [Write check work]): where the device hashes and what
     the probe measured, the plan's count and cost, and the median bytes a planned iteration
-    hashed."""
+    hashed and times it waited for the stream (Note [Unsettled releases])."""
     plan = rep.get("plan") or {}
     planned = [i for i, st in enumerate(rep.get("states", [])) if st in PLANNED]
     hashed = rep.get("hashed_bytes") or []
@@ -270,6 +273,9 @@ def check_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
                                               "predicted_hashes", "predicted_hashed_bytes",
                                               "predicted_check_waits", "predicted_check_s")}
     figures["hashed_bytes"] = median_of([hashed[i] for i in planned if i < len(hashed)])
+    for key in ("check_waits", "settle_waits"):
+        counts = rep.get(key) or []
+        figures[key] = median_of([counts[i] for i in planned if i < len(counts)])
     return figures
 
 
