@@ -117,7 +117,7 @@ bool engine::impl::evict_buffer(buffer_id b, std::size_t entry_index, device::st
       unsettled.push_back(std::move(check));
       return false;
     }
-    if (!planned && check.fresh) ++current.settle_waits;  // the valve needs the pages now
+    if (!settled(check)) ++current.settle_waits;  // the valve needs the pages now
     if (!finish_release_check(check)) return false;
   }
   complete_eviction(b, entry_index);
@@ -264,8 +264,7 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
   std::size_t settle = 0;
   for (std::size_t k = 0; k < unsettled.size(); ++k)
     for (launch_id l : recipe)
-      if (releasing[unsettled[k].buffer] &&
-          std::binary_search(g.launches[l].touched.begin(), g.launches[l].touched.end(), unsettled[k].buffer))
+      if (std::binary_search(g.launches[l].touched.begin(), g.launches[l].touched.end(), unsettled[k].buffer))
         settle = k + 1;
   if (settle != 0) settle_releases(settle);
   pin_scope pinned(pins, g, e);

@@ -174,7 +174,7 @@ engine::impl::release_verdict engine::impl::start_release_check(buffer_id b, std
   launch_id produced = none;
   for (const auto& [t, l] : check_index.productions[carrier])
     if (t == b) produced = l;
-  bool fresh = observe(b, stamp, stream);
+  observe(b, stamp, stream);
   for (const pending_check& p : pending_checks)
     if (p.buffer == b && !p.got.ready()) {
       ++current.settle_waits;
@@ -183,7 +183,7 @@ engine::impl::release_verdict engine::impl::start_release_check(buffer_id b, std
   std::vector<std::pair<buffer_id, launch_id>> inputs;
   for (const auto& [u, first] : check_index.guarded_inputs[carrier])
     if (before_stamp(first) < stamp) {
-      fresh = observe(u, stamp, stream) || fresh;
+      observe(u, stamp, stream);
       inputs.emplace_back(u, first);
     }
   release_hash[b] = observations[b].empty() ? hash_result{} : observations[b].back().hash;
@@ -194,7 +194,7 @@ engine::impl::release_verdict engine::impl::start_release_check(buffer_id b, std
                 " has no hash from its production; kept resident");
     return release_verdict::keep;  // nothing to compare with: unverified
   }
-  out = {b, entry, carrier, produced, std::move(inputs), {}, fresh};
+  out = {b, entry, carrier, produced, std::move(inputs), {}};
   const auto await = [&](buffer_id u, std::uint32_t from) {
     for (const observation& o : observations[u])
       if (o.stamp >= from && !o.hash.ready()) out.awaited.push_back(o.hash);
@@ -252,20 +252,21 @@ void engine::impl::keep_unseen_written(buffer_id b, std::size_t carrier, const s
 }
 
 // Settles the unsettled releases in order: the first `waiting_for` waiting for the stream
-// if they must (stopping at one a regeneration in progress reads: the valve), then those
-// the stream has reached. Returns the bytes of the pages asked to go.
+// if they must, then those the stream has reached; it stops at one a regeneration in
+// progress reads (its pages must stay until that recipe is queued). Returns the bytes of
+// the pages asked to go.
 std::size_t engine::impl::settle_releases(std::size_t waiting_for) {
   std::size_t asked = 0;
   const std::size_t gran = alloc.granularity();
   for (std::size_t k = 0; !unsettled.empty(); ++k) {
     unsettled_release& r = unsettled.front();
     const buffer_id b = r.buffer;
-    if (!releasing[b] || freed[b] || addr[b] == nullptr) {  // kept, or freed: nothing to give back
+    if (freed[b] || addr[b] == nullptr) {  // freed since: nothing to give back
       releasing[b] = 0;
       unsettled.pop_front();
       continue;
     }
-    if (k < waiting_for && pins[b] != 0) break;
+    if (pins[b] != 0) break;
     if (!settled(r)) {
       if (k >= waiting_for) break;
       ++current.settle_waits;
@@ -290,7 +291,7 @@ void engine::impl::settle_needed_releases(const launch_view& op) {
   for (std::size_t k = 0; k < unsettled.size(); ++k) {
     const unsettled_release& r = unsettled[k];
     const buffer_id b = r.buffer;
-    if (!releasing[b] || freed[b]) continue;
+    if (freed[b]) continue;
     const auto& ub = uses[b];
     const auto next = std::lower_bound(ub.begin(), ub.end(), static_cast<launch_id>(pos));
     bool need = (next != ub.end() && *next == pos) || plan.evictions[r.entry].restore_before <= pos;

@@ -177,10 +177,9 @@ struct engine::impl {
     launch_id produced = none;      // the recipe's last write of it
     std::vector<std::pair<buffer_id, launch_id>> inputs;  // blocks read in place, with their first reader
     std::vector<hash_result> awaited;  // the hashes the comparison reads that were not ready at the release
-    bool fresh = false;             // the release queued a hash
   };
   std::deque<unsettled_release> unsettled;              // in release order
-  std::vector<std::uint8_t> releasing;                   // buffer -> its release is in `unsettled`
+  std::vector<std::uint8_t> releasing;                   // buffer -> in `unsettled` (a lookup for the hot paths)
   std::unordered_set<std::uint32_t> warned_unseen;       // alloc_index values warned about
   struct input_copy {
     std::uint64_t version = 0;  // the block's version when copied
