@@ -5,7 +5,9 @@ offload), repeated; prints medians with ranges (docs/runtime.md, "Offload execut
 
 Each demo run trains the baseline and the budgeted run in turns (Note [Paired timing]), so
 `time` is the median over planned iterations of the budgeted iteration's time over the
-baseline's same iteration. Figures, never assertions.
+baseline's same iteration. With `off` among the modes, each other mode also gets its runs'
+`time` over the `off` run of the same repeat (adjacent runs, paired): the median with its
+range and how many pairs are below 1. Figures, never assertions.
 
 Time predictions (Note [Predicted iteration time] in runtime/iteration_time.hpp), each over
 the measured planned iteration: predicted/measured, each planned iteration's prediction,
@@ -153,6 +155,17 @@ def main():
                 summary([r["vmm_ms"] for r in ok], "%.0f"), summary([r["hooks_ms"] for r in ok], "%.0f"),
                 summary([r["checks_ms"] for r in ok], "%.0f"), summary([r["hashed_ratio"] for r in ok], "%.3f"),
                 all(r["identical"] for r in ok)))
+        # Paired: each repeat's run of a mode over the run of `off` beside it (both already
+        # over their own baseline), so a slow stretch of the machine moves both.
+        if "off" in by_mode:
+            for mode in modes:
+                if mode == "off":
+                    continue
+                pairs = [r["time"] / o["time"] for r, o in zip(by_mode[mode], by_mode["off"])
+                         if r and o and "error" not in r and "error" not in o and r["time"] and o["time"]]
+                if pairs:
+                    print("%-22s %-8s over off, paired: %s, below in %d of %d" % (
+                        "", mode, summary(pairs, "%.3f"), sum(1 for x in pairs if x < 1.0), len(pairs)))
         print("%-22s target: %s" % ("", target))
     if a.json:
         with open(a.json, "w") as f:

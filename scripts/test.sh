@@ -43,6 +43,7 @@ run_suite() {
   local dir=$1 san=$2
   local not_run="scripts/test.sh --no-python leaves them out"
   if [ -n "$san" ]; then not_run="sanitizer builds leave them out"; fi
+  if [ -z "$san" ] && [ "$python" = 0 ]; then python_not_run="$not_run"; fi
   local extra=(-DSUBLINEAR_PYTHON= "-DSUBLINEAR_PYTHON_NOT_RUN=$not_run")
   if [ -z "$san" ] && [ "$python" = 1 ]; then
     echo "== sublinear: Python environment build/venv-python"
