@@ -16,10 +16,20 @@ sublinear_ensure_deps() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Configures and builds into $1 with extra CMake arguments after it.
+# Configures and builds into $1 with extra CMake arguments after it. A fresh build of every
+# target takes about 1.5 GB; with less than 2 GiB free it stops before starting, saying so.
 sublinear_build() {
   local dir=$1
   shift
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    local free_mib
+    free_mib=$(sublinear_free_mib "$dir")
+    if [ "$free_mib" -lt 2048 ]; then
+      echo "sublinear: a fresh build in $dir needs about 2 GiB free and $(sublinear_show_mib "$free_mib") is" \
+        "free there; free space (old build directories, caches) and run this again" >&2
+      return 1
+    fi
+  fi
   cmake -S "$SUBLINEAR_ROOT" -B "$dir" -DCMAKE_BUILD_TYPE="${SUBLINEAR_BUILD_TYPE:-RelWithDebInfo}" "$@" >"$dir.configure.log" 2>&1 || {
     cat "$dir.configure.log"
     echo "sublinear: configure failed (log above)" >&2
