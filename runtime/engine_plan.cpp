@@ -319,7 +319,7 @@ void engine::impl::predict_plan_time() {
   if (!given && t.vmm_cycle.device.empty()) t.vmm_cycle = device::probe_vmm_cycle_cost(alloc.device_vmm());
   if (!given && t.hash.device.empty()) t.hash = probe_hash_cost(dev, alloc.device_vmm());
   t.remaps = remaps_of(plan, graph(), alloc.granularity());
-  t.checks = count_write_checks(check_index, plan, graph());
+  t.checks = count_write_checks(check_index, plan, graph(), dev.downloads_on_stream());
   t.at_plan = predict_iteration_time(plan.predicted_time_s, per_launch(t.traced), t.traced.launches,
                                      plan.recomputed_launches, given ? remap_work{} : t.remaps, t.vmm_cycle,
                                      given ? write_check_work{} : t.checks, t.hash);

@@ -402,7 +402,8 @@ void engine::impl::regenerate_now(std::size_t entry_index, device::stream_handle
         }
         it = scratch_of.emplace(t, s).first;
         if (const auto kept = read_from_copy.find(t); kept != read_from_copy.end()) {
-          dev.upload(s, kept->second->bytes.data(), size, stream);  // Note [Unseen writes]
+          host_copies.wait(t);  // queued at the release (download_on_stream)
+          dev.upload(s, kept->second->bytes, size, stream);  // Note [Unseen writes]
         } else if (!freed[t] && !evicted[t] && reads(l, t)) {
           dev.copy(s, addr[t], size, stream);
         }

@@ -92,6 +92,19 @@ class replay_device {
   virtual hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream);
   // Where hash() does the work, for the report ("copied to the host and hashed there").
   virtual std::string hash_site();
+  // Host memory for the recipe inputs the engine copies at a release (Note [Unseen
+  // writes]), pinned where the device pins, so that download_on_stream need not wait;
+  // given back with free_host_copy. The defaults are operator new and delete.
+  virtual std::byte* allocate_host_copy(std::size_t bytes);
+  virtual void free_host_copy(std::byte* p) noexcept;
+  // Copies device bytes into `host_dst` (from allocate_host_copy) when `stream` gets
+  // here: after the work queued on it so far, before what is queued later; the bytes may
+  // be read once synchronize(stream) has returned. Returns false where it copied at once
+  // instead, waiting for the stream: the default, and a CUDA device without pinned memory.
+  virtual bool download_on_stream(void* host_dst, const void* device_src, std::size_t bytes,
+                                  device::stream_handle stream);
+  // Whether download_on_stream queues its copies (the plan's count of waits asks).
+  virtual bool downloads_on_stream() { return false; }
 
   // ---- offload copies (Note [Offload execution] in runtime/engine_swap.cpp) ----------
   // A copy in flight: completes once its bytes have arrived (nullptr: already done).

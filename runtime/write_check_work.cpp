@@ -95,7 +95,7 @@ struct step {
 }  // namespace
 
 write_check_work count_write_checks(const write_check_index& ix, const policy::plan& plan,
-                                    const policy::iteration& g) {
+                                    const policy::iteration& g, bool copies_on_stream) {
   const std::size_t n = g.launches.size();
   const std::size_t nb = g.buffers.size();
   write_check_work w;
@@ -165,7 +165,8 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
   };
   // start_release_check: the target and the inputs read so far, compared once the stream
   // gets there (Note [Unsettled releases]); keep_input_copies: inputs a kernel touches
-  // before the target's next use, each a wait.
+  // before the target's next use, copied in stream order or, on a device that cannot,
+  // at once (one wait a release).
   const auto release = [&](const policy::eviction& e, const auto& guarded, std::uint32_t stamp) {
     const buffer_id b = e.target;
     observe(b, stamp);
@@ -189,7 +190,8 @@ write_check_work count_write_checks(const write_check_index& ix, const policy::p
                   !std::binary_search(g.launches[*l].written.begin(), g.launches[*l].written.end(), u);
       if (!exposed) continue;
       copied_version[u] = version;
-      w.waits += copied ? 0 : 1;  // the first copy waits for the stream, the others find it there
+      // A synchronous copy waits for the stream; the others of the release find it there.
+      w.waits += copied || copies_on_stream ? 0 : 1;
       copied = true;
       ++w.copies;
       w.copied_bytes += ubuf.size;

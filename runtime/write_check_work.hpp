@@ -15,9 +15,10 @@
 //   after it, then its releases), with the engine's rule for repeating a hash (no launch
 //   of the trace and no replay touched the block since its last one) and its skips (a
 //   block not allocated, evicted, offloaded or freed then). It counts hashes and their
-//   bytes, waits (a replay whose inputs are hashed again, a release that copies inputs:
-//   one each, as later hashes find the stream drained; a release compares when the stream
-//   gets there, Note [Unsettled releases]) and the input copies. probe_hash_cost
+//   bytes, waits (a replay whose inputs are hashed again: one, as later hashes find the
+//   stream drained; a release compares when the stream gets there, Note [Unsettled
+//   releases], and copies inputs in stream order where the device can, else it waits
+//   once) and the input copies. probe_hash_cost
 //   times the device's hash: queued back to back, and waited for at one granule and at
 //   `large_granules`, in a reservation of its own (the least of up to `rounds`, 50 ms).
 // Limitations: the walk assumes every planned release and restore happens where the plan
@@ -79,8 +80,10 @@ struct write_check_work {
   std::size_t copied_bytes = 0;
 };
 
+// `copies_on_stream`: the device queues the input copies on the stream
+// (replay_device::downloads_on_stream), so they wait for nothing.
 [[nodiscard]] write_check_work count_write_checks(const write_check_index& index, const policy::plan& plan,
-                                                  const policy::iteration& traced);
+                                                  const policy::iteration& traced, bool copies_on_stream = false);
 
 // The device's cost of a hash (Note [Write check work]).
 struct hash_cost {

@@ -161,6 +161,23 @@ std::byte* cuda_copy_link::host_pool(std::size_t bytes) {
   return static_cast<std::byte*>(p);
 }
 
+bool cuda_copy_link::can_pin() const noexcept { return impl_->host_alloc != nullptr && impl_->free_host != nullptr; }
+
+std::byte* cuda_copy_link::pinned(std::size_t bytes) {
+  auto& m = *impl_;
+  if (!can_pin()) return nullptr;
+  const tracer::untraced_scope untraced;
+  void* p = nullptr;
+  if (m.host_alloc(&p, bytes, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) return nullptr;
+  return static_cast<std::byte*>(p);
+}
+
+void cuda_copy_link::unpin(std::byte* p) noexcept {
+  if (p == nullptr || impl_->free_host == nullptr) return;
+  const tracer::untraced_scope untraced;
+  (void)impl_->free_host(p);
+}
+
 replay_device::copy_handle cuda_copy_link::copy(void* dst, const void* src, std::size_t bytes,
                                                 device::stream_handle after, bool to_host) {
   auto& m = *impl_;

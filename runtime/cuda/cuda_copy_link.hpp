@@ -44,6 +44,12 @@ class cuda_copy_link {
   // Whether the driver has every entry point this needs.
   [[nodiscard]] bool available() const noexcept;
   std::byte* host_pool(std::size_t bytes);
+  // Whether pinned() can give memory: the driver has cuMemHostAlloc and cuMemFreeHost.
+  [[nodiscard]] bool can_pin() const noexcept;
+  // `bytes` of pinned host memory of its own (nullptr where the driver refuses), given
+  // back with unpin.
+  std::byte* pinned(std::size_t bytes);
+  void unpin(std::byte* p) noexcept;
   replay_device::copy_handle copy(void* dst, const void* src, std::size_t bytes, device::stream_handle after,
                                   bool to_host);
   bool done(replay_device::copy_handle c);

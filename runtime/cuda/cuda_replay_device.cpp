@@ -292,6 +292,37 @@ void cuda_replay_device::upload(void* device_dst, const void* host_src, std::siz
   SUBLINEAR_CU_CHECK(api_, api_.memcpy_htod(device_ptr(device_dst), host_src, bytes));
 }
 
+std::byte* cuda_replay_device::allocate_host_copy(std::size_t bytes) {
+  if (api_.memcpy_async != nullptr) {
+    enter();
+    if (std::byte* p = link_.pinned(bytes); p != nullptr) {
+      pinned_copies_.insert(p);
+      return p;
+    }
+  }
+  return replay_device::allocate_host_copy(bytes);
+}
+
+void cuda_replay_device::free_host_copy(std::byte* p) noexcept {
+  if (pinned_copies_.erase(p) != 0) {
+    link_.unpin(p);
+    return;
+  }
+  replay_device::free_host_copy(p);
+}
+
+bool cuda_replay_device::downloads_on_stream() { return link_.can_pin() && api_.memcpy_async != nullptr; }
+
+bool cuda_replay_device::download_on_stream(void* host_dst, const void* device_src, std::size_t bytes,
+                                            device::stream_handle stream) {
+  // Pageable memory would make the copy wait for the stream anyway.
+  if (pinned_copies_.count(host_dst) == 0) return replay_device::download_on_stream(host_dst, device_src, bytes, stream);
+  const tracer::untraced_scope untraced;
+  enter();
+  SUBLINEAR_CU_CHECK(api_, api_.memcpy_async(device_ptr(host_dst), device_ptr(device_src), bytes, cu_stream(stream)));
+  return true;
+}
+
 std::byte* cuda_replay_device::host_pool(std::size_t bytes) {
   if (!link_.available()) return replay_device::host_pool(bytes);
   enter();

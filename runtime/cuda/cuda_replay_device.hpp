@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,13 @@ class cuda_replay_device final : public replay_device {
   // else the default's copy to the host.
   hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream) override;
   std::string hash_site() override;
+  // Input copies in pinned memory, queued on the program's stream (cuMemcpyAsync), the
+  // host not waiting; the defaults where the driver gives no pinned memory.
+  std::byte* allocate_host_copy(std::size_t bytes) override;
+  void free_host_copy(std::byte* p) noexcept override;
+  bool download_on_stream(void* host_dst, const void* device_src, std::size_t bytes,
+                          device::stream_handle stream) override;
+  bool downloads_on_stream() override;
   // Offload copies on copy streams into a pinned pool (Note [CUDA copy link]); the
   // synchronous defaults where the driver lacks an entry point.
   std::byte* host_pool(std::size_t bytes) override;
@@ -82,6 +90,7 @@ class cuda_replay_device final : public replay_device {
 
  private:
   cuda_copy_link link_;
+  std::unordered_set<const void*> pinned_copies_;  // allocate_host_copy's pinned blocks
   cuda_block_hash hasher_;
   // The kernel can hash at `device_src` (loaded, and the address 8-byte aligned).
   bool hash_on_device(const void* device_src);

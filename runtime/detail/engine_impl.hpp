@@ -53,6 +53,33 @@
 
 namespace sublinear::runtime {
 
+// Host memory for the recipe inputs copied at releases (Note [Unseen writes] in
+// engine_writes.cpp): one block per buffer, kept across iterations, which copy the same
+// buffers, and given back with the engine once the copies queued into it have landed.
+class host_copy_store {
+ public:
+  explicit host_copy_store(replay_device& dev) : dev_(dev) {}
+  host_copy_store(const host_copy_store&) = delete;
+  host_copy_store& operator=(const host_copy_store&) = delete;
+  ~host_copy_store();
+  // At least `bytes` for buffer `b`'s next copy, queued on `stream`.
+  std::byte* reserve(policy::buffer_id b, std::size_t bytes, device::stream_handle stream);
+  // A copy into b's block is queued on `stream`.
+  void queued(policy::buffer_id b, device::stream_handle stream);
+  // Returns once the copy queued into b's block has landed.
+  void wait(policy::buffer_id b);
+
+ private:
+  struct block {
+    std::byte* data = nullptr;
+    std::size_t capacity = 0;
+    bool queued = false;
+    device::stream_handle stream = nullptr;
+  };
+  replay_device& dev_;
+  std::unordered_map<policy::buffer_id, block> blocks_;
+};
+
 struct engine::impl {
   using buffer_id = policy::buffer_id;
   using launch_id = policy::launch_id;
@@ -184,8 +211,10 @@ struct engine::impl {
   struct input_copy {
     std::uint64_t version = 0;  // the block's version when copied
     std::uint64_t hash = 0;     // its hash then: what the recipes read
-    std::vector<std::byte> bytes;
+    std::byte* bytes = nullptr;  // in host_copies; read only after host_copies.wait
+    std::size_t size = 0;
   };
+  host_copy_store host_copies{dev};  // input copies' memory, kept across iterations
   std::unordered_map<buffer_id, input_copy> input_copies;  // recipe inputs copied at a release
   std::unordered_map<buffer_id, const input_copy*> read_from_copy;  // the replay running now reads these
   std::size_t kept_unseen = 0;                           // buffers kept this iteration for unseen writes

@@ -159,6 +159,13 @@ hash_result host_replay_device::hash(const void* device_src, std::size_t bytes, 
   return hash_result(s);
 }
 
+bool host_replay_device::download_on_stream(void* host_dst, const void* device_src, std::size_t bytes,
+                                            device::stream_handle stream) {
+  if (copies_at_once_) return replay_device::download_on_stream(host_dst, device_src, bytes, stream);
+  dev_.host_func(on(stream), [host_dst, device_src, bytes] { std::memcpy(host_dst, device_src, bytes); });
+  return true;
+}
+
 void host_replay_device::fill(void* dst, std::uint8_t value, std::size_t bytes, device::stream_handle stream) {
   dev_.memset_async_unobserved(dst, value, bytes, on(stream));
   dev_.synchronize(on(stream));

@@ -30,6 +30,13 @@ class host_replay_device final : public replay_device {
   // On the stream, by a host function: the host does not wait.
   hash_result hash(const void* device_src, std::size_t bytes, device::stream_handle stream) override;
   std::string hash_site() override { return "hashed on its stream"; }
+  // On the stream, by a host function: the host does not wait.
+  bool download_on_stream(void* host_dst, const void* device_src, std::size_t bytes,
+                          device::stream_handle stream) override;
+  bool downloads_on_stream() override { return !copies_at_once_; }
+  // Input copies made at once, waiting for the stream, as a CUDA device without pinned
+  // memory makes them (the tests of that path). Before the plan is made.
+  void copy_inputs_at_once(bool at_once) { copies_at_once_ = at_once; }
   // Offload copies run on the host copy engine (Note [Host copy engine]), made at the
   // first copy so that a run without offloads creates no streams of its own.
   std::byte* host_pool(std::size_t bytes) override;
@@ -77,6 +84,7 @@ class host_replay_device final : public replay_device {
   std::string link_source_ = "configured";
   std::unique_ptr<device::host::copy_engine> copies_;
   std::vector<std::byte> pool_;
+  bool copies_at_once_ = false;
   std::size_t fail_to_host_ = 0;
   std::size_t fail_to_device_ = 0;
   std::size_t hash_lag_ = 0;

@@ -32,7 +32,7 @@ struct outcome {
   std::string plan_error;
 };
 
-outcome train(model_kind kind, const std::string& budget, int iterations = 5) {
+outcome train(model_kind kind, const std::string& budget, int iterations = 5, bool copies_at_once = false) {
   workloads::models::model_config c;
   c.kind = kind;
   if (kind == model_kind::resnet) c.depth = 56;
@@ -51,6 +51,7 @@ outcome train(model_kind kind, const std::string& budget, int iterations = 5) {
   o.config.log = log_level::error;
   o.device_capacity = session.vmm().physical_capacity();
   host_runtime rt(session.device(), session.allocator(), o);
+  rt.replay_device().copy_inputs_at_once(copies_at_once);
   workloads::training_options to;
   to.iterations = iterations;
   to.seed = 7;
@@ -117,6 +118,27 @@ TEST(WriteCheckWork, ThePlanCountsTheBytesEachSteadyIterationHashes) {
       EXPECT_EQ(r.time.next.check_s, 0.0) << "a steady iteration's cost per launch holds its checks";
     }
   }
+}
+
+// A device that copies recipe inputs at once (CUDA without pinned memory) waits for the
+// stream once at each release that copies, and the plan counts those waits too.
+// (The plans of two runs differ with their measured durations, so the counting rule
+// itself is compared on one plan in AHashIsTakenAgainOnlyAfterALaunchOrAReplayTouchedTheBlock.)
+TEST(WriteCheckWork, CopiesMadeAtOnceAreWaitsThePlanCounts) {
+  const outcome at_once = train(model_kind::resnet, "0.5x", 5, true);
+  ASSERT_EQ(at_once.plan_error, "");
+  const write_check_work& w = at_once.time.at_plan.checks;
+  ASSERT_GT(w.copies, 0u) << "the ResNet's releases copy inputs a kernel reads before the regeneration";
+  EXPECT_GT(w.waits, 0u) << "a release that copies waits where copies are made at once";
+  std::size_t compared = 0;
+  for (const iteration_report& it : at_once.reports) {
+    if (it.state != engine_state::steady || it.diverged || it.pressure_evictions != 0 || it.unseen_writes != 0)
+      continue;
+    ++compared;
+    EXPECT_EQ(it.copied_bytes, w.copied_bytes);
+    EXPECT_EQ(it.check_waits, w.waits);
+  }
+  EXPECT_GT(compared, 0u) << "no steady iteration ran the plan as planned";
 }
 
 // The LSTM's input sequence is read by every step's recipe, so it is hashed about once a
@@ -188,6 +210,13 @@ TEST(WriteCheckWork, AHashIsTakenAgainOnlyAfterALaunchOrAReplayTouchedTheBlock) 
   EXPECT_EQ(again.hashes, 5u);
   EXPECT_EQ(again.waits, 2u) << "a's hash before the replay, and its copy at the release";
   EXPECT_EQ(again.copies, 1u) << "a kernel reads a between the release and the regeneration";
+  // A device that queues the copy on the stream (the host device, CUDA with pinned
+  // memory): the same copy, and only the replay's wait.
+  const write_check_work queued = count_write_checks(index_write_checks(p, it), p, it, true);
+  EXPECT_EQ(queued.hashes, again.hashes);
+  EXPECT_EQ(queued.copies, 1u);
+  EXPECT_EQ(queued.copied_bytes, again.copied_bytes);
+  EXPECT_EQ(queued.waits, 1u) << "a's hash before the replay";
 }
 
 // A host device of `capacity` bytes of 64 KiB pages, and its replay device.
