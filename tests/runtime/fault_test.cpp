@@ -287,6 +287,10 @@ struct chain_model {
         alloc.deallocate(ws);
       } else if (leftovers_from >= 0) {
         const void* leftover = iterations_done >= leftovers_from && l >= 2 ? acts[acts.size() - 2] : nullptr;
+        // The stream caught up first (as after a program's .item()), so the release of
+        // the block the word points into has settled and the block is evicted (Note
+        // [Unsettled releases]); a stream behind would leave it resident and the word moot.
+        if (leftover != nullptr) dev.synchronize(dev.default_stream());
         scale_leftover_params sp{next, acts.back(), leftover, n, factor};
         dev.launch(scale_leftover_kernel(), {}, nullptr, &sp);
       } else if (sized_shared) {
