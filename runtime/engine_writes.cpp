@@ -14,13 +14,13 @@
 //   launch reads in place before and after that launch. At a release (the plan's or the
 //   valve's) it hashes the target and those inputs again and compares once the stream has
 //   got there (Note [Unsettled releases]): a difference with no recorded write between
-//   is a write the trace did not see. The target stays resident
-//   (bytes intact), is never evicted again (the plan is made again), is reported, and
-//   later replays of its recipe write kept targets and read its inputs in scratch. After
-//   the release: an input the iteration allocated that a kernel touches before the
-//   regeneration is copied to the host at the release, in stream order; before a replay, an input touched
-//   since the release is hashed (a wait) and, when changed, read in scratch, from that
-//   copy if there is one, so the replay writes nothing the program owns. Each regenerated
+//   is a write the trace did not see. The target stays resident (bytes intact), is never
+//   evicted again (the plan is made again), is reported, and later replays of its recipe
+//   write kept targets and read its inputs in scratch. After the release: an input the
+//   iteration allocated that a kernel touches before the regeneration is copied to the
+//   host at the release, in stream order; before a replay, an input touched since the
+//   release is hashed (a wait) and, when changed, read in scratch, from that copy if
+//   there is one, so the replay writes nothing the program owns. Each regenerated
 //   target is hashed and compared with its release hash when the stream gets there (at
 //   the latest at the iteration's end): a difference is an error naming the buffer.
 //   Hashes of a block no launch touched in between are taken once.

@@ -316,7 +316,8 @@ bool cuda_replay_device::downloads_on_stream() { return link_.can_pin() && api_.
 bool cuda_replay_device::download_on_stream(void* host_dst, const void* device_src, std::size_t bytes,
                                             device::stream_handle stream) {
   // Pageable memory would make the copy wait for the stream anyway.
-  if (pinned_copies_.count(host_dst) == 0) return replay_device::download_on_stream(host_dst, device_src, bytes, stream);
+  if (pinned_copies_.count(host_dst) == 0)
+    return replay_device::download_on_stream(host_dst, device_src, bytes, stream);
   const tracer::untraced_scope untraced;
   enter();
   SUBLINEAR_CU_CHECK(api_, api_.memcpy_async(device_ptr(host_dst), device_ptr(device_src), bytes, cu_stream(stream)));
