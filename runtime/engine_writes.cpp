@@ -395,16 +395,16 @@ void engine::impl::keep_input_copies(buffer_id b, std::size_t entry, bool planne
     input_copy& copy = input_copies[u];
     copy.version = version[u];
     copy.hash = read->hash.get();
-    copy.size = g.buffers[u].size;
-    copy.bytes = host_copies.reserve(u, copy.size, stream);
+    const std::size_t size = g.buffers[u].size;
+    copy.bytes = host_copies.reserve(u, size, stream);
     // In stream order, as the hashes: the bytes u has when the stream gets to the release.
-    if (dev.download_on_stream(copy.bytes, addr[u], copy.size, stream)) {
+    if (dev.download_on_stream(copy.bytes, addr[u], size, stream)) {
       host_copies.queued(u, stream);
     } else {
       current.check_waits += copied ? 0 : 1;  // the first copy waits for the stream, the others find it there
       copied = true;
     }
-    current.copied_bytes += copy.size;
+    current.copied_bytes += size;
   }
 }
 

@@ -211,8 +211,7 @@ struct engine::impl {
   struct input_copy {
     std::uint64_t version = 0;  // the block's version when copied
     std::uint64_t hash = 0;     // its hash then: what the recipes read
-    std::byte* bytes = nullptr;  // in host_copies; read only after host_copies.wait
-    std::size_t size = 0;
+    std::byte* bytes = nullptr;  // the buffer's size, in host_copies; read only after host_copies.wait
   };
   host_copy_store host_copies{dev};  // input copies' memory, kept across iterations
   std::unordered_map<buffer_id, input_copy> input_copies;  // recipe inputs copied at a release
