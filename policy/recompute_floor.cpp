@@ -187,10 +187,12 @@ class group_solver {
   const recompute_floor_options* options_;
 };
 
-// The cost of one way to free at least `need` bytes: whole groups, cheapest per byte
-// first. An upper bound on the least cost, so on both bounds below: a position where it is
-// no more than the floor found so far cannot raise the floor, and is not solved.
-double greedy_cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
+// The cost of one way to free at least min(rest, w * unit) bytes, for every w = 0..units:
+// whole groups, cheapest per byte first (infinite where they do not reach). An upper bound
+// on the least cost, so on both bounds below: a position where it is no more than the
+// floor found so far cannot raise the floor, and is not solved.
+std::vector<double> greedy_cover_all(const std::vector<std::vector<option>>& groups, std::size_t rest,
+                                     std::size_t unit, std::size_t units) {
   std::vector<option> whole;
   whole.reserve(groups.size());
   for (const std::vector<option>& g : groups) {
@@ -199,58 +201,81 @@ double greedy_cover(const std::vector<std::vector<option>>& groups, std::size_t 
   std::sort(whole.begin(), whole.end(), [](const option& a, const option& b) {
     return a.cost * static_cast<double>(b.bytes) < b.cost * static_cast<double>(a.bytes);
   });
-  double cost = 0.0;
+  std::vector<double> out(units + 1, infinite);
   std::size_t freed = 0;
-  for (const option& o : whole) {
-    if (freed >= need) break;
-    freed += o.bytes;
-    cost += o.cost;
+  double cost = 0.0;
+  std::size_t next = 0;
+  for (std::size_t w = 0; w <= units; ++w) {
+    const std::size_t need = std::min(rest, w * unit);
+    while (freed < need && next < whole.size()) {
+      freed += whole[next].bytes;
+      cost += whole[next++].cost;
+    }
+    if (freed < need) break;
+    out[w] = cost;
   }
-  return freed >= need ? cost : infinite;
+  return out;
+}
+
+double greedy_cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
+  return greedy_cover_all(groups, need, need, 1)[1];
 }
 
 // The linear relaxation of cover() in bytes: each group's lower convex hull of (bytes,
 // cost), its segments taken cheapest per byte first, the last one in part. A lower bound
 // on the least cost of freeing `need` bytes with one option per group; close to it where
 // the groups are small against `need` (where the knapsack's rounding of weights is worst).
-double relaxed_cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
-  struct segment {
-    double bytes;
-    double cost;
-  };
-  std::vector<segment> segments;
-  std::vector<const option*> hull;
-  for (const std::vector<option>& g : groups) {
-    // g is sorted by bytes and cost, both increasing, and starts at (0, 0).
-    hull.clear();
-    for (const option& o : g) {
-      while (hull.size() >= 2) {
-        const option& a = *hull[hull.size() - 2];
-        const option& b = *hull.back();
-        // Drop b if it lies on or above the line from a to o.
-        const double lhs = (b.cost - a.cost) * static_cast<double>(o.bytes - a.bytes);
-        const double rhs = (o.cost - a.cost) * static_cast<double>(b.bytes - a.bytes);
-        if (lhs < rhs) break;
-        hull.pop_back();
+class relaxed_cover {
+ public:
+  explicit relaxed_cover(const std::vector<std::vector<option>>& groups) {
+    struct segment {
+      double bytes;
+      double cost;
+    };
+    std::vector<segment> segments;
+    std::vector<const option*> hull;
+    for (const std::vector<option>& g : groups) {
+      // g is sorted by bytes and cost, both increasing, and starts at (0, 0).
+      hull.clear();
+      for (const option& o : g) {
+        while (hull.size() >= 2) {
+          const option& a = *hull[hull.size() - 2];
+          const option& b = *hull.back();
+          // Drop b if it lies on or above the line from a to o.
+          const double lhs = (b.cost - a.cost) * static_cast<double>(o.bytes - a.bytes);
+          const double rhs = (o.cost - a.cost) * static_cast<double>(b.bytes - a.bytes);
+          if (lhs < rhs) break;
+          hull.pop_back();
+        }
+        hull.push_back(&o);
       }
-      hull.push_back(&o);
+      for (std::size_t i = 1; i < hull.size(); ++i) {
+        segments.push_back({static_cast<double>(hull[i]->bytes - hull[i - 1]->bytes), hull[i]->cost - hull[i - 1]->cost});
+      }
     }
-    for (std::size_t i = 1; i < hull.size(); ++i) {
-      segments.push_back({static_cast<double>(hull[i]->bytes - hull[i - 1]->bytes), hull[i]->cost - hull[i - 1]->cost});
+    std::sort(segments.begin(), segments.end(),
+              [](const segment& a, const segment& b) { return a.cost * b.bytes < b.cost * a.bytes; });
+    bytes_.reserve(segments.size() + 1);
+    cost_.reserve(segments.size() + 1);
+    bytes_.push_back(0.0);
+    cost_.push_back(0.0);
+    for (const segment& sg : segments) {
+      bytes_.push_back(bytes_.back() + sg.bytes);
+      cost_.push_back(cost_.back() + sg.cost);
     }
   }
-  std::sort(segments.begin(), segments.end(),
-            [](const segment& a, const segment& b) { return a.cost * b.bytes < b.cost * a.bytes; });
-  double left = static_cast<double>(need);
-  double cost = 0.0;
-  for (const segment& s : segments) {
-    if (left <= 0) break;
-    const double take = std::min(left, s.bytes);
-    cost += s.cost * take / s.bytes;
-    left -= take;
+  [[nodiscard]] double at(std::size_t need) const {
+    const auto want = static_cast<double>(need);
+    if (want > bytes_.back()) return infinite;
+    const auto j = static_cast<std::size_t>(std::lower_bound(bytes_.begin(), bytes_.end(), want) - bytes_.begin());
+    if (j == 0) return 0.0;
+    return cost_[j - 1] + (cost_[j] - cost_[j - 1]) * (want - bytes_[j - 1]) / (bytes_[j] - bytes_[j - 1]);
   }
-  return left > 0 ? infinite : cost;
-}
+
+ private:
+  std::vector<double> bytes_;  // cumulative, cheapest per byte first
+  std::vector<double> cost_;
+};
 
 // Least cost of freeing at least w units with one option from each group, for every w up
 // to `need` (index w).
@@ -286,33 +311,39 @@ double cover(const std::vector<std::vector<option>>& groups, std::size_t need) {
 //   the link: every buffer out by offload during t went to host memory before t started
 //   and comes back after t ends, and each copy has its own window.
 // Approach: a buffer offloadable at t can start its copy to host only when its last use
-//   before t ends (ready) and must be back when its first use after t starts (due). Out
-//   of the iteration's own time, the copies to host of the chosen buffers with ready >= a
-//   must fit between a and t, so the plan adds at least (their copy time - (S(t) - a))
-//   before t, for every a; likewise the copies back with due <= d after t. For X
-//   footprint bytes over the link, copy time at least X * r / bandwidth (r: the least
-//   ratio of size to footprint among the offloadable) plus one latency per nonempty
-//   window; taking the earliest-ready (latest-due) buffers first makes every window's
-//   share the least at once, so each direction's excess is a prefix maximum
-//   (link_excess). The copies to host wait before t, while recompute and copies back for
-//   t happen after it (a buffer out during t comes back after t), and a recompute gives
-//   the copies back its time: added time is at least the excess to host plus the larger
-//   of the recompute needed for the rest of the deficit (the knapsack of Note [Recompute
-//   floor], solved for every remainder) and the excess back, minimised over X. Buffers
-//   whose writers cannot be replayed count as offloadable; X is at most the host budget.
-// Limitations: the two directions may pick different buffers; contention with copies for
-//   other positions and all but one latency per window are not counted, so the bound is
-//   loose where many small copies queue.
+//   before t ends (ready) and must be back when its first use after t starts (due). The
+//   copies to host of the chosen buffers with ready >= a must fit between a and t, so the
+//   plan adds at least (their bytes / bandwidth + one latency - (S(t) - a)) before t, for
+//   every a; likewise the copies back. For X footprint bytes over the link, link_excess
+//   takes the larger of two bounds: the earliest-ready (latest-due) buffers first, each
+//   byte at the least size per footprint of any, which makes every window's share the
+//   least at once (a prefix maximum); and at 32 window edges, the footprint the wider
+//   windows cannot hold taken from the narrower ones at the least size for it (a
+//   fractional knapsack by size per footprint), so one small buffer's ratio does not make
+//   every copy cheap. The copies to host wait before t, while recompute and copies back
+//   for t happen after it, and a recompute gives the copies back its time: added time is
+//   at least the excess to host plus the larger of the recompute for the rest of the
+//   deficit (the knapsack of Note [Recompute floor] and its relaxation in exact bytes,
+//   for every remainder) and the excess back, minimised over X. Buffers whose writers
+//   cannot be replayed count as offloadable; X is at most the host budget.
+// Limitations: the directions and the recompute may count the same buffers; contention
+//   with copies for other positions and all but one latency per window are not counted,
+//   so the bound is loose where many small copies queue.
 struct link_window {
   double slack = 0.0;     // compute time between the copy's window edge and t
   std::size_t bytes = 0;  // footprint
+  std::size_t size = 0;   // bytes the copy moves
 };
 
-// One direction's least excess over its windows, for X footprint bytes over the link.
+// One direction's least excess over its windows, for X footprint bytes over the link: the
+// larger of two bounds (Note [Offload floor]).
 class link_excess {
  public:
+  static constexpr std::size_t max_edges = 32;
+  static constexpr std::size_t ratio_steps = 1024;
+
   link_excess(std::vector<link_window>& windows, const link_direction& link, double ratio)
-      : per_byte_(ratio / link.bytes_per_s) {
+      : per_byte_(1.0 / link.bytes_per_s), ratio_(ratio), latency_(link.latency_s) {
     std::sort(windows.begin(), windows.end(), [](const link_window& a, const link_window& b) { return a.slack > b.slack; });
     before_.reserve(windows.size());
     best_.reserve(windows.size());
@@ -320,23 +351,95 @@ class link_excess {
     double best = -infinite;
     for (const link_window& w : windows) {
       // Window of the buffers from this one on: (X - taken) bytes, at least one copy.
-      best = std::max(best, link.latency_s - w.slack - per_byte_ * static_cast<double>(taken));
+      best = std::max(best, link.latency_s - w.slack - per_byte_ * ratio_ * static_cast<double>(taken));
       before_.push_back(taken);
       best_.push_back(best);
       taken += w.bytes;
+    }
+    // Edges at quantiles of the footprint; each keeps its suffix's footprint by ratio of
+    // size to footprint (rounded down to 1/ratio_steps), least first, as cumulative
+    // footprint and size (a fractional knapsack).
+    std::size_t k = 0;
+    for (std::size_t q = 0; q < max_edges && k < windows.size(); ++q) {
+      const std::size_t from = taken / max_edges * q;
+      while (k < windows.size() && before_[k] < from) ++k;
+      if (k == windows.size() || (!edges_.empty() && edges_.back().first == k)) continue;
+      edges_.push_back({k, windows[k].slack, before_[k], {0}, {0.0}});
+    }
+    std::vector<std::size_t> by_step(ratio_steps + 1, 0);  // footprint of the suffix per step
+    std::size_t i = windows.size();
+    for (auto e = edges_.rbegin(); e != edges_.rend(); ++e) {
+      for (; i > e->first; --i) {
+        const link_window& w = windows[i - 1];
+        by_step[std::min<std::size_t>(ratio_steps, w.size * ratio_steps / w.bytes)] += w.bytes;
+      }
+      for (std::size_t step = 0; step <= ratio_steps; ++step) {
+        if (by_step[step] == 0) continue;
+        e->footprint.push_back(e->footprint.back() + by_step[step]);
+        e->moved.push_back(e->moved.back() + static_cast<double>(by_step[step]) * static_cast<double>(step) / ratio_steps);
+      }
     }
   }
   [[nodiscard]] double at(std::size_t bytes) const {
     if (bytes == 0 || before_.empty()) return 0.0;
     // The windows that hold some of the first `bytes`: those with before_ < bytes.
     const auto k = static_cast<std::size_t>(std::lower_bound(before_.begin(), before_.end(), bytes) - before_.begin());
-    return std::max(0.0, per_byte_ * static_cast<double>(bytes) + best_[k - 1]);
+    double excess = per_byte_ * ratio_ * static_cast<double>(bytes) + best_[k - 1];
+    for (const edge& e : edges_) {
+      if (bytes <= e.before) continue;
+      const auto j = static_cast<std::size_t>(
+          std::upper_bound(e.footprint.begin(), e.footprint.end(), bytes - e.before) - e.footprint.begin() - 1);
+      excess = std::max(excess, edge_excess(e, j, bytes));
+    }
+    return std::max(0.0, excess);
+  }
+  // at(rest - w * unit) (0 below 0) for w = 0..units, walking each edge once.
+  [[nodiscard]] std::vector<double> on_grid(std::size_t rest, std::size_t unit, std::size_t units) const {
+    std::vector<double> out(units + 1, 0.0);
+    std::vector<std::size_t> at_edge(edges_.size(), 0);
+    std::size_t k = 0;
+    for (std::size_t w = units + 1; w-- > 0;) {
+      const std::size_t bytes = rest > w * unit ? rest - w * unit : 0;
+      if (bytes == 0 || before_.empty()) continue;
+      while (k < before_.size() && before_[k] < bytes) ++k;
+      double excess = per_byte_ * ratio_ * static_cast<double>(bytes) + best_[k - 1];
+      for (std::size_t i = 0; i < edges_.size(); ++i) {
+        const edge& e = edges_[i];
+        if (bytes <= e.before) continue;
+        std::size_t& j = at_edge[i];
+        while (j + 1 < e.footprint.size() && e.footprint[j + 1] <= bytes - e.before) ++j;
+        excess = std::max(excess, edge_excess(e, j, bytes));
+      }
+      out[w] = std::max(0.0, excess);
+    }
+    return out;
   }
 
  private:
+  struct edge {
+    std::size_t first;                   // its window's index, widest first
+    double slack;                        // the edge's window
+    std::size_t before;                  // footprint of the wider windows
+    std::vector<std::size_t> footprint;  // cumulative, least size per footprint first
+    std::vector<double> moved;           // their cumulative size
+  };
+  // At least bytes - before of footprint comes from the edge's window or narrower ones;
+  // j: the last entry of its knapsack at or below that.
+  [[nodiscard]] double edge_excess(const edge& e, std::size_t j, std::size_t bytes) const {
+    const std::size_t need = bytes - e.before;
+    double moved = e.moved[j];
+    if (j + 1 < e.footprint.size()) {
+      const double part = static_cast<double>(need - e.footprint[j]) / static_cast<double>(e.footprint[j + 1] - e.footprint[j]);
+      moved += part * (e.moved[j + 1] - e.moved[j]);
+    }
+    return latency_ + per_byte_ * moved - e.slack;
+  }
   double per_byte_;
+  double ratio_;
+  double latency_;
   std::vector<std::size_t> before_;  // footprint of the windows before each
-  std::vector<double> best_;         // prefix maximum of latency - slack - per_byte * before
+  std::vector<double> best_;         // prefix maximum of latency - slack - per_byte * ratio * before
+  std::vector<edge> edges_;
 };
 
 }  // namespace
@@ -422,8 +525,8 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
         const auto last = std::lower_bound(buf.users.begin(), buf.users.end(), t);
         const std::size_t ready = last == buf.users.begin() ? buf.alloc_at : *std::prev(last) + 1;
         const std::size_t due = df.next_use_after(b, t);
-        to_host_windows.push_back({cost_before[t] - cost_before[ready], bytes});
-        to_device_windows.push_back({cost_before[std::min(due, n)] - cost_before[t + 1], bytes});
+        to_host_windows.push_back({cost_before[t] - cost_before[ready], bytes, buf.size});
+        to_device_windows.push_back({cost_before[std::min(due, n)] - cost_before[t + 1], bytes, buf.size});
         if (!replayable) offload_only += bytes;
       }
       if (!replayable) continue;
@@ -510,18 +613,32 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
         const link_excess& to_host = *host_link;
         const link_excess& to_device = *device_link;
         const std::size_t units = (rest + unit - 1) / unit;
+        const std::vector<double> host_excess = to_host.on_grid(rest, unit, units);
+        const std::vector<double> device_excess = to_device.on_grid(rest, unit, units);
+        // Whole groups bound each split's recompute from above: where every split's bound
+        // is no more than the floor found so far, this position cannot raise it.
+        const std::vector<double> greedy = greedy_cover_all(groups, rest, unit, units);
+        double above = infinite;
+        for (std::size_t w = 0; w <= units; ++w) {
+          const std::size_t by_link = rest > w * unit ? rest - w * unit : 0;
+          if (by_link <= offloadable) above = std::min(above, host_excess[w] + std::max(greedy[w], device_excess[w]));
+        }
+        if (above <= floor) continue;
         const std::vector<double> best = cover_all(groups, units);
+        const relaxed_cover relaxed(groups);
         cost = infinite;
         for (std::size_t w = 0; w <= units; ++w) {
           const std::size_t by_link = rest > w * unit ? rest - w * unit : 0;
           if (by_link > offloadable) continue;
-          cost = std::min(cost, to_host.at(by_link) + std::max(best[w], to_device.at(by_link)));
+          // A plan offloading no more than by_link recomputes more than (w - 1) units.
+          const double recompute = std::max(best[w], relaxed.at(std::min(rest, (w > 0 ? w - 1 : 0) * unit)));
+          cost = std::min(cost, host_excess[w] + std::max(recompute, device_excess[w]));
         }
       } else {
         // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of
         // weights, which loosens it when many small groups meet) and its linear relaxation
         // in exact bytes (loose by at most part of one group's price).
-        cost = std::max(cover(groups, (rest + unit - 1) / unit), relaxed_cover(groups, rest));
+        cost = std::max(cover(groups, (rest + unit - 1) / unit), relaxed_cover(groups).at(rest));
       }
     }
     if (cost > floor) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <vector>
 
 #include "policy/oracle/actions.hpp"
 #include "policy/planner.hpp"
@@ -463,6 +464,68 @@ TEST(OffloadFloor, StallsBeforeThePeakAddToTheRecomputeAfterIt) {
   EXPECT_EQ(best.best.offloads[0].target, a);
   const plan p = make_planner("reforward")->make_plan(it, budget, with(offload_mode::on, link));
   EXPECT_EQ(p.added_compute_s + p.predicted_stall_s, 7.0);
+}
+
+TEST(OffloadFloor, ASmallBufferDoesNotMakeTheOtherCopiesCheap) {
+  // a (its writer costs 100 s) and t (4 bytes, whole 512-byte units of the floor's least
+  // footprint) are both read by L2 and L4; at the peak L3 a's bytes must be out. Its copy
+  // takes 4 s each way with no slack on either side, so the best plan adds 8 s. Pricing
+  // every copy at the least size per footprint of any buffer (t's, 1/128) bounded it at
+  // 0.06 s; each edge's own fractional knapsack of sizes gives 7.88 s (t's footprint taken
+  // at its 4 bytes, and recomputed too: the floor does not keep the two sets apart).
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  const buffer_id a = h.transient(big, 0, 5);
+  const buffer_id t = h.transient(4, 1, 5);
+  const buffer_id c = h.transient(big, 3, 4);
+  h.launch({P}, {a}, 100.0);
+  h.launch({P}, {t}, 1.0);
+  h.launch({a, t}, {}, 1.0);
+  h.launch({P}, {c}, 1.0);
+  h.launch({a, t}, {}, 1.0);
+  const iteration it = h.finish(3);
+  const std::size_t budget = 512 + big + 512;
+  const link_model link = link_at(big / 4.0);
+  const recompute_floor f = floor_with(it, budget, link);
+  ASSERT_TRUE(f.feasible);
+  EXPECT_EQ(f.at, 3u);
+  EXPECT_GT(f.added_s, 7.8);
+  const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  EXPECT_EQ(best.added_time_s, 8.0);
+  EXPECT_LE(f.added_s, best.added_time_s);
+}
+
+TEST(OffloadFloor, ALinkThatCannotHelpLeavesTheRecomputeFloor) {
+  // 128 buffers of one page, each written by a 1 s launch, all out at the peak L128 and
+  // read one by one after it; a copy takes 1,000 s. With the knapsack in 32 units each
+  // buffer is a quarter of one, and the knapsack alone (what the offload floor took)
+  // bounds the recompute at 32 s; in exact bytes it is 128 s. Plans that may offload
+  // recompute more than 31 units whatever they offload: at least 124 s.
+  constexpr std::size_t n = 128;
+  test::hand_iteration h(g);
+  const buffer_id P = h.persistent(512);
+  std::vector<buffer_id> bs;
+  for (std::size_t i = 0; i < n; ++i) bs.push_back(h.transient(g, static_cast<launch_id>(i), static_cast<launch_id>(n + 2 + i)));
+  const buffer_id c = h.transient(g, n, n + 1);
+  for (std::size_t i = 0; i < n; ++i) h.launch({P}, {bs[i]}, 1.0);
+  h.launch({P}, {c}, 1.0);
+  for (std::size_t i = 0; i < n; ++i) h.launch({bs[i]}, {}, 1.0);
+  const iteration it = h.finish(static_cast<launch_id>(n));
+  const std::size_t budget = 512 + g;
+  recompute_floor_options o;
+  o.units = 32;
+  const recompute_floor recompute = find_recompute_floor(it, budget, o);
+  ASSERT_TRUE(recompute.feasible);
+  EXPECT_EQ(recompute.at, n);
+  EXPECT_DOUBLE_EQ(recompute.added_s, 128.0);
+  o.link = link_at(g / 1000.0);
+  const recompute_floor f = find_recompute_floor(it, budget, o);
+  ASSERT_TRUE(f.feasible);
+  EXPECT_GE(f.added_s, 124.0 - 1e-9);
+  EXPECT_LE(f.added_s, recompute.added_s);
+  const plan p = make_planner("reforward")->make_plan(it, budget, with(offload_mode::on, o.link));
+  EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s);
 }
 
 TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
