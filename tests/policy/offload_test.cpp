@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <vector>
@@ -565,6 +566,44 @@ TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
   }
   EXPECT_GT(checked, 10u);
   EXPECT_GT(lower, 0u);  // offload beats recompute somewhere
+}
+
+TEST(OffloadOracle, FloorBoundsTheOracleWithBuffersOfAnySize) {
+  // As above, with half the transient buffers cut to a size of at most their page, drawn
+  // log-uniformly: many far below their least footprint, where the floor's link bound
+  // takes each edge's knapsack of sizes (Note [Offload floor]).
+  std::size_t checked = 0, small = 0, positive = 0;
+  for (std::uint64_t seed = 0; seed < 16; ++seed) {
+    iteration it = test::page_dag(seed, 6 + seed % 3);
+    std::mt19937_64 rng(seed);
+    for (buffer& b : it.buffers) {
+      if (b.persistent() || (rng() & 1) == 0) continue;
+      const double top = std::log2(static_cast<double>(std::min<std::size_t>(b.size, 64 * 1024)));
+      b.size = static_cast<std::size_t>(std::exp2(std::uniform_real_distribution<double>(0.0, top)(rng)));
+      small += b.size < 4096 ? 1 : 0;
+    }
+    const link_model link = test::random_page_link(rng, 2e-4, 3e-3);
+    for (std::size_t budget : test::budgets_for(it, 4)) {
+      SCOPED_TRACE("seed " + std::to_string(seed) + " budget " + std::to_string(budget));
+      const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+      if (best.outcome != oracle::action_oracle_result::status::optimal) continue;
+      ++checked;
+      const recompute_floor f = floor_with(it, budget, link);
+      EXPECT_TRUE(f.feasible);
+      EXPECT_LE(f.added_s, best.added_time_s + 1e-12);
+      positive += f.added_s > 0.0 ? 1 : 0;
+      for (const char* name : {"greedy", "reforward"}) {
+        try {
+          const plan p = make_planner(name)->make_plan(it, budget, with(offload_mode::on, link));
+          EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s + 1e-12) << name;
+        } catch (const infeasible_budget&) {
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 10u);
+  EXPECT_GT(small, 10u);
+  EXPECT_GT(positive, 0u);
 }
 
 // ---- randomised -----------------------------------------------------------------------
