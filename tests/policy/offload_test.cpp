@@ -353,6 +353,13 @@ recompute_floor floor_with(const iteration& it, std::size_t budget, const link_m
   return find_recompute_floor(it, budget, o);
 }
 
+// The action oracle's optimum over at most 8 candidates, which must exist.
+oracle::action_oracle_result optimum(const iteration& it, std::size_t budget, const link_model& link) {
+  oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
+  EXPECT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  return best;
+}
+
 TEST(OffloadFloor, HiddenCopiesLowerTheFloorToZero) {
   const scenario s = make_scenario();
   EXPECT_EQ(find_recompute_floor(s.it, without_a).added_s, 10.0);  // recompute only
@@ -423,8 +430,7 @@ TEST(OffloadFloor, EachCopyHasItsOwnWindowAndLatency) {
   EXPECT_TRUE(f.feasible);
   EXPECT_EQ(f.at, 3u);
   EXPECT_EQ(f.added_s, 5.0);
-  const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
-  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  const oracle::action_oracle_result best = optimum(it, budget, link);
   EXPECT_EQ(best.added_time_s, 5.0);
   ASSERT_EQ(best.best.offloads.size(), 1u);
   EXPECT_EQ(best.best.offloads[0].target, a);
@@ -458,8 +464,7 @@ TEST(OffloadFloor, StallsBeforeThePeakAddToTheRecomputeAfterIt) {
   EXPECT_TRUE(f.feasible);
   EXPECT_EQ(f.at, 3u);
   EXPECT_EQ(f.added_s, 7.0);
-  const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
-  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  const oracle::action_oracle_result best = optimum(it, budget, link);
   EXPECT_EQ(best.added_time_s, 7.0);
   ASSERT_EQ(best.best.offloads.size(), 1u);
   EXPECT_EQ(best.best.offloads[0].target, a);
@@ -491,8 +496,7 @@ TEST(OffloadFloor, ASmallBufferDoesNotMakeTheOtherCopiesCheap) {
   ASSERT_TRUE(f.feasible);
   EXPECT_EQ(f.at, 3u);
   EXPECT_GT(f.added_s, 7.8);
-  const oracle::action_oracle_result best = oracle::solve_actions(it, budget, {link, 0, true, 8});
-  ASSERT_EQ(best.outcome, oracle::action_oracle_result::status::optimal);
+  const oracle::action_oracle_result best = optimum(it, budget, link);
   EXPECT_EQ(best.added_time_s, 8.0);
   EXPECT_LE(f.added_s, best.added_time_s);
 }
@@ -529,6 +533,17 @@ TEST(OffloadFloor, ALinkThatCannotHelpLeavesTheRecomputeFloor) {
   EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s);
 }
 
+// No offloading planner's plan adds less time than the floor.
+void expect_no_plan_below(const iteration& it, std::size_t budget, const link_model& link, double floor_s) {
+  for (const char* name : {"greedy", "reforward"}) {
+    try {
+      const plan p = make_planner(name)->make_plan(it, budget, with(offload_mode::on, link));
+      EXPECT_LE(floor_s, p.added_compute_s + p.predicted_stall_s + 1e-12) << name;
+    } catch (const infeasible_budget&) {
+    }
+  }
+}
+
 TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
   std::size_t checked = 0, lower = 0;
   for (std::uint64_t seed = 0; seed < 12; ++seed) {
@@ -554,14 +569,7 @@ TEST(OffloadOracle, FloorBoundsTheOracleAndTheOracleBeatsRecomputeOnly) {
         EXPECT_LE(best.added_time_s, recompute.cost + 1e-12);
         lower += best.added_time_s < recompute.cost - 1e-12 ? 1 : 0;
       }
-      // Every planner's plan is valid, and no plan beats the oracle's floor.
-      for (const char* name : {"greedy", "reforward"}) {
-        try {
-          const plan p = make_planner(name)->make_plan(it, budget, with(offload_mode::on, link));
-          EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s + 1e-12) << name;
-        } catch (const infeasible_budget&) {
-        }
-      }
+      expect_no_plan_below(it, budget, link, f.added_s);
     }
   }
   EXPECT_GT(checked, 10u);
@@ -592,13 +600,7 @@ TEST(OffloadOracle, FloorBoundsTheOracleWithBuffersOfAnySize) {
       EXPECT_TRUE(f.feasible);
       EXPECT_LE(f.added_s, best.added_time_s + 1e-12);
       positive += f.added_s > 0.0 ? 1 : 0;
-      for (const char* name : {"greedy", "reforward"}) {
-        try {
-          const plan p = make_planner(name)->make_plan(it, budget, with(offload_mode::on, link));
-          EXPECT_LE(f.added_s, p.added_compute_s + p.predicted_stall_s + 1e-12) << name;
-        } catch (const infeasible_budget&) {
-        }
-      }
+      expect_no_plan_below(it, budget, link, f.added_s);
     }
   }
   EXPECT_GT(checked, 10u);
