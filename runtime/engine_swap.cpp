@@ -489,6 +489,7 @@ std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
   if (plan.offloads.empty() || swap.empty()) return 0;
   const std::size_t gran = alloc.granularity();
   std::size_t asked = 0;
+  std::size_t buffers = 0;  // released or given back, each counted as a pressure eviction
   const auto pages = [&](buffer_id b) { return (graph().buffers[b].size + gran - 1) / gran * gran; };
   for (std::size_t k = 0; k < copying_out.size() && asked < shortfall;) {
     const std::size_t i = copying_out[k];
@@ -502,6 +503,7 @@ std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
     current.release_wait_s += dev.now_s() - t0;
     copying_out.erase(copying_out.begin() + static_cast<std::ptrdiff_t>(k));
     release_offloaded(i);
+    ++buffers;
     asked += pages(plan.offloads[i].target);
     // A pack's pages go only with all its members: the others that rode on the copy too.
     for (std::size_t j = 0; h != nullptr && j < copying_out.size();) {
@@ -512,6 +514,7 @@ std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
       }
       copying_out.erase(copying_out.begin() + static_cast<std::ptrdiff_t>(j));
       release_offloaded(r);
+      ++buffers;
       if (j < k) --k;
     }
   }
@@ -539,9 +542,10 @@ std::size_t engine::impl::offload_under_pressure(std::size_t shortfall) {
       evicted[o.target] = 1;
       swap[j] = swap_state::on_host;
     }
+    buffers += group.size();
     asked += pages(plan.offloads[i].target);
   }
-  if (asked > 0) ++current.pressure_evictions;
+  current.pressure_evictions += buffers;
   return asked;
 }
 

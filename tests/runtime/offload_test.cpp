@@ -290,6 +290,41 @@ TEST(Offload, ADivergenceWithCopiesInFlightBringsEverythingBackAndTrainsExactly)
   EXPECT_GT(r.reports[7].fetches, 0u) << "the new plan offloads again";
 }
 
+// An allocation the plan never saw, in the middle of the backward, with fetches issued
+// four launches ahead: the pressure valve gives back fetched buffers not needed yet (to
+// be fetched again at their restore point), and counts each as a pressure eviction.
+TEST(Offload, ThePressureValveGivesBackFetchedBuffersAndCountsEach) {
+  engine_options o = offload_options("0.6x");
+  o.amend_plan = [](const policy::iteration& g, policy::plan& p) { offload_everything(g, p, 4); };
+  std::uint64_t calls = 0;
+  std::size_t extra_bytes = 0;
+  const run r = train_both(o, 6, [&](chain& c, host_runtime* rt, int it) {
+    c.iteration(16, [&](int l) {
+      if (rt == nullptr || it != 4 || l != 10) return;
+      c.dev.synchronize();  // frees landed and the cache given back: the room is what the budget leaves
+      c.alloc.reclaim();
+      const auto before = c.alloc.get_stats();
+      // Room under the budget, and two and a half activations more: no one buffer frees it.
+      const std::size_t room = before.budget - (before.allocated - before.evicted);
+      extra_bytes = room + 5 * kFloats * sizeof(float) / 2;
+      void* extra = c.alloc.allocate(extra_bytes, nullptr, /*evictable=*/true);
+      calls = c.alloc.get_stats().pressure_calls - before.pressure_calls;
+      c.alloc.deallocate(extra);
+    });
+  });
+  ASSERT_EQ(r.plan_error, "");
+  EXPECT_EQ(r.with, r.without);
+  ASSERT_EQ(r.reports.size(), 6u);
+  EXPECT_GT(extra_bytes, 0u);
+  EXPECT_GE(calls, 1u);
+  const iteration_report& squeezed = r.reports[4];
+  EXPECT_FALSE(squeezed.diverged) << squeezed.divergence;
+  EXPECT_LE(squeezed.peak_mapped, squeezed.budget);
+  EXPECT_GE(squeezed.pressure_evictions, 2u) << "each buffer given back counts";
+  EXPECT_GT(squeezed.fetches, r.link.offloads) << "what was given back is fetched again";
+  EXPECT_EQ(r.reports[5].pressure_evictions, 0u);
+}
+
 // Under an absolute budget a diverged iteration keeps the budget: what does not fit is
 // offloaded as in a traced iteration (Note [Offloading the traced iteration]), instead of
 // the budget being lifted. Iteration 4 allocates an extra activation-sized buffer in the
