@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
-#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -380,20 +379,8 @@ class link_excess {
       }
     }
   }
-  [[nodiscard]] double at(std::size_t bytes) const {
-    if (bytes == 0 || before_.empty()) return 0.0;
-    // The windows that hold some of the first `bytes`: those with before_ < bytes.
-    const auto k = static_cast<std::size_t>(std::lower_bound(before_.begin(), before_.end(), bytes) - before_.begin());
-    double excess = per_byte_ * ratio_ * static_cast<double>(bytes) + best_[k - 1];
-    for (const edge& e : edges_) {
-      if (bytes <= e.before) continue;
-      const auto j = static_cast<std::size_t>(
-          std::upper_bound(e.footprint.begin(), e.footprint.end(), bytes - e.before) - e.footprint.begin() - 1);
-      excess = std::max(excess, edge_excess(e, j, bytes));
-    }
-    return std::max(0.0, excess);
-  }
-  // at(rest - w * unit) (0 below 0) for w = 0..units, walking each edge once.
+  // The excess with rest - w * unit footprint bytes over the link (0 below 0), for
+  // w = 0..units: the prefix bound and, walking each edge's knapsack once, the edges'.
   [[nodiscard]] std::vector<double> on_grid(std::size_t rest, std::size_t unit, std::size_t units) const {
     std::vector<double> out(units + 1, 0.0);
     std::vector<std::size_t> at_edge(edges_.size(), 0);
@@ -578,12 +565,14 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
     if (free_bytes < need_bytes) {
       const std::size_t rest = need_bytes - free_bytes;
       const std::size_t unit = std::max<std::size_t>(1, (rest + options.units - 1) / std::max<std::size_t>(1, options.units));
-      std::optional<link_excess> host_link, device_link;
+      const std::size_t units = (rest + unit - 1) / unit;
+      // The link's excess each way with rest - w * unit bytes offloaded, for every w.
+      std::vector<double> host_excess, device_excess;
       if (offload) {
-        host_link.emplace(to_host_windows, options.link.to_host, link_ratio);
-        device_link.emplace(to_device_windows, options.link.to_device, link_ratio);
-        // Offloading all of it bounds the cost here from above: no higher floor here.
-        if (rest <= offloadable && host_link->at(rest) + device_link->at(rest) <= floor) continue;
+        host_excess = link_excess(to_host_windows, options.link.to_host, link_ratio).on_grid(rest, unit, units);
+        device_excess = link_excess(to_device_windows, options.link.to_device, link_ratio).on_grid(rest, unit, units);
+        // Offloading all of it (w = 0) bounds the cost here from above: no higher floor here.
+        if (rest <= offloadable && host_excess[0] + device_excess[0] <= floor) continue;
       }
       // Groups: buffers joined through shared writers and shared freed inputs (node n + i
       // for freed input i).
@@ -610,11 +599,6 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
       if (greedy_cover(groups, rest) <= floor) continue;
       if (offload) {
         // w units recomputed, the rest offloaded (see Note [Offload floor]).
-        const link_excess& to_host = *host_link;
-        const link_excess& to_device = *device_link;
-        const std::size_t units = (rest + unit - 1) / unit;
-        const std::vector<double> host_excess = to_host.on_grid(rest, unit, units);
-        const std::vector<double> device_excess = to_device.on_grid(rest, unit, units);
         // Whole groups bound each split's recompute from above: where every split's bound
         // is no more than the floor found so far, this position cannot raise it.
         const std::vector<double> greedy = greedy_cover_all(groups, rest, unit, units);
@@ -638,7 +622,7 @@ recompute_floor find_recompute_floor(const iteration& it, std::size_t budget, co
         // Two lower bounds, the larger kept: the knapsack (exact but for its rounding of
         // weights, which loosens it when many small groups meet) and its linear relaxation
         // in exact bytes (loose by at most part of one group's price).
-        cost = std::max(cover(groups, (rest + unit - 1) / unit), relaxed_cover(groups).at(rest));
+        cost = std::max(cover(groups, units), relaxed_cover(groups).at(rest));
       }
     }
     if (cost > floor) {
