@@ -91,6 +91,7 @@ void engine::impl::begin_iteration() {
   current.index = iteration_index;
   current.state = st;
   current.budget = budget_bytes;
+  current.host_held_bytes = host_held();
   first_call_s = -1.0;
   if (have_plan && (st == engine_state::validate || st == engine_state::steady))
     current.predicted_s = plan_time.next.predicted_s;
@@ -648,7 +649,10 @@ void engine::on_free(void* ptr, std::size_t size, device::stream_handle) {
   m.flush_memory_op();
   if (m.opts.record_timeline) m.note_block(timeline_event::kind::release, m.dev.now_s(), ptr, size, {});
   if (auto t = m.blocks.find(static_cast<const char*>(ptr)); t != m.blocks.end()) {
-    if (t->second.offloaded) --m.offloaded_live;  // its host copy goes with it
+    if (t->second.offloaded) {  // its host copy goes with it
+      --m.offloaded_live;
+      m.traced_offload_bytes -= t->second.size;
+    }
     m.blocks.erase(t);
   }
   m.forget_freed(ptr);

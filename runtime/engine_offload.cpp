@@ -21,7 +21,8 @@
 //   unbudgeted one; offloads cost a host copy each way and wait for the block's own stream
 //   only (not other streams' record_stream use); a block counts as touched only through a
 //   pointer word, as in the safety net; blocks allocated in planned iterations are not
-//   tracked (a trace after a divergence cannot offload them). With nothing offloadable,
+//   tracked (a trace after a divergence cannot offload them). The host copies count
+//   against the host budget (Note [Host budget] in engine_swap.cpp). With nothing offloadable,
 //   the rest of that traced iteration runs without a budget, with a warning naming the
 //   shortfall (its report shows no budget): the plan may still meet the budget (it also
 //   evicts blocks under a page), and failing would lose the run. A diverged iteration
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iterator>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -91,6 +93,7 @@ void engine::impl::bring_back(const char* base, device::stream_handle stream) {
   t.offloaded = false;
   std::vector<std::byte>().swap(t.host);
   --offloaded_live;
+  traced_offload_bytes -= t.size;
   ++current.offload_restores;
   sample_unoffloaded_peak();
 }
@@ -129,14 +132,26 @@ std::size_t engine::impl::offload(std::size_t shortfall) {
   std::sort(found.begin(), found.end());
   std::size_t asked = 0;
   std::size_t count = 0;
+  std::size_t no_room = 0;  // blocks the host budget had no room for (Note [Host budget])
   for (const auto& [touch, base] : found) {
     if (asked >= shortfall) break;
     tracked_block& t = blocks.at(base);
-    t.host.resize(t.size);
+    if (t.size > host_room(0)) {
+      ++no_room;
+      continue;
+    }
+    try {
+      t.host.resize(t.size);
+    } catch (const std::bad_alloc&) {
+      ++no_room;
+      continue;
+    }
     dev.download(t.host.data(), base, t.size, t.stream);  // waits for the work queued on it
     alloc.evict(const_cast<char*>(base));
     t.offloaded = true;
     ++offloaded_live;
+    traced_offload_bytes += t.size;
+    note_host_held();
     ++current.offloads;
     current.offloaded_bytes += t.size;
     asked += (t.size + gran - 1) / gran * gran;
@@ -146,8 +161,9 @@ std::size_t engine::impl::offload(std::size_t shortfall) {
   log_info("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged): " : " (traced): ") +
            format_bytes(shortfall) +
            " short of the budget: offloaded " + std::to_string(count) + " blocks (" + format_bytes(asked) +
-           ") to host memory of " + std::to_string(found.size()) + " that could go");
-  if (asked == 0) lift_trace_budget(shortfall);
+           ") to host memory of " + std::to_string(found.size()) + " that could go" +
+           (no_room > 0 ? ", " + std::to_string(no_room) + " with no room under the host budget" : std::string()));
+  if (asked == 0) lift_trace_budget(shortfall, no_room);
   return asked == 0 ? shortfall : asked;
 }
 
@@ -163,12 +179,17 @@ bool engine::impl::engine_evicted(const char* base) const {
 // iteration first runs under the traced iteration's own peak (planning_peak: its pages had
 // nothing been offloaded), what the program mapped without sublinear; only if that is
 // short too does it run without one.
-void engine::impl::lift_trace_budget(std::size_t shortfall) {
+void engine::impl::lift_trace_budget(std::size_t shortfall, std::size_t no_room) {
   const bool to_traced_peak = diverged && planning_peak > current.budget && current.budget > 0;
+  const std::string why =
+      no_room > 0 ? " and the host budget of " + format_bytes(host_budget()) + " (it holds " +
+                        format_bytes(host_held()) + ") has no room to offload the " + std::to_string(no_room) +
+                        " blocks that could go (raise SUBLINEAR_HOST_BUDGET)"
+                  : " and nothing is left to offload (blocks under a page, and those the launch entering now "
+                    "touches, stay)";
   log_warn("iteration " + std::to_string(iteration_index) + (diverged ? " (diverged)" : " (traced)") + " needs " +
-           format_bytes(shortfall) + " more than the budget of " + format_bytes(current.budget) +
-           " and nothing is left to offload (blocks under a page, and those the launch entering now touches, "
-           "stay); the rest of this iteration runs " +
+           format_bytes(shortfall) + " more than the budget of " + format_bytes(current.budget) + why +
+           "; the rest of this iteration runs " +
            (to_traced_peak ? "under the traced iteration's peak, " + format_bytes(planning_peak) : "without a budget") +
            ". The plan holds the budget from the next planned iteration on.");
   const std::size_t lifted = to_traced_peak ? planning_peak : 0;

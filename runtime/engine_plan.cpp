@@ -141,7 +141,9 @@ void engine::impl::make_plan(std::size_t traced_peak) {
                        link.to_host_latency_s};
     po.link.to_device = {opts.config.link_to_device > 0.0 ? opts.config.link_to_device : link.to_device_bytes_per_s,
                          link.to_device_latency_s};
-    po.host_budget = host_budget();
+    // The pool may take the host budget but for the blocks offloaded while tracing (Note
+    // [Host budget]); 0 would mean no bound.
+    po.host_budget = host_budget() == 0 ? 0 : std::max<std::size_t>(host_room(host_pool_made + host_copies.held()), 1);
     po.threads = planning_threads(opts.config.planning_threads);
     return po;
   };
@@ -266,13 +268,25 @@ void engine::impl::make_plan(std::size_t traced_peak) {
   if (!plan.offloads.empty()) {
     // The pool is made once per plan and kept (Note [Offload execution]); a pool the host
     // cannot give, or one over SUBLINEAR_HOST_BUDGET, makes the plan recompute instead.
+    // Input copies that leave a larger pool no room go first (Note [Host budget]).
     std::string refused;
-    if (host_pool_bytes > host_budget()) {
+    const std::size_t pool = std::max(host_pool_bytes, host_pool_made);
+    if (pool > host_room(host_pool_made) && pool <= host_room(host_pool_made + host_copies.held())) {
+      host_copies.release();
+      input_copies.clear();
+    }
+    if (pool > host_room(host_pool_made)) {
       refused = "its offloads need " + format_bytes(host_pool_bytes) + " of host memory at once, over the host budget " +
-                format_bytes(host_budget()) + " (raise SUBLINEAR_HOST_BUDGET)";
+                format_bytes(host_budget()) +
+                (traced_offload_bytes > 0 ? " beside the " + format_bytes(traced_offload_bytes) +
+                                                " of blocks offloaded while tracing"
+                                          : std::string()) +
+                " (raise SUBLINEAR_HOST_BUDGET)";
     } else {
       try {
         host_pool = dev.host_pool(host_pool_bytes);
+        host_pool_made = pool;
+        note_host_held();
       } catch (const std::exception& e) {
         refused = std::string("the host pool of ") + format_bytes(host_pool_bytes) + " could not be made (" + e.what() +
                   "; lower SUBLINEAR_HOST_BUDGET or free host memory)";

@@ -74,12 +74,45 @@ replay_device::link_figures replay_device::link() {
   return f;
 }
 
+// ---- the host budget ------------------------------------------------------------------------
+//
+// Note [Host budget]
+// Rationale: SUBLINEAR_HOST_BUDGET is the user's bound on the host memory sublinear keeps
+//   for copies (pinned on CUDA, taken from what the OS lets a process lock); a bound one
+//   kind of copy ignores is no bound.
+// Approach: three kinds hold host memory: the plan's pool (made once per plan; the device
+//   keeps the largest), the copies of recipe inputs kept at releases (Note [Unseen
+//   writes]; a block per buffer, kept across iterations) and the blocks offloaded while
+//   tracing (Note [Offloading the traced iteration]). host_held() is their sum, and no
+//   new block is taken that would put it past host_budget(). The planner's pool may take
+//   all but the traced offloads; input copies that leave a new pool no room are given
+//   back at the plan (made again as room allows). An input copy with no room is not made:
+//   an unseen write to that input before its replay is then caught (the run stops with
+//   the remedy), not undone (uncopied_bytes, one warning). A traced offload with no room
+//   skips the block; with nothing offloadable the iteration runs unbudgeted, as when
+//   nothing could go. Each iteration reports the most held at once (host_held_bytes).
+// Limitations: SUBLINEAR_VALIDATE=always's copies of every evicted buffer (a diagnostic
+//   mode) and the CUDA link's few probe buffers are outside it; memory the host refuses
+//   below the budget is met as no room. Without SUBLINEAR_HOST_BUDGET and with the host's
+//   size unknown, nothing is bounded.
+
 std::size_t engine::impl::host_budget() const {
   if (opts.config.host_budget > 0) return opts.config.host_budget;
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 2 : 0;
 }
+
+std::size_t engine::impl::host_held() const { return host_pool_made + host_copies.held() + traced_offload_bytes; }
+
+std::size_t engine::impl::host_room(std::size_t besides) const {
+  const std::size_t budget = host_budget();
+  if (budget == 0) return SIZE_MAX;
+  const std::size_t others = host_held() - besides;
+  return budget > others ? budget - others : 0;
+}
+
+void engine::impl::note_host_held() { current.host_held_bytes = std::max(current.host_held_bytes, host_held()); }
 
 // ---- the plan's offloads, by position -----------------------------------------------------
 

@@ -193,6 +193,10 @@ struct iteration_report {
                                     // releases]); none where the stream keeps up
   std::size_t copied_bytes = 0;     // recipe inputs copied to host memory at a release because a launch touches
                                     // them before the regeneration (Note [Unseen writes])
+  std::size_t uncopied_bytes = 0;   // such inputs not copied: the host budget had no room for them (an unseen
+                                    // write to one is then caught, not undone)
+  std::size_t host_held_bytes = 0;  // the most host memory held for copies at once: the offloads' pool, the
+                                    // input copies, blocks offloaded while tracing (Note [Host budget])
   // The cost of interception when nothing is evicted (Note [Interception cost] in engine.cpp).
   std::size_t launches = 0;         // launches, copies and sets the engine intercepted
   double launch_hooks_s = 0.0;      // host time inside the engine's launch ENTER and EXIT hooks

@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -84,7 +85,9 @@ bool replay_device::download_on_stream(void* host_dst, const void* device_src, s
 
 // ---- host memory for input copies ------------------------------------------------------
 
-host_copy_store::~host_copy_store() {
+host_copy_store::~host_copy_store() { release(); }
+
+void host_copy_store::release() {
   for (auto& [b, blk] : blocks_) {
     if (blk.queued) {
       try {
@@ -93,21 +96,40 @@ host_copy_store::~host_copy_store() {
         continue;  // the stream is gone (the context with it): leak rather than free under a copy
       }
     }
-    dev_.free_host_copy(blk.data);
+    free_block(blk);
   }
+  blocks_.clear();
+  held_ = 0;
 }
 
-std::byte* host_copy_store::reserve(buffer_id b, std::size_t bytes, device::stream_handle stream) {
+void host_copy_store::free_block(block& blk) noexcept {
+  dev_.free_host_copy(blk.data);
+  held_ -= blk.capacity;
+  blk.data = nullptr;
+  blk.capacity = 0;
+}
+
+std::byte* host_copy_store::reserve(buffer_id b, std::size_t bytes, std::size_t limit, device::stream_handle stream) {
   block& blk = blocks_[b];
-  // A copy still queued on another stream could land after the next one: wait for it.
-  if (blk.queued && (blk.stream != stream || blk.capacity < bytes)) wait(b);
-  if (blk.capacity < bytes) {
-    dev_.free_host_copy(blk.data);
-    blk.data = nullptr;
-    blk.capacity = 0;
-    blk.data = dev_.allocate_host_copy(bytes);
-    blk.capacity = bytes;
+  if (blk.capacity >= bytes) {
+    // A copy still queued on another stream could land after the next one: wait for it.
+    if (blk.queued && blk.stream != stream) wait(b);
+    return blk.data;
   }
+  // The new block is made before the old one goes (a copy of an earlier version stays
+  // readable where this one cannot be made), so both count against the limit.
+  if (held_ + bytes > limit) return nullptr;
+  std::byte* data = nullptr;
+  try {
+    data = dev_.allocate_host_copy(bytes);
+  } catch (const std::bad_alloc&) {
+    return nullptr;  // the host has no memory left: the input goes uncopied, as over the limit
+  }
+  wait(b);
+  free_block(blk);
+  blk.data = data;
+  blk.capacity = bytes;
+  held_ += bytes;
   return blk.data;
 }
 
@@ -392,11 +414,16 @@ void engine::impl::keep_input_copies(buffer_id b, std::size_t entry, bool planne
                 !std::binary_search(launch.written.begin(), launch.written.end(), u);
     }
     if (!exposed) continue;
+    const std::size_t size = g.buffers[u].size;
+    std::byte* const bytes = host_copies.reserve(u, size, host_room(host_copies.held()), stream);
+    if (bytes == nullptr) {
+      uncopied(u, size);
+      continue;
+    }
     input_copy& copy = input_copies[u];
     copy.version = version[u];
     copy.hash = read->hash.get();
-    const std::size_t size = g.buffers[u].size;
-    copy.bytes = host_copies.reserve(u, size, stream);
+    copy.bytes = bytes;
     // In stream order, as the hashes: the bytes u has when the stream gets to the release.
     if (dev.download_on_stream(copy.bytes, addr[u], size, stream)) {
       host_copies.queued(u, stream);
@@ -405,7 +432,22 @@ void engine::impl::keep_input_copies(buffer_id b, std::size_t entry, bool planne
       copied = true;
     }
     current.copied_bytes += size;
+    note_host_held();
   }
+}
+
+// An input keep_input_copies had no room for under the host budget: an unseen write to it
+// before the replay is caught, not undone (Note [Host budget] in engine_swap.cpp). A copy
+// of an earlier version stays: a replay reads it only where its hash is what was read.
+void engine::impl::uncopied(buffer_id u, std::size_t size) {
+  current.uncopied_bytes += size;
+  if (warned_uncopied) return;
+  warned_uncopied = true;
+  log_warn("the host budget of " + format_bytes(host_budget()) + " has no room to copy recipe input #" +
+           std::to_string(graph().buffers[u].alloc_index) + " (" + format_bytes(size) +
+           ") at a release; it holds " + format_bytes(host_held()) +
+           " of copies. A write the trace did not see to such an input before its replay now stops the run "
+           "instead of being undone; raise SUBLINEAR_HOST_BUDGET to keep the copies (reports: uncopied_bytes)");
 }
 
 // The launches that touch `b` between two stamps, named for a message.
@@ -513,7 +555,11 @@ void engine::impl::settle_write_checks(bool wait) {
                 ") came back with other bytes than it had when it was evicted: a launch between its eviction and its "
                 "regeneration changed what its recipe reads, and the trace did not see it write (Note [Unseen "
                 "writes]). Its bytes are gone; rerun with SUBLINEAR_VALIDATE=always, which keeps a copy of every "
-                "evicted buffer and recovers, or with a larger budget");
+                "evicted buffer and recovers, or with a larger budget" +
+                (current.uncopied_bytes > 0
+                     ? std::string(", or with a larger SUBLINEAR_HOST_BUDGET: it had no room to copy ") +
+                           format_bytes(current.uncopied_bytes) + " of recipe inputs this iteration"
+                     : std::string()));
   }
   pending_checks.resize(kept);
 }

@@ -115,8 +115,9 @@ const std::vector<entry>& entries() {
         "Plan each copy back from host memory to be done as if it took 1 + this times its modelled time, where the budget has room to fetch it that early, so that a slower link or faster compute than the trace's does not stall the stream (docs/offload.md, \"Fetch margin\"); 0 fetches each as late as the link model allows.", false},
        [](settings& s, const std::string& n, const std::string& v) { s.fetch_margin = parse_fetch_margin(n, v); }},
       {{"SUBLINEAR_HOST_BUDGET", "", "bytes with a unit (16GiB, 512MiB, 1048576)",
-        "Pinned host memory the offloads' pool may take (docs/offload.md, \"The host pool layout\"); empty means half the host's "
-        "physical memory.", false},
+        "Host memory (pinned on CUDA) the engine may hold for copies at once: the offloads' pool (docs/offload.md, \"The "
+        "host pool layout\"), the copies of recipe inputs and the blocks offloaded while tracing (docs/runtime.md, \"Host "
+        "budget\"); empty means half the host's physical memory.", false},
        [](settings& s, const std::string& n, const std::string& v) {
          std::size_t bytes = 0;
          try {

@@ -62,12 +62,17 @@ class host_copy_store {
   host_copy_store(const host_copy_store&) = delete;
   host_copy_store& operator=(const host_copy_store&) = delete;
   ~host_copy_store();
-  // At least `bytes` for buffer `b`'s next copy, queued on `stream`.
-  std::byte* reserve(policy::buffer_id b, std::size_t bytes, device::stream_handle stream);
+  // At least `bytes` for buffer `b`'s next copy, queued on `stream`; nullptr where b's
+  // block would have to grow past `limit` bytes held in all, or the host refuses it.
+  std::byte* reserve(policy::buffer_id b, std::size_t bytes, std::size_t limit, device::stream_handle stream);
   // A copy into b's block is queued on `stream`.
   void queued(policy::buffer_id b, device::stream_handle stream);
   // Returns once the copy queued into b's block has landed.
   void wait(policy::buffer_id b);
+  // The bytes of host memory the blocks hold.
+  [[nodiscard]] std::size_t held() const noexcept { return held_; }
+  // Gives every block back, once the copies queued into them have landed.
+  void release();
 
  private:
   struct block {
@@ -76,8 +81,10 @@ class host_copy_store {
     bool queued = false;
     device::stream_handle stream = nullptr;
   };
+  void free_block(block& blk) noexcept;
   replay_device& dev_;
   std::unordered_map<policy::buffer_id, block> blocks_;
+  std::size_t held_ = 0;
 };
 
 struct engine::impl {
@@ -214,6 +221,8 @@ struct engine::impl {
     std::byte* bytes = nullptr;  // the buffer's size, in host_copies; read only after host_copies.wait
   };
   host_copy_store host_copies{dev};  // input copies' memory, kept across iterations
+  void uncopied(buffer_id u, std::size_t size);          // no room for u's input copy
+  bool warned_uncopied = false;
   std::unordered_map<buffer_id, input_copy> input_copies;  // recipe inputs copied at a release
   std::unordered_map<buffer_id, const input_copy*> read_from_copy;  // the replay running now reads these
   std::size_t kept_unseen = 0;                           // buffers kept this iteration for unseen writes
@@ -230,7 +239,7 @@ struct engine::impl {
   };
   std::size_t trace_budget_bytes = 0;        // the absolute budget (0: trace unbudgeted)
   std::map<const char*, tracked_block> blocks;  // live blocks, by base (only with trace_budget_bytes)
-  std::size_t offloaded_live = 0;            // of `blocks`: offloaded now
+  std::size_t offloaded_live = 0;            // of `blocks`: offloaded now (traced_offload_bytes)
   std::uint64_t launch_clock = 0;
   bool announcing_live_blocks = false;  // the engine's constructor tells the recorder of them
   std::vector<const char*> entering;         // blocks the launch entering now touches
@@ -294,8 +303,16 @@ struct engine::impl {
   void bring_in_all_but_on_host(device::stream_handle stream);  // a divergence under an absolute budget
   void drop_offload(buffer_id b);
   std::size_t offload_under_pressure(std::size_t shortfall);
-  // SUBLINEAR_HOST_BUDGET, or half the host's physical memory.
+  // SUBLINEAR_HOST_BUDGET, or half the host's physical memory: it bounds host_held()
+  // (Note [Host budget] in runtime/engine_swap.cpp).
   [[nodiscard]] std::size_t host_budget() const;
+  // Host memory the engine holds for copies now: the pool, the input copies, the blocks
+  // offloaded while tracing; and what the budget leaves beside `besides` of it.
+  [[nodiscard]] std::size_t host_held() const;
+  [[nodiscard]] std::size_t host_room(std::size_t besides) const;
+  void note_host_held();                         // the iteration's host_bytes
+  std::size_t host_pool_made = 0;                // the largest pool the device made (it keeps it)
+  std::size_t traced_offload_bytes = 0;          // blocks offloaded while tracing: host bytes now
   std::string offload_refused;  // why offload is off for the rest of the run ("" while it is not)
 
   std::vector<iteration_report> reports;
@@ -463,7 +480,7 @@ struct engine::impl {
   void bring_back(const char* base, device::stream_handle stream);
   void touch_and_restore(const launch_view& op, device::stream_handle stream);
   std::size_t offload(std::size_t shortfall);
-  void lift_trace_budget(std::size_t shortfall);
+  void lift_trace_budget(std::size_t shortfall, std::size_t no_room = 0);
   [[nodiscard]] bool engine_evicted(const char* base) const;
 };
 

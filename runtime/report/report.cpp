@@ -234,6 +234,8 @@ report_totals totals(const run_report& r) {
     add(t.unseen_writes, it.unseen_writes);
     add(t.hashed_bytes, it.hashed_bytes);
     add(t.copied_bytes, it.copied_bytes);
+    add(t.uncopied_bytes, it.uncopied_bytes);
+    t.host_held_bytes = std::max(t.host_held_bytes, it.host_held_bytes);
     add(t.check_waits, it.check_waits);
     add(t.settle_waits, it.settle_waits);
     t.budget_lifted += it.budget_lifted ? 1 : 0;
@@ -371,6 +373,8 @@ std::string to_json(const run_report& r) {
     w.member("unseen_writes", it.unseen_writes);
     w.member("hashed_bytes", it.hashed_bytes);
     w.member("copied_bytes", it.copied_bytes);
+    w.member("uncopied_bytes", it.uncopied_bytes);
+    w.member("host_held_bytes", it.host_held_bytes);
     w.member("check_waits", it.check_waits);
     w.member("settle_waits", it.settle_waits);
     w.member("retained", it.retained);
@@ -566,6 +570,8 @@ run_report parse_report(std::string_view json_text, std::string_view source) {
     ir.unseen_writes = size_or(it, "unseen_writes");
     ir.hashed_bytes = size_or(it, "hashed_bytes");
     ir.copied_bytes = size_or(it, "copied_bytes");
+    ir.uncopied_bytes = size_or(it, "uncopied_bytes");
+    ir.host_held_bytes = size_or(it, "host_held_bytes");
     ir.check_waits = size_or(it, "check_waits");
     ir.settle_waits = size_or(it, "settle_waits");
     ir.retained = size_or(it, "retained");
@@ -773,6 +779,13 @@ std::string render_text(const run_report& r, std::size_t top) {
     out << "  write checks       " << format_bytes(t.hashed_bytes) << " hashed, " << format_bytes(t.copied_bytes)
         << " copied to host memory, " << t.check_waits << " + " << t.settle_waits
         << " waits for the stream, to find writes the trace did not see\n";
+  if (t.uncopied_bytes > 0)
+    out << "  uncopied inputs    " << format_bytes(t.uncopied_bytes)
+        << " of recipe inputs not copied at releases: no room under the host budget (an unseen write to them is "
+           "caught, not undone)\n";
+  if (t.host_held_bytes > 0)
+    out << "  host memory        " << format_bytes(t.host_held_bytes)
+        << " held for copies at most (offload pool, input copies, blocks offloaded while tracing)\n";
   if (t.budget_lifted > 0)
     out << "  budget lifted      " << t.budget_lifted
         << " iterations ran out of room with the cache scaled to the budget and finished without it\n";

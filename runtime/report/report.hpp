@@ -172,6 +172,8 @@ struct report_totals {
   std::size_t unseen_writes = 0;        // Note [Unseen writes]
   std::size_t hashed_bytes = 0;
   std::size_t copied_bytes = 0;
+  std::size_t uncopied_bytes = 0;      // Note [Host budget]
+  std::size_t host_held_bytes = 0;     // the most of any iteration
   std::size_t check_waits = 0;         // Note [Write check work]
   std::size_t settle_waits = 0;        // Note [Unsettled releases]
   std::size_t retained = 0;             // frees deferred (Note [Retention])

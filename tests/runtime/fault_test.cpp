@@ -989,10 +989,14 @@ struct chain_run {
   std::vector<iteration_report> reports;
   std::string plan_error;
 };
-chain_run train_chain(std::size_t budget, int iterations) {
+chain_run train_chain(std::size_t budget, int iterations, std::size_t host_budget = 0) {
   chain_model m;
   std::unique_ptr<host_runtime> rt;
-  if (budget != 0) rt = std::make_unique<host_runtime>(m.dev, m.alloc, options_for(std::to_string(budget), "chain"));
+  if (budget != 0) {
+    engine_options o = options_for(std::to_string(budget), "chain");
+    o.config.host_budget = host_budget;
+    rt = std::make_unique<host_runtime>(m.dev, m.alloc, o);
+  }
   for (int it = 0; it < iterations; ++it) {
     m.iteration(12, kFloats, false);
     if (rt) rt->mark_iteration();
@@ -1033,6 +1037,38 @@ TEST(TraceBudget, TracedIterationsAboveAnAbsoluteBudgetOffloadAndTrainBitIdentic
 // Two 512 KiB blocks under a budget with room for one of them (next to the 256 KiB
 // segment of the model's counter and accumulator): each copy or set of the offloaded one
 // must bring its bytes back first, offloading the other, and freeing either must not fault.
+// Note [Host budget]: what the traced iterations offload counts against
+// SUBLINEAR_HOST_BUDGET. With room for a few blocks they hold no more than that; with room
+// for none they cannot offload and run without the device budget, training bit-identically.
+TEST(TraceBudget, TracedOffloadsStayWithinTheHostBudgetAndWithoutRoomTheBudgetIsLifted) {
+  const std::size_t budget = unbudgeted_traced_peak() * 7 / 10;
+  const auto expected = train_chain(0, 4).result;
+  const chain_run free = train_chain(budget, 4);
+  std::size_t held = 0;
+  for (const auto& r : free.reports) held = std::max(held, r.host_held_bytes);
+  ASSERT_GT(held, 0u) << "the traced iterations must offload";
+
+  const std::size_t some = held / 2;
+  const chain_run bounded = train_chain(budget, 4, some);
+  EXPECT_EQ(bounded.result, expected);
+  for (const auto& r : bounded.reports) {
+    SCOPED_TRACE(r.index);
+    EXPECT_LE(r.host_held_bytes, some);
+    if (r.budget != 0) {
+      EXPECT_LE(r.peak_mapped, r.budget);
+    }
+  }
+  EXPECT_GT(bounded.reports[0].offloads, 0u) << "half the room still offloads some blocks";
+
+  const chain_run none = train_chain(budget, 4, 1);
+  EXPECT_EQ(none.result, expected);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(none.reports[i].offloads, 0u) << i;
+    EXPECT_EQ(none.reports[i].budget, 0u) << "traced iteration " << i << " claims a budget it could not hold";
+    EXPECT_EQ(none.reports[i].host_held_bytes, 0u) << i;
+  }
+}
+
 TEST(TraceBudget, CopiesAndSetsOfAnOffloadedBlockRestoreItFirst) {
   chain_model m;
   const std::size_t budget = 1024 * 1024;

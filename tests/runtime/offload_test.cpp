@@ -236,6 +236,7 @@ TEST(Offload, AHostPoolOverTheHostBudgetMakesThePlanRecomputeAndSaysWhy) {
   std::size_t evictions = 0;
   for (const auto& it : r.reports) {
     EXPECT_EQ(it.offloads, 0u) << it.index;
+    EXPECT_LE(it.host_held_bytes, o.config.host_budget) << it.index << ": Note [Host budget]";
     evictions += it.evictions;
   }
   EXPECT_GT(evictions, 0u) << "the budget is met by recompute instead";
@@ -256,6 +257,10 @@ TEST(Offload, TheEnginesHostPoolIsThePlansHostLayout) {
   EXPECT_GT(planned.host_bytes, 0u);
   EXPECT_EQ(r.link.host_bytes, planned.host_bytes);
   EXPECT_EQ(r.report.plan.host_bytes, planned.host_bytes) << "the report shows the same pool";
+  for (const auto& it : r.reports) {
+    if (it.state != engine_state::steady) continue;
+    EXPECT_GE(it.host_held_bytes, planned.host_bytes) << "the pool is held";
+  }
 
   engine_options amended = offload_options("0.5x");
   policy::host_layout layout;

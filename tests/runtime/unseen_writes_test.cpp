@@ -332,6 +332,7 @@ struct train_options {
   bool every_activation = false;  // evict_every_activation
   bool fixed_costs = false;       // launches cost their bytes: the same plan every run
   bool copies_at_once = false;    // input copies wait for the stream (copy_inputs_at_once)
+  std::size_t host_budget = 0;    // SUBLINEAR_HOST_BUDGET (0: the default)
 };
 
 run train(hazard h, const std::string& policy, const train_options& t = {}) {
@@ -345,6 +346,7 @@ run train(hazard h, const std::string& policy, const train_options& t = {}) {
     o.config.log = log_level::error;
     if (const char* l = std::getenv("UNSEEN_LOG")) o.config.log = parse_log_level("UNSEEN_LOG", l);
     o.device_capacity = std::size_t{256} << 20;
+    o.config.host_budget = t.host_budget;
     if (t.every_activation) {
       o.config.multi_pass = false;
       o.amend_plan = evict_every_activation;
@@ -440,6 +442,47 @@ TEST(UnseenWrites, AParameterChangedAfterTheReleaseOfWhatItsRecipesReadStopsTheR
     const run validated = train(hazard::gain, policy, {.validate = validate_mode::always});
     EXPECT_EQ(validated.result, baseline.result);
     EXPECT_GT(validated.evictions, 0u);
+  }
+}
+
+// Note [Host budget]: the input copies count against SUBLINEAR_HOST_BUDGET. With room for
+// all of them a masked update after the release is undone as without a bound, holding no
+// more than the bound; with room for none the copies are not made, and the same update
+// stops the run with an error naming the host budget (caught, not undone).
+TEST(UnseenWrites, InputCopiesStayWithinTheHostBudgetAndWithoutRoomTheWriteIsCaughtNamingIt) {
+  const run baseline = train(hazard::mask, "");
+  const train_options unbounded{.every_activation = true, .fixed_costs = true};
+  const run free = train(hazard::mask, "chain", unbounded);
+  ASSERT_EQ(free.result, baseline.result);
+  std::size_t copied = 0, held = 0;
+  for (const auto& r : free.reports) {
+    copied += r.copied_bytes;
+    held = std::max(held, r.host_held_bytes);
+    EXPECT_EQ(r.uncopied_bytes, 0u) << r.index;
+  }
+  ASSERT_GT(copied, 0u) << "the rig must copy recipe inputs";
+  ASSERT_GT(free.unseen_writes, 0u) << "the masked update must be read from a copy";
+
+  train_options exact = unbounded;
+  exact.host_budget = held;
+  const run fits = train(hazard::mask, "chain", exact);
+  EXPECT_EQ(fits.result, baseline.result);
+  EXPECT_GT(fits.unseen_writes, 0u);
+  for (const auto& r : fits.reports) {
+    EXPECT_LE(r.host_held_bytes, held) << r.index;
+    EXPECT_EQ(r.uncopied_bytes, 0u) << r.index;
+  }
+
+  train_options none = unbounded;
+  none.host_budget = 1;
+  try {
+    const run r = train(hazard::mask, "chain", none);
+    ADD_FAILURE() << "trained without an error; the parameters are "
+                  << (r.result == baseline.result ? "the same" : "DIFFERENT");
+  } catch (const error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("came back with other bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("SUBLINEAR_HOST_BUDGET"), std::string::npos) << what;
   }
 }
 
