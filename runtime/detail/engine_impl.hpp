@@ -310,7 +310,7 @@ struct engine::impl {
   // offloaded while tracing; and what the budget leaves beside `besides` of it.
   [[nodiscard]] std::size_t host_held() const;
   [[nodiscard]] std::size_t host_room(std::size_t besides) const;
-  void note_host_held();                         // the iteration's host_bytes
+  void note_host_held();                         // the iteration's host_held_bytes
   std::size_t host_pool_made = 0;                // the largest pool the device made (it keeps it)
   std::size_t traced_offload_bytes = 0;          // blocks offloaded while tracing: host bytes now
   std::string offload_refused;  // why offload is off for the rest of the run ("" while it is not)
