@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -284,6 +285,7 @@ struct chain {
 
 struct run {
   std::vector<float> result;
+  engine::plan_link link;
   std::vector<iteration_report> reports;
   std::string plan_error;
   std::size_t evictions = 0;
@@ -333,6 +335,9 @@ struct train_options {
   bool fixed_costs = false;       // launches cost their bytes: the same plan every run
   bool copies_at_once = false;    // input copies wait for the stream (copy_inputs_at_once)
   std::size_t host_budget = 0;    // SUBLINEAR_HOST_BUDGET (0: the default)
+  std::function<void(const policy::iteration&, policy::plan&)> amend{};  // instead of every_activation's
+  int diverge_at = -1;            // an extra launch begins that iteration
+  int more_iterations = 0;        // beyond kIterations
 };
 
 run train(hazard h, const std::string& policy, const train_options& t = {}) {
@@ -351,13 +356,20 @@ run train(hazard h, const std::string& policy, const train_options& t = {}) {
       o.config.multi_pass = false;
       o.amend_plan = evict_every_activation;
     }
+    if (t.amend) o.amend_plan = t.amend;
     host_runtime_options ro;
     ro.time_launches = !t.fixed_costs;
     rt = std::make_unique<host_runtime>(m.dev, m.alloc, o, ro);
     rt->replay_device().set_hash_lag(t.hash_lag);
     rt->replay_device().copy_inputs_at_once(t.copies_at_once);
   }
-  for (int it = 0; it < kIterations; ++it) {
+  for (int it = 0; it < kIterations + t.more_iterations; ++it) {
+    if (it == t.diverge_at) {  // a launch the trace never saw: the engine traces and plans again
+      float* extra = m.make();
+      spread_params sp{extra, kFloats, 1.0f};
+      m.dev.launch(spread_kernel(), {}, nullptr, &sp);
+      m.alloc.deallocate(extra);
+    }
     m.iteration(h, it);
     if (rt) rt->mark_iteration();
   }
@@ -366,6 +378,7 @@ run train(hazard h, const std::string& policy, const train_options& t = {}) {
   if (rt) {
     out.reports = rt->get().iterations();
     out.plan_error = rt->get().plan_error();
+    out.link = rt->get().planned_link();
     for (const auto& r : out.reports) {
       out.evictions += r.evictions;
       out.unseen_writes += r.unseen_writes;
@@ -484,6 +497,60 @@ TEST(UnseenWrites, InputCopiesStayWithinTheHostBudgetAndWithoutRoomTheWriteIsCau
     EXPECT_NE(what.find("came back with other bytes"), std::string::npos) << what;
     EXPECT_NE(what.find("SUBLINEAR_HOST_BUDGET"), std::string::npos) << what;
   }
+}
+
+// Every eviction evict_every_activation makes becomes an offload with the same points.
+void offload_every_activation(const policy::iteration& g, policy::plan& p) {
+  evict_every_activation(g, p);
+  for (const policy::eviction& e : p.evictions) {
+    policy::offload o;
+    o.target = e.target;
+    o.evict_after = e.evict_after;
+    o.release_before = e.evict_after + 1;
+    o.fetch_after = e.restore_before - 1;
+    o.restore_before = e.restore_before;
+    p.offloads.push_back(o);
+  }
+  p.evictions.clear();
+  p.recomputed_launches = 0;
+}
+
+// Note [Host budget]: a plan made again (here after a divergence) whose pool does not fit
+// beside the input copies the first plan kept gets their room: they are given back and
+// the pool is made, where keeping them would have refused the offloads.
+TEST(UnseenWrites, APlanMadeAgainTakesTheInputCopiesRoomForItsPool) {
+  int plans = 0;
+  train_options t{.fixed_costs = true};
+  t.amend = [&plans](const policy::iteration& g, policy::plan& p) {
+    if (plans++ == 0) {
+      evict_every_activation(g, p);  // recompute: its releases copy recipe inputs
+    } else {
+      offload_every_activation(g, p);
+    }
+  };
+  t.diverge_at = 3;  // traced again in 4 and 5, planned again after 5
+  t.more_iterations = 3;
+  const run baseline = train(hazard::mask, "", t);
+  const run free = train(hazard::mask, "chain", t);
+  ASSERT_EQ(plans, 2) << "the divergence must make the engine plan again";
+  ASSERT_GT(free.link.host_bytes, 0u);
+  std::size_t copies = 0;
+  for (const auto& r : free.reports) copies = std::max(copies, r.host_held_bytes);
+  ASSERT_GT(copies, 0u) << "the first plan's releases must copy inputs";
+
+  plans = 0;
+  train_options tight = t;
+  tight.host_budget = free.link.host_bytes;  // the pool fits, but not beside the copies
+  const run r = train(hazard::mask, "chain", tight);
+  EXPECT_EQ(r.result, baseline.result);
+  EXPECT_EQ(r.link.refused, "");
+  EXPECT_EQ(r.link.host_bytes, free.link.host_bytes);
+  std::size_t offloads = 0;
+  for (const auto& it : r.reports) {
+    EXPECT_LE(it.host_held_bytes, tight.host_budget) << it.index;
+    offloads += it.offloads;
+  }
+  EXPECT_GT(offloads, 0u) << "the second plan's offloads run";
 }
 
 // Note [Unsettled releases]: on a GPU the stream is often far behind the host, so a
