@@ -68,7 +68,8 @@ def test_part_four_runs_the_checks_budget_again_with_recompute_only_and_compares
                                       "offloaded_bytes": copies if st != "trace" else 0,
                                       "fetched_bytes": copies if st != "trace" else 0,
                                       "link_busy_s": 0.002 if st != "trace" and not off else 0.0,
-                                      "copy_stall_s": 0.0} for st in states]}
+                                      "copy_stall_s": 0.0,
+                                      "host_held_bytes": 8192 if st != "trace" and not off else 0} for st in states]}
             Path(where).write_text(json.dumps(report))
         return result
 
@@ -89,5 +90,6 @@ def test_part_four_runs_the_checks_budget_again_with_recompute_only_and_compares
     assert fig["enable_offload"]["link_source"] == "measured"
     assert fig["enable_offload"]["to_device_gb_s"] == 55.0
     assert fig["enable_offload"]["offloaded_bytes"] == 4096
+    assert fig["enable_offload"]["host_held_bytes"] == 8192, "the pinned memory the planned iterations held"
     assert out["checks"]["enable_recompute_only_bit_identical"]["passed"] is True
     assert out["status"] == "passed", out.get("reason")

@@ -139,6 +139,7 @@ def report_costs(report: Path) -> Dict[str, Any]:
             "fetched_bytes_per_iteration": per_iteration("fetched_bytes"),
             "link_busy_s_per_iteration": per_iteration("link_busy_s"),
             "copy_stall_s_per_iteration": per_iteration("copy_stall_s"),
+            "host_held_bytes_per_iteration": per_iteration("host_held_bytes"),
             # The engine's write checks (Note [Write check work]): where and at what cost
             # the device hashes, the plan's count, and the bytes a planned iteration hashed.
             "write_checks": {key: plan.get(key) for key in ("hash_probe", "hash_issue_s", "hash_wait_s", "hash_byte_s",

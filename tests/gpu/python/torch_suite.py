@@ -145,6 +145,8 @@ def report_figures(path: Path) -> Dict[str, Any]:
         "fetched_bytes": [i.get("fetched_bytes", 0) for i in its],
         "link_busy_s": [i.get("link_busy_s", 0.0) for i in its],
         "copy_stall_s": [i.get("copy_stall_s", 0.0) for i in its],
+        # Host memory held for copies (pinned on CUDA): pool, input copies (Note [Host budget]).
+        "host_held_bytes": [i.get("host_held_bytes", 0) for i in its],
         # Write checks (Note [Unseen writes]): bytes hashed, where (the plan's hash_probe),
         # and the host's waits for the stream (Note [Unsettled releases]).
         "hashed_bytes": [i.get("hashed_bytes", 0) for i in its],
@@ -259,7 +261,8 @@ def offload_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
             "planned_offloads": plan.get("offloads"), "planned_offloaded_bytes": plan.get("offloaded_bytes"),
             "predicted_stall_s": plan.get("predicted_stall_s"),
             "offloaded_bytes": median("offloaded_bytes"), "fetched_bytes": median("fetched_bytes"),
-            "link_busy_s": median("link_busy_s"), "copy_stall_s": median("copy_stall_s")}
+            "link_busy_s": median("link_busy_s"), "copy_stall_s": median("copy_stall_s"),
+            "host_held_bytes": median("host_held_bytes")}
 
 
 def check_figures(rep: Dict[str, Any]) -> Dict[str, Any]:
