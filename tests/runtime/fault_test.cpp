@@ -1034,9 +1034,6 @@ TEST(TraceBudget, TracedIterationsAboveAnAbsoluteBudgetOffloadAndTrainBitIdentic
   EXPECT_EQ(reports.back().offloads, 0u) << "planned iterations do not offload";
 }
 
-// Two 512 KiB blocks under a budget with room for one of them (next to the 256 KiB
-// segment of the model's counter and accumulator): each copy or set of the offloaded one
-// must bring its bytes back first, offloading the other, and freeing either must not fault.
 // Note [Host budget]: what the traced iterations offload counts against
 // SUBLINEAR_HOST_BUDGET. With room for a few blocks they hold no more than that; with room
 // for none they cannot offload and run without the device budget, training bit-identically.
@@ -1069,6 +1066,9 @@ TEST(TraceBudget, TracedOffloadsStayWithinTheHostBudgetAndWithoutRoomTheBudgetIs
   }
 }
 
+// Two 512 KiB blocks under a budget with room for one of them (next to the 256 KiB
+// segment of the model's counter and accumulator): each copy or set of the offloaded one
+// must bring its bytes back first, offloading the other, and freeing either must not fault.
 TEST(TraceBudget, CopiesAndSetsOfAnOffloadedBlockRestoreItFirst) {
   chain_model m;
   const std::size_t budget = 1024 * 1024;
